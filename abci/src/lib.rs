@@ -1,0 +1,359 @@
+//! The ABCI++ adapter: translates CometBFT's requests into calls of the pure
+//! state machine in `tally-settlement` and its results back into responses.
+//!
+//! Threading: tendermint-abci runs one OS thread per CometBFT connection,
+//! each with a clone of [`TallyApp`]. The consensus connection owns the
+//! pending block state behind a mutex; the mempool (CheckTx) and query
+//! connections read committed state straight from the backend, so they never
+//! wait for a block to execute.
+//!
+//! No handler panics: every failure becomes an error code or log. The one
+//! deliberate stop is a failed durable write in Commit (see
+//! `docs/adr/0003-store-and-app-hash.md`).
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::Bytes;
+use tally_settlement::{self as settlement, Block, Code, Genesis};
+use tally_store::{Backend, KvRead, Pending, StoreError};
+use tendermint_abci::Application;
+use tendermint_proto::v0_38::abci::{
+    response_process_proposal::ProposalStatus, response_verify_vote_extension::VerifyStatus,
+    Event, EventAttribute, ExecTxResult, RequestCheckTx, RequestExtendVote, RequestFinalizeBlock,
+    RequestInfo, RequestInitChain, RequestPrepareProposal, RequestProcessProposal, RequestQuery,
+    RequestVerifyVoteExtension, ResponseCheckTx, ResponseCommit, ResponseExtendVote,
+    ResponseFinalizeBlock, ResponseInfo, ResponseInitChain, ResponsePrepareProposal,
+    ResponseProcessProposal, ResponseQuery, ResponseVerifyVoteExtension,
+};
+use tendermint_proto::v0_38::types::{AbciParams, ConsensusParams};
+use tracing::{error, info, warn};
+
+/// The codespace of every Tally result code.
+pub const CODESPACE: &str = "tally";
+
+/// Errors of the adapter that are not ABCI responses.
+#[derive(Debug, thiserror::Error)]
+pub enum AbciError {
+    /// The store could not be opened or read.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Tally as an ABCI++ application. Cheap to clone: clones share state.
+#[derive(Clone, Debug)]
+pub struct TallyApp {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    backend: Arc<dyn Backend>,
+    consensus: Mutex<Consensus>,
+}
+
+#[derive(Debug)]
+struct Consensus {
+    pending: Pending,
+    /// Height executed by FinalizeBlock and not yet committed.
+    finalized: Option<u64>,
+}
+
+/// What happened to a block, for callers that run the app in-process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Committed {
+    /// Height committed.
+    pub height: u64,
+    /// App hash after it.
+    pub app_hash: [u8; 32],
+}
+
+impl TallyApp {
+    /// An app over `backend`, resuming from its last commit.
+    pub fn new(backend: Arc<dyn Backend>) -> Result<Self, AbciError> {
+        let pending = Pending::open(backend.clone())?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                backend,
+                consensus: Mutex::new(Consensus {
+                    pending,
+                    finalized: None,
+                }),
+            }),
+        })
+    }
+
+    fn consensus(&self) -> MutexGuard<'_, Consensus> {
+        // A poisoned lock means a handler panicked; the state it guarded is
+        // still the last consistent one we wrote, so keep going.
+        self.inner
+            .consensus
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The last committed height and app hash.
+    pub fn last_commit(&self) -> Committed {
+        let c = self.consensus();
+        let m = c.pending.committed();
+        Committed {
+            height: m.height,
+            app_hash: m.app_hash,
+        }
+    }
+
+    /// Committed state, for read-only use.
+    pub fn committed_state(&self) -> &dyn Backend {
+        self.inner.backend.as_ref()
+    }
+
+    /// Answers a query path against committed state.
+    pub fn query_path(&self, path: &str) -> settlement::query::QueryResult {
+        settlement::query::query(&self.inner.backend, path)
+    }
+}
+
+fn block_time(t: Option<&tendermint_proto::google::protobuf::Timestamp>) -> u64 {
+    t.map(|t| t.seconds.max(0) as u64).unwrap_or(0)
+}
+
+fn to_events(events: Vec<settlement::Event>) -> Vec<Event> {
+    events
+        .into_iter()
+        .map(|e| Event {
+            r#type: e.kind,
+            attributes: e
+                .attrs
+                .into_iter()
+                .map(|(key, value)| EventAttribute {
+                    key,
+                    value,
+                    index: true,
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+fn codespace(code: Code) -> String {
+    if code == Code::Ok {
+        String::new()
+    } else {
+        CODESPACE.to_string()
+    }
+}
+
+impl Application for TallyApp {
+    fn info(&self, _req: RequestInfo) -> ResponseInfo {
+        let last = self.last_commit();
+        ResponseInfo {
+            data: "tally".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            app_version: 1,
+            last_block_height: last.height as i64,
+            last_block_app_hash: if last.height == 0 {
+                Bytes::new()
+            } else {
+                Bytes::copy_from_slice(&last.app_hash)
+            },
+        }
+    }
+
+    fn init_chain(&self, req: RequestInitChain) -> ResponseInitChain {
+        let genesis = match Genesis::parse(&req.app_state_bytes) {
+            Ok(g) => g,
+            Err(e) => {
+                // Nothing sensible can run on a genesis we cannot read; stop
+                // with a clear message instead of starting a wrong chain.
+                error!(error = %e, "refusing genesis app_state; fix genesis.json and restart");
+                std::process::exit(2);
+            }
+        };
+        let mut c = self.consensus();
+        if let Err(e) = settlement::init_chain(&mut c.pending, &req.chain_id, &genesis) {
+            error!(error = %e, "genesis could not be applied");
+            std::process::exit(2);
+        }
+        info!(
+            chain_id = %req.chain_id,
+            gateways = genesis.gateways.len(),
+            funded_users = genesis.balances.len(),
+            window_secs = genesis.params.settlement_window_secs,
+            "genesis applied"
+        );
+        ResponseInitChain {
+            // Vote extensions from height 1: the threshold signer rides on them.
+            consensus_params: Some(ConsensusParams {
+                abci: Some(AbciParams {
+                    vote_extensions_enable_height: 1,
+                }),
+                ..Default::default()
+            }),
+            validators: Vec::new(),
+            app_hash: Bytes::new(),
+        }
+    }
+
+    fn query(&self, req: RequestQuery) -> ResponseQuery {
+        let height = self.last_commit().height as i64;
+        if req.height != 0 && req.height != height {
+            return ResponseQuery {
+                code: Code::BadArgument.value(),
+                log: format!(
+                    "only the latest height ({height}) is served; ask with height 0"
+                ),
+                height,
+                codespace: CODESPACE.into(),
+                ..Default::default()
+            };
+        }
+        let r = self.query_path(&req.path);
+        ResponseQuery {
+            code: r.code.value(),
+            log: r.log,
+            value: r.value.into(),
+            key: req.path.into_bytes().into(),
+            height,
+            codespace: codespace(r.code),
+            ..Default::default()
+        }
+    }
+
+    fn check_tx(&self, req: RequestCheckTx) -> ResponseCheckTx {
+        let r = settlement::check_tx(&self.inner.backend, &req.tx);
+        ResponseCheckTx {
+            code: r.code.value(),
+            log: r.log,
+            codespace: codespace(r.code),
+            ..Default::default()
+        }
+    }
+
+    fn prepare_proposal(&self, req: RequestPrepareProposal) -> ResponsePrepareProposal {
+        let max = usize::try_from(req.max_tx_bytes.max(0)).unwrap_or(usize::MAX);
+        let mut used = 0usize;
+        let mut txs = Vec::with_capacity(req.txs.len());
+        for tx in req.txs {
+            // Skip what ProcessProposal would refuse; keep the mempool order.
+            if settlement::decode_tx(&tx).is_err() {
+                continue;
+            }
+            if used.saturating_add(tx.len()) > max {
+                continue;
+            }
+            used += tx.len();
+            txs.push(tx);
+        }
+        ResponsePrepareProposal { txs }
+    }
+
+    fn process_proposal(&self, req: RequestProcessProposal) -> ResponseProcessProposal {
+        let bad = req
+            .txs
+            .iter()
+            .position(|tx| settlement::decode_tx(tx).is_err());
+        let status = match bad {
+            Some(i) => {
+                warn!(height = req.height, index = i, "rejecting proposal: undecodable transaction");
+                ProposalStatus::Reject
+            }
+            None => ProposalStatus::Accept,
+        };
+        ResponseProcessProposal {
+            status: status as i32,
+        }
+    }
+
+    fn extend_vote(&self, _req: RequestExtendVote) -> ResponseExtendVote {
+        ResponseExtendVote {
+            vote_extension: Bytes::new(),
+        }
+    }
+
+    fn verify_vote_extension(
+        &self,
+        req: RequestVerifyVoteExtension,
+    ) -> ResponseVerifyVoteExtension {
+        // Nothing is carried yet: an empty extension is the only valid one.
+        let status = if req.vote_extension.is_empty() {
+            VerifyStatus::Accept
+        } else {
+            VerifyStatus::Reject
+        };
+        ResponseVerifyVoteExtension {
+            status: status as i32,
+        }
+    }
+
+    fn finalize_block(&self, req: RequestFinalizeBlock) -> ResponseFinalizeBlock {
+        let block = Block {
+            height: req.height.max(0) as u64,
+            time: block_time(req.time.as_ref()),
+        };
+        let mut c = self.consensus();
+        let mut events = Vec::new();
+        match settlement::begin_block(&mut c.pending, &block) {
+            Ok(ev) => events = to_events(ev),
+            Err(e) => error!(height = block.height, error = %e, "store failed at block start"),
+        }
+        let mut tx_results = Vec::with_capacity(req.txs.len());
+        for tx in &req.txs {
+            let r = settlement::deliver_tx(&mut c.pending, &block, tx);
+            if r.code == Code::Internal {
+                error!(height = block.height, log = %r.log, "store failed executing a transaction");
+            }
+            tx_results.push(ExecTxResult {
+                code: r.code.value(),
+                log: r.log,
+                events: to_events(r.events),
+                codespace: codespace(r.code),
+                ..Default::default()
+            });
+        }
+        let app_hash = c.pending.app_hash_at(block.height);
+        c.finalized = Some(block.height);
+        ResponseFinalizeBlock {
+            events,
+            tx_results,
+            validator_updates: Vec::new(),
+            consensus_param_updates: None,
+            app_hash: Bytes::copy_from_slice(&app_hash),
+        }
+    }
+
+    fn commit(&self) -> ResponseCommit {
+        let mut c = self.consensus();
+        let Some(height) = c.finalized.take() else {
+            warn!("Commit without FinalizeBlock; nothing to write");
+            return ResponseCommit::default();
+        };
+        if let Err(e) = c.pending.commit(height) {
+            // The block's state could not be made durable. Continuing would
+            // report an app hash this node cannot reproduce after a restart;
+            // stop so the operator sees it, and replay from the last commit.
+            error!(height, error = %e, "FATAL: could not persist block; stopping");
+            std::process::exit(3);
+        }
+        ResponseCommit { retain_height: 0 }
+    }
+}
+
+/// Reads committed state through the backend (used by tools and tests).
+pub fn read_committed<'a>(app: &'a TallyApp) -> impl KvRead + 'a {
+    BackendRef(app.committed_state())
+}
+
+struct BackendRef<'a>(&'a dyn Backend);
+
+impl KvRead for BackendRef<'_> {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        self.0.get(key)
+    }
+    fn for_each(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        self.0.for_each(start, end, f)
+    }
+}

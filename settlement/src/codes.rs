@@ -1,0 +1,139 @@
+//! Result codes of transactions and queries. Every rejection has its own
+//! code; the numbers are part of the public interface (README "Codes").
+
+use serde::Serialize;
+
+/// A transaction or query result code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[repr(u32)]
+pub enum Code {
+    /// Accepted.
+    Ok = 0,
+    /// The bytes are not a Tally transaction.
+    MalformedTx = 1,
+    /// The signing key is not a registered gateway.
+    UnknownGateway = 2,
+    /// The signature does not verify.
+    BadSignature = 3,
+    /// The report names another chain.
+    WrongChain = 4,
+    /// `expires_at` is not after the block time.
+    ReportExpired = 5,
+    /// `expires_at` is more than `max_report_expiry_secs` after the block time.
+    ExpiryTooFar = 6,
+    /// This `report_id` was already accepted and has not expired.
+    DuplicateReport = 7,
+    /// `report_id` is not 16 bytes.
+    BadReportId = 8,
+    /// The report has no records.
+    EmptyReport = 9,
+    /// The report has more than `max_report_records` records.
+    TooManyRecords = 10,
+    /// A user, provider, model or route is empty, too long or has a
+    /// character outside `[A-Za-z0-9._:/-]`.
+    BadIdentifier = 11,
+    /// A record's outcome is unspecified or unknown.
+    BadOutcome = 12,
+    /// A user's balance would go negative.
+    InsufficientBalance = 13,
+    /// The transaction is larger than `max_tx_bytes`.
+    TxTooLarge = 14,
+    /// A counter or amount would overflow 64 bits.
+    Overflow = 15,
+    /// The node's store failed; the node must be restarted.
+    Internal = 16,
+    /// Query: no such path.
+    UnknownPath = 20,
+    /// Query: an argument is malformed.
+    BadArgument = 21,
+    /// Query: nothing stored under that key.
+    NotFound = 22,
+}
+
+impl Code {
+    /// The numeric code sent to CometBFT.
+    pub fn value(self) -> u32 {
+        self as u32
+    }
+
+    /// A stable snake_case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Code::Ok => "ok",
+            Code::MalformedTx => "malformed_tx",
+            Code::UnknownGateway => "unknown_gateway",
+            Code::BadSignature => "bad_signature",
+            Code::WrongChain => "wrong_chain",
+            Code::ReportExpired => "report_expired",
+            Code::ExpiryTooFar => "expiry_too_far",
+            Code::DuplicateReport => "duplicate_report",
+            Code::BadReportId => "bad_report_id",
+            Code::EmptyReport => "empty_report",
+            Code::TooManyRecords => "too_many_records",
+            Code::BadIdentifier => "bad_identifier",
+            Code::BadOutcome => "bad_outcome",
+            Code::InsufficientBalance => "insufficient_balance",
+            Code::TxTooLarge => "tx_too_large",
+            Code::Overflow => "overflow",
+            Code::Internal => "internal",
+            Code::UnknownPath => "unknown_path",
+            Code::BadArgument => "bad_argument",
+            Code::NotFound => "not_found",
+        }
+    }
+
+    /// Every code, for documentation and tests.
+    pub const ALL: [Code; 20] = [
+        Code::Ok,
+        Code::MalformedTx,
+        Code::UnknownGateway,
+        Code::BadSignature,
+        Code::WrongChain,
+        Code::ReportExpired,
+        Code::ExpiryTooFar,
+        Code::DuplicateReport,
+        Code::BadReportId,
+        Code::EmptyReport,
+        Code::TooManyRecords,
+        Code::BadIdentifier,
+        Code::BadOutcome,
+        Code::InsufficientBalance,
+        Code::TxTooLarge,
+        Code::Overflow,
+        Code::Internal,
+        Code::UnknownPath,
+        Code::BadArgument,
+        Code::NotFound,
+    ];
+
+    /// The code with this number.
+    pub fn from_value(v: u32) -> Option<Code> {
+        Code::ALL.iter().copied().find(|c| c.value() == v)
+    }
+}
+
+/// A rejection: its code and a message saying what was wrong.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{code:?}: {msg}")]
+pub struct Rejection {
+    /// The code.
+    pub code: Code,
+    /// What was wrong, for a person.
+    pub msg: String,
+}
+
+impl Rejection {
+    /// A rejection with `code` and `msg`.
+    pub fn new(code: Code, msg: impl Into<String>) -> Self {
+        Self {
+            code,
+            msg: msg.into(),
+        }
+    }
+}
+
+impl From<tally_store::StoreError> for Rejection {
+    fn from(e: tally_store::StoreError) -> Self {
+        Rejection::new(Code::Internal, e.to_string())
+    }
+}

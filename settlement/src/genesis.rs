@@ -1,0 +1,174 @@
+//! Genesis `app_state` and chain parameters.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ident;
+
+/// Chain parameters, fixed in genesis.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Params {
+    /// Length of a settlement window in seconds of block time.
+    pub settlement_window_secs: u64,
+    /// Most records one report may carry (1..=1000).
+    pub max_report_records: u32,
+    /// How far past the block time a report's `expires_at` may be.
+    pub max_report_expiry_secs: u64,
+    /// Largest transaction accepted, in bytes.
+    pub max_tx_bytes: u64,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Self {
+            settlement_window_secs: 60,
+            max_report_records: 1000,
+            max_report_expiry_secs: 600,
+            max_tx_bytes: 1 << 20,
+        }
+    }
+}
+
+impl Params {
+    /// Checks the parameters' ranges.
+    pub fn validate(&self) -> Result<(), GenesisError> {
+        let bad = |m: &str| Err(GenesisError::Invalid(m.to_string()));
+        if self.settlement_window_secs == 0 || self.settlement_window_secs > 86_400 * 31 {
+            return bad("settlement_window_secs must be 1..=2678400");
+        }
+        if !(1..=1000).contains(&self.max_report_records) {
+            return bad("max_report_records must be 1..=1000");
+        }
+        if !(1..=600).contains(&self.max_report_expiry_secs) {
+            return bad("max_report_expiry_secs must be 1..=600");
+        }
+        if !(1024..=(64 << 20)).contains(&self.max_tx_bytes) {
+            return bad("max_tx_bytes must be 1024..=67108864");
+        }
+        Ok(())
+    }
+}
+
+/// A gateway allowed to report usage.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayEntry {
+    /// A name for logs and queries.
+    pub name: String,
+    /// Hex ed25519 public key (32 bytes).
+    pub pubkey: String,
+}
+
+/// A user's starting balance.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BalanceEntry {
+    /// The user.
+    pub user: String,
+    /// Credits.
+    pub amount: u64,
+}
+
+/// The `app_state` of CometBFT's genesis.json.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Genesis {
+    /// Parameters (defaults for missing fields).
+    #[serde(default)]
+    pub params: Params,
+    /// Registered gateways.
+    #[serde(default)]
+    pub gateways: Vec<GatewayEntry>,
+    /// Starting balances.
+    #[serde(default)]
+    pub balances: Vec<BalanceEntry>,
+}
+
+/// Why a genesis `app_state` was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum GenesisError {
+    /// Not JSON of the expected shape.
+    #[error("app_state is not valid Tally genesis JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// JSON of the right shape with a wrong value.
+    #[error("invalid genesis: {0}")]
+    Invalid(String),
+}
+
+impl Genesis {
+    /// Parses `app_state` bytes; empty bytes, `null` and `{}` give the
+    /// defaults.
+    pub fn parse(bytes: &[u8]) -> Result<Self, GenesisError> {
+        let trimmed = bytes.trim_ascii();
+        if trimmed.is_empty() || trimmed == b"null" || trimmed == b"\"\"" {
+            return Ok(Genesis::default());
+        }
+        let g: Genesis = serde_json::from_slice(trimmed)?;
+        g.validate()?;
+        Ok(g)
+    }
+
+    /// Checks every value.
+    pub fn validate(&self) -> Result<(), GenesisError> {
+        self.params.validate()?;
+        let mut keys = std::collections::BTreeSet::new();
+        for gw in &self.gateways {
+            ident::check_party("gateway name", &gw.name)
+                .map_err(|e| GenesisError::Invalid(e.msg))?;
+            let key = parse_pubkey(&gw.pubkey).map_err(GenesisError::Invalid)?;
+            if !keys.insert(key) {
+                return Err(GenesisError::Invalid(format!(
+                    "gateway key {} is listed twice",
+                    gw.pubkey
+                )));
+            }
+        }
+        let mut users = std::collections::BTreeSet::new();
+        for b in &self.balances {
+            ident::check_party("user", &b.user).map_err(|e| GenesisError::Invalid(e.msg))?;
+            if !users.insert(&b.user) {
+                return Err(GenesisError::Invalid(format!(
+                    "user {} is funded twice",
+                    b.user
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Parses a hex ed25519 public key and checks it is a valid point.
+pub fn parse_pubkey(hex_key: &str) -> Result<[u8; 32], String> {
+    let bytes = hex::decode(hex_key.trim())
+        .map_err(|e| format!("gateway key {hex_key:?} is not hex: {e}"))?;
+    let arr: [u8; 32] = bytes
+        .as_slice()
+        .try_into()
+        .map_err(|_| format!("gateway key {hex_key:?} is {} bytes, want 32", bytes.len()))?;
+    ed25519_dalek::VerifyingKey::from_bytes(&arr)
+        .map_err(|e| format!("gateway key {hex_key:?} is not an ed25519 point: {e}"))?;
+    Ok(arr)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_app_state_gives_defaults() {
+        assert_eq!(Genesis::parse(b"").unwrap(), Genesis::default());
+        assert_eq!(Genesis::parse(b"{}").unwrap(), Genesis::default());
+    }
+
+    #[test]
+    fn refuses_bad_values_with_a_message() {
+        let e = Genesis::parse(br#"{"params":{"settlement_window_secs":0}}"#).unwrap_err();
+        assert!(e.to_string().contains("settlement_window_secs"), "{e}");
+        let e = Genesis::parse(br#"{"gateways":[{"name":"g","pubkey":"zz"}]}"#).unwrap_err();
+        assert!(e.to_string().contains("not hex"), "{e}");
+        let e = Genesis::parse(br#"{"balances":[{"user":"a b","amount":1}]}"#).unwrap_err();
+        assert!(e.to_string().contains("character"), "{e}");
+        let e = Genesis::parse(br#"{"bogus":1}"#).unwrap_err();
+        assert!(e.to_string().contains("bogus"), "{e}");
+    }
+}

@@ -1,0 +1,288 @@
+//! Read-only queries over committed state, answered as JSON.
+//!
+//! Paths (segments are percent-encoded; a `/` inside a model or route is
+//! sent as `%2F`), each optionally followed by `?limit=N&cursor=C`:
+//!
+//! | path | value |
+//! |---|---|
+//! | `/sla/route/{user}/{provider}/{model}/{route}` | `{"records": [...], "next_cursor"}` over all windows |
+//! | `/sla/route/{user}/{provider}/{model}/{route}/{window}` | one route record |
+//! | `/sla/provider/{provider}[/{window}]` | `{"records": [...], "next_cursor"}` |
+//! | `/sla/user/{user}[/{window}]` | `{"records": [...], "next_cursor"}` |
+//! | `/windows` | `{"windows": [...], "next_cursor"}` |
+//! | `/balance/{user}` | `{"user", "balance"}` |
+//! | `/params` | the chain parameters |
+//! | `/gateways` | `{"gateways": [{"name", "pubkey"}]}` |
+
+use serde::Serialize;
+use serde_json::json;
+use tally_store::{prefix_end, KvRead};
+
+use crate::codes::{Code, Rejection};
+use crate::ident;
+use crate::keys;
+use crate::machine::{self, WindowInfo};
+use crate::record::{Counters, RouteId, RouteRecordView, WindowView};
+use crate::time::rfc3339;
+
+/// Default page size.
+pub const DEFAULT_LIMIT: usize = 100;
+/// Largest page size.
+pub const MAX_LIMIT: usize = 1000;
+
+/// A query's answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueryResult {
+    /// 0 on success.
+    pub code: Code,
+    /// Error message, empty on success.
+    pub log: String,
+    /// JSON value on success.
+    pub value: Vec<u8>,
+}
+
+/// A page of results.
+#[derive(Debug, Serialize)]
+struct Page<T: Serialize> {
+    #[serde(flatten)]
+    items: T,
+    next_cursor: Option<String>,
+}
+
+/// Answers `path` from `kv`.
+pub fn query(kv: &impl KvRead, path: &str) -> QueryResult {
+    match route_query(kv, path) {
+        Ok(value) => QueryResult {
+            code: Code::Ok,
+            log: String::new(),
+            value: serde_json::to_vec(&value).unwrap_or_default(),
+        },
+        Err(r) => QueryResult {
+            code: r.code,
+            log: r.msg,
+            value: Vec::new(),
+        },
+    }
+}
+
+fn bad(msg: impl Into<String>) -> Rejection {
+    Rejection::new(Code::BadArgument, msg)
+}
+
+struct Paging {
+    limit: usize,
+    cursor: Option<Vec<u8>>,
+}
+
+fn parse_paging(qs: Option<&str>) -> Result<Paging, Rejection> {
+    let mut p = Paging {
+        limit: DEFAULT_LIMIT,
+        cursor: None,
+    };
+    for pair in qs.unwrap_or("").split('&').filter(|s| !s.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        match k {
+            "limit" => {
+                p.limit = v
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=MAX_LIMIT).contains(n))
+                    .ok_or_else(|| bad(format!("limit must be 1..={MAX_LIMIT}, got {v:?}")))?;
+            }
+            "cursor" => {
+                p.cursor = Some(hex::decode(v).map_err(|_| bad(format!("cursor {v:?} is not hex")))?);
+            }
+            _ => return Err(bad(format!("unknown query parameter {k:?}; use limit and cursor"))),
+        }
+    }
+    Ok(p)
+}
+
+fn decode_segment(seg: &str) -> Result<String, Rejection> {
+    let b = seg.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = seg
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| bad(format!("bad percent-escape in {seg:?}")))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| bad(format!("{seg:?} is not UTF-8")))
+}
+
+fn parse_window(s: &str) -> Result<u64, Rejection> {
+    s.parse()
+        .map_err(|_| bad(format!("window must be a non-negative integer, got {s:?}")))
+}
+
+fn route_query(kv: &impl KvRead, full: &str) -> Result<serde_json::Value, Rejection> {
+    let (path, qs) = match full.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (full, None),
+    };
+    let segs: Vec<String> = path
+        .trim_start_matches('/')
+        .split('/')
+        .map(decode_segment)
+        .collect::<Result<_, _>>()?;
+    let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
+    let unknown = || {
+        Rejection::new(
+            Code::UnknownPath,
+            format!(
+                "unknown query path {path:?}; known: /sla/route/{{user}}/{{provider}}/{{model}}/{{route}}[/{{window}}], \
+                 /sla/provider/{{provider}}[/{{window}}], /sla/user/{{user}}[/{{window}}], /windows, \
+                 /balance/{{user}}, /params, /gateways"
+            ),
+        )
+    };
+    match segs.as_slice() {
+        ["sla", "route", user, provider, model, route, rest @ ..] if rest.len() <= 1 => {
+            ident::check_party("user", user).map_err(|e| bad(e.msg))?;
+            ident::check_party("provider", provider).map_err(|e| bad(e.msg))?;
+            ident::check_name("model", model).map_err(|e| bad(e.msg))?;
+            ident::check_name("route", route).map_err(|e| bad(e.msg))?;
+            let id = RouteId {
+                user: user.to_string(),
+                provider: provider.to_string(),
+                model: model.to_string(),
+                route: route.to_string(),
+            };
+            let secs = machine::params(kv)?.settlement_window_secs;
+            match rest {
+                [w] => {
+                    let w = parse_window(w)?;
+                    let c = load_route(kv, &id, w)?.ok_or_else(|| {
+                        Rejection::new(Code::NotFound, format!("no record for that route in window {w}"))
+                    })?;
+                    Ok(json!(RouteRecordView::new(&id, w, secs, &c)))
+                }
+                _ => {
+                    let paging = parse_paging(qs)?;
+                    let prefix = keys::route_prefix(&id);
+                    let (rows, next) = scan_page(kv, &prefix, &paging)?;
+                    let mut records = Vec::with_capacity(rows.len());
+                    for (k, v) in rows {
+                        let w = u64::from_be_bytes(
+                            k[prefix.len()..].try_into().map_err(|_| corrupt())?,
+                        );
+                        let c = Counters::decode(&v).ok_or_else(corrupt)?;
+                        records.push(RouteRecordView::new(&id, w, secs, &c));
+                    }
+                    Ok(json!(Page { items: json!({ "records": records }), next_cursor: next }))
+                }
+            }
+        }
+        ["sla", kind @ ("provider" | "user"), party, rest @ ..] if rest.len() <= 1 => {
+            let by_provider = *kind == "provider";
+            ident::check_party(kind, party).map_err(|e| bad(e.msg))?;
+            let window = rest.first().map(|w| parse_window(w)).transpose()?;
+            let prefix = if by_provider {
+                keys::by_provider_prefix(party, window)
+            } else {
+                keys::by_user_prefix(party, window)
+            };
+            let paging = parse_paging(qs)?;
+            let secs = machine::params(kv)?.settlement_window_secs;
+            let (rows, next) = scan_page(kv, &prefix, &paging)?;
+            let mut records = Vec::with_capacity(rows.len());
+            for (k, _) in rows {
+                let (id, w) = keys::parse_index(&k, by_provider).ok_or_else(corrupt)?;
+                let c = load_route(kv, &id, w)?.ok_or_else(corrupt)?;
+                records.push(RouteRecordView::new(&id, w, secs, &c));
+            }
+            Ok(json!(Page { items: json!({ "records": records }), next_cursor: next }))
+        }
+        ["windows"] => {
+            let paging = parse_paging(qs)?;
+            let secs = machine::params(kv)?.settlement_window_secs;
+            let (rows, next) = scan_page(kv, keys::WINDOW, &paging)?;
+            let mut windows = Vec::with_capacity(rows.len());
+            for (k, v) in rows {
+                let w = u64::from_be_bytes(
+                    k[keys::WINDOW.len()..].try_into().map_err(|_| corrupt())?,
+                );
+                let info = WindowInfo::decode(&v).ok_or_else(corrupt)?;
+                let start = w.saturating_mul(secs);
+                windows.push(WindowView {
+                    window: w,
+                    window_start: rfc3339(start),
+                    window_end: rfc3339(start.saturating_add(secs)),
+                    closed: info.closed,
+                    routes: info.routes,
+                    requests: info.totals.requests,
+                    fail_count: info.totals.fail_count(),
+                    cancel: info.totals.cancel,
+                    client: info.totals.client,
+                    units: info.totals.units,
+                    amount: info.totals.amount,
+                });
+            }
+            Ok(json!(Page { items: json!({ "windows": windows }), next_cursor: next }))
+        }
+        ["balance", user] => {
+            ident::check_party("user", user).map_err(|e| bad(e.msg))?;
+            Ok(json!({ "user": user, "balance": machine::balance(kv, user)? }))
+        }
+        ["params"] => Ok(json!(machine::params(kv)?)),
+        ["gateways"] => {
+            let mut gateways = Vec::new();
+            kv.for_each(keys::GATEWAY, &prefix_end(keys::GATEWAY), &mut |k, v| {
+                gateways.push(json!({
+                    "name": String::from_utf8_lossy(v),
+                    "pubkey": hex::encode(&k[keys::GATEWAY.len()..]),
+                }));
+                true
+            })?;
+            Ok(json!({ "gateways": gateways }))
+        }
+        _ => Err(unknown()),
+    }
+}
+
+fn corrupt() -> Rejection {
+    Rejection::new(Code::Internal, "stored state is corrupt")
+}
+
+fn load_route(kv: &impl KvRead, id: &RouteId, w: u64) -> Result<Option<Counters>, Rejection> {
+    match kv.get(&keys::route(id, w))? {
+        None => Ok(None),
+        Some(b) => Ok(Some(Counters::decode(&b).ok_or_else(corrupt)?)),
+    }
+}
+
+/// One page of `prefix`, starting after the cursor.
+#[allow(clippy::type_complexity)]
+fn scan_page(
+    kv: &impl KvRead,
+    prefix: &[u8],
+    paging: &Paging,
+) -> Result<(Vec<(Vec<u8>, Vec<u8>)>, Option<String>), Rejection> {
+    let start = match &paging.cursor {
+        Some(c) => {
+            if !c.starts_with(prefix) {
+                return Err(bad("cursor does not belong to this query"));
+            }
+            let mut s = c.clone();
+            s.push(0);
+            s
+        }
+        None => prefix.to_vec(),
+    };
+    let mut rows = kv.scan(&start, &prefix_end(prefix), paging.limit + 1)?;
+    let next = if rows.len() > paging.limit {
+        rows.truncate(paging.limit);
+        rows.last().map(|(k, _)| hex::encode(k))
+    } else {
+        None
+    };
+    Ok((rows, next))
+}

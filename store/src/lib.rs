@@ -1,0 +1,171 @@
+//! Tally's key-value store.
+//!
+//! The state machine reads and writes through the small [`KvRead`] / [`Kv`]
+//! traits. A block's writes are buffered in a [`Pending`] change set on top of
+//! a durable [`Backend`]; [`Pending::commit`] writes the whole change set, the
+//! height and the app hash in one atomic batch. Two backends exist: RocksDB
+//! ([`RocksBackend`], feature `rocksdb`) and an in-memory twin
+//! ([`MemBackend`]) with the same semantics, for tests.
+//!
+//! Keys starting with byte `0x00` are reserved for the store's own metadata.
+
+mod changes;
+mod mem;
+#[cfg(feature = "rocksdb")]
+mod rocks;
+
+pub use changes::{ChangeSet, Pending};
+pub use mem::MemBackend;
+#[cfg(feature = "rocksdb")]
+pub use rocks::RocksBackend;
+
+use std::fmt::Debug;
+
+/// Errors of the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The durable backend failed (I/O, corruption reported by RocksDB).
+    #[error("storage backend: {0}")]
+    Backend(String),
+    /// Stored metadata could not be decoded.
+    #[error("corrupt store metadata: {0}")]
+    Corrupt(String),
+    /// A write used a key in the reserved `0x00` namespace.
+    #[error("key {0:02x?} is in the reserved metadata namespace")]
+    ReservedKey(Vec<u8>),
+}
+
+/// What the store remembers about the last commit.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CommitMeta {
+    /// Last committed block height (0 before the first block).
+    pub height: u64,
+    /// App hash after that block.
+    pub app_hash: [u8; 32],
+}
+
+/// Read access to state. `scan` visits keys in `[start, end)` in ascending
+/// order; an empty `end` means "to the end of the key space".
+pub trait KvRead {
+    /// The value stored under `key`.
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// Calls `f` for each pair in `[start, end)` in key order until it returns
+    /// `false`.
+    fn for_each(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError>;
+
+    /// Up to `limit` pairs of `[start, end)` in key order.
+    fn scan(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError> {
+        let mut out = Vec::new();
+        if limit == 0 {
+            return Ok(out);
+        }
+        self.for_each(start, end, &mut |k, v| {
+            out.push((k.to_vec(), v.to_vec()));
+            out.len() < limit
+        })?;
+        Ok(out)
+    }
+
+    /// Up to `limit` pairs whose key starts with `prefix`.
+    fn scan_prefix(
+        &self,
+        prefix: &[u8],
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError> {
+        self.scan(prefix, &prefix_end(prefix), limit)
+    }
+}
+
+/// Write access to state, buffered until commit.
+pub trait Kv: KvRead {
+    /// Sets `key` to `value`.
+    fn put(&mut self, key: Vec<u8>, value: Vec<u8>);
+    /// Removes `key`.
+    fn delete(&mut self, key: Vec<u8>);
+    /// Removes every key in `[start, end)` (a range tombstone, not a scan).
+    fn delete_range(&mut self, start: Vec<u8>, end: Vec<u8>);
+    /// Removes every key starting with `prefix`.
+    fn delete_prefix(&mut self, prefix: &[u8]) {
+        self.delete_range(prefix.to_vec(), prefix_end(prefix));
+    }
+}
+
+/// A durable store of committed state.
+pub trait Backend: Send + Sync + Debug {
+    /// The committed value of `key`.
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
+    /// Visits committed pairs of `[start, end)` in key order (empty `end`:
+    /// unbounded) until `f` returns `false`. Metadata keys are never visited.
+    fn for_each(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError>;
+    /// Writes `changes` and `meta` in one atomic, durable write.
+    fn commit(&self, changes: &ChangeSet, meta: &CommitMeta) -> Result<(), StoreError>;
+    /// The metadata of the last commit, if any.
+    fn meta(&self) -> Result<Option<CommitMeta>, StoreError>;
+}
+
+impl<B: Backend + ?Sized> KvRead for B {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        Backend::get(self, key)
+    }
+    fn for_each(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        Backend::for_each(self, start, end, f)
+    }
+}
+
+/// The smallest key greater than every key starting with `prefix`; empty
+/// (unbounded) when no such key exists.
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    Vec::new()
+}
+
+/// First key after the metadata namespace.
+pub(crate) const USER_SPACE_START: &[u8] = b"\x01";
+
+/// Clamps a scan's start to user space so metadata is never visited.
+pub(crate) fn user_start(start: &[u8]) -> &[u8] {
+    if start < USER_SPACE_START {
+        USER_SPACE_START
+    } else {
+        start
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_end_increments_last_byte() {
+        assert_eq!(prefix_end(b"ab"), b"ac".to_vec());
+        assert_eq!(prefix_end(&[1, 0xff]), vec![2]);
+        assert_eq!(prefix_end(&[0xff, 0xff]), Vec::<u8>::new());
+    }
+}

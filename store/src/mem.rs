@@ -1,0 +1,106 @@
+//! The in-memory twin of the RocksDB backend.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::RwLock;
+
+use crate::changes::in_range;
+use crate::{user_start, Backend, ChangeSet, CommitMeta, StoreError};
+
+/// An in-memory [`Backend`] with the same semantics as RocksDB's: atomic
+/// commits, range deletes, metadata beside the data.
+#[derive(Debug, Default)]
+pub struct MemBackend {
+    inner: RwLock<Inner>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Inner {
+    data: BTreeMap<Vec<u8>, Vec<u8>>,
+    meta: Option<CommitMeta>,
+}
+
+impl MemBackend {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A deep copy of this store, as if its files were copied.
+    pub fn snapshot(&self) -> Self {
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner()).clone();
+        Self {
+            inner: RwLock::new(inner),
+        }
+    }
+
+    /// Number of stored pairs (metadata excluded).
+    pub fn len(&self) -> usize {
+        self.inner.read().unwrap_or_else(|e| e.into_inner()).data.len()
+    }
+
+    /// True when no pair is stored.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Backend for MemBackend {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self
+            .inner
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .data
+            .get(key)
+            .cloned())
+    }
+
+    fn for_each(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        let start = user_start(start);
+        if !end.is_empty() && start >= end {
+            return Ok(());
+        }
+        let upper = if end.is_empty() {
+            Bound::Unbounded
+        } else {
+            Bound::Excluded(end.to_vec())
+        };
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        for (k, v) in inner.data.range((Bound::Included(start.to_vec()), upper)) {
+            if !f(k, v) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn commit(&self, changes: &ChangeSet, meta: &CommitMeta) -> Result<(), StoreError> {
+        let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        for (s, e) in &changes.ranges {
+            inner.data.retain(|k, _| !in_range(k, s, e));
+        }
+        for (k, v) in &changes.writes {
+            match v {
+                Some(v) => inner.data.insert(k.clone(), v.clone()),
+                None => inner.data.remove(k),
+            };
+        }
+        inner.meta = Some(meta.clone());
+        Ok(())
+    }
+
+    fn meta(&self) -> Result<Option<CommitMeta>, StoreError> {
+        Ok(self
+            .inner
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .meta
+            .clone())
+    }
+}
