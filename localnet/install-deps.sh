@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs what building and running Tally needs when it is missing:
+# Debian packages for the RocksDB bindings, curl, and CometBFT.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+missing=()
+for pkg in libclang-dev clang curl; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing Debian packages: ${missing[*]}" >&2
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+command -v cargo >/dev/null || { echo "install-deps: Rust (cargo) is required: https://rustup.rs" >&2; exit 1; }
+"$here/install-cometbft.sh"

@@ -1,0 +1,85 @@
+# Shared settings of the localnet scripts. Sourced, not run.
+# Every value can be overridden from the environment, so tests can run their
+# own network beside a developer's (other dir, other ports).
+
+TALLY_REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+LOCALNET_DIR="${TALLY_LOCALNET_DIR:-$TALLY_REPO/localnet/.data}"
+PORT_BASE="${TALLY_PORT_BASE:-26656}"     # validator i: p2p PORT_BASE+10i, rpc +1, abci +2, pprof +3, prometheus +4
+NVAL="${TALLY_VALIDATORS:-4}"
+CHAIN_ID="${TALLY_CHAIN_ID:-tally-localnet}"
+TIMEOUT_COMMIT="${TALLY_TIMEOUT_COMMIT:-1s}"
+WINDOW_SECS="${TALLY_WINDOW_SECS:-60}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tally-target}"
+TALLYD="${TALLYD:-$CARGO_TARGET_DIR/release/tallyd}"
+export PATH="$PATH:$(go env GOPATH 2>/dev/null || echo "$HOME/go")/bin:/usr/local/go/bin"
+
+node_home() { echo "$LOCALNET_DIR/node$1"; }
+port() { echo $((PORT_BASE + 10 * $1 + $2)); }   # port I OFFSET
+rpc_url() { echo "http://127.0.0.1:$(port "$1" 1)"; }
+
+log() { printf '[localnet %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# pid_alive FILE: the pid in FILE is a running process.
+pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+# stop_pid FILE SIGNAL: signal the process in FILE and wait for it to exit.
+stop_pid() {
+  local f="$1" sig="${2:-TERM}" pid i
+  [ -f "$f" ] || return 0
+  pid="$(cat "$f")"
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -s "$sig" "$pid" 2>/dev/null || true
+    for i in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$pid" 2>/dev/null; then kill -9 "$pid" 2>/dev/null || true; sleep 0.2; fi
+  fi
+  rm -f "$f"
+}
+
+# start_node I: start tallyd and CometBFT of validator I in the background.
+start_node() {
+  local i="$1" home
+  home="$(node_home "$i")"
+  pid_alive "$home/tallyd.pid" || {
+    nohup "$TALLYD" start --home "$home" >>"$home/tallyd.log" 2>&1 &
+    echo $! >"$home/tallyd.pid"
+  }
+  # CometBFT dials the app at start: wait for the ABCI port.
+  local t
+  for t in $(seq 1 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$(port "$i" 2)") 2>/dev/null && break
+    pid_alive "$home/tallyd.pid" || die "tallyd of node$i exited; see $home/tallyd.log"
+    sleep 0.1
+  done
+  pid_alive "$home/cometbft.pid" || {
+    nohup cometbft node --home "$home" >>"$home/cometbft.log" 2>&1 &
+    echo $! >"$home/cometbft.pid"
+  }
+}
+
+# stop_node I [SIGNAL]: stop validator I (CometBFT first, then the app).
+stop_node() {
+  local home
+  home="$(node_home "$1")"
+  stop_pid "$home/cometbft.pid" "${2:-TERM}"
+  stop_pid "$home/tallyd.pid" "${2:-TERM}"
+}
+
+# height I: latest block height of validator I (0 if unreachable).
+height() {
+  curl -s --max-time 2 "$(rpc_url "$1")/status" 2>/dev/null |
+    sed -n 's/.*"latest_block_height":"\([0-9]*\)".*/\1/p' | head -n1 | grep . || echo 0
+}
+
+# wait_height I H SECS: wait until validator I reaches height H.
+wait_height() {
+  local i="$1" want="$2" secs="${3:-60}" start h
+  start=$(date +%s)
+  while :; do
+    h=$(height "$i")
+    [ "$h" -ge "$want" ] && return 0
+    [ $(( $(date +%s) - start )) -ge "$secs" ] && return 1
+    if [ $(( ($(date +%s) - start) % 5 )) -eq 0 ]; then log "waiting for node$i to reach height $want (at $h)"; fi
+    sleep 1
+  done
+}

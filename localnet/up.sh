@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Starts a fresh Tally localnet: NVAL validators (default 4) on 127.0.0.1,
+# waits for blocks, sends demo traffic of every outcome class and prints the
+# SLA records. Stops any network this data dir already runs first.
+#
+#   localnet/up.sh              build, start, demo
+#   localnet/up.sh --no-demo    build, start
+#   TALLYD=/path/to/tallyd localnet/up.sh --no-build
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+
+demo=1; build=1
+for a in "$@"; do
+  case "$a" in
+    --no-demo) demo=0 ;;
+    --no-build) build=0 ;;
+    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    *) die "unknown option $a" ;;
+  esac
+done
+
+"$TALLY_REPO/localnet/install-deps.sh"
+[ "$build" = 1 ] && "$TALLY_REPO/localnet/build.sh"
+[ -x "$TALLYD" ] || die "no tallyd binary at $TALLYD (run localnet/build.sh)"
+
+# Never two networks on the same ports: stop what this dir runs, then check.
+"$TALLY_REPO/localnet/down.sh" >/dev/null 2>&1 || true
+for i in $(seq 0 $((NVAL - 1))); do
+  for off in 0 1 2; do
+    p=$(port "$i" "$off")
+    if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+      die "port $p is in use by another process (another localnet? try TALLY_PORT_BASE=...)"
+    fi
+  done
+done
+
+rm -rf "$LOCALNET_DIR"
+mkdir -p "$LOCALNET_DIR"
+log "creating $NVAL validators in $LOCALNET_DIR (chain $CHAIN_ID, ports from $PORT_BASE)"
+cometbft testnet --v "$NVAL" --o "$LOCALNET_DIR" --populate-persistent-peers=false >/dev/null
+
+peers=""
+for i in $(seq 0 $((NVAL - 1))); do
+  id=$(cometbft show-node-id --home "$(node_home "$i")")
+  peers="${peers:+$peers,}$id@127.0.0.1:$(port "$i" 0)"
+done
+
+# Genesis app_state, written once on node0 and copied to every node.
+g0="$(node_home 0)"
+"$TALLYD" keys add gateway --out "$LOCALNET_DIR/gateway.key" --force >/dev/null
+"$TALLYD" --home "$g0" genesis add-gateway --name demo-gateway --key "$LOCALNET_DIR/gateway.key"
+for u in alice bob carol; do "$TALLYD" --home "$g0" genesis fund --user "$u" --amount 1000000; done
+"$TALLYD" --home "$g0" genesis set-param settlement_window_secs "$WINDOW_SECS"
+sed -i "s/\"chain_id\": *\"[^\"]*\"/\"chain_id\": \"$CHAIN_ID\"/" "$g0/config/genesis.json"
+"$TALLYD" --home "$g0" genesis validate >/dev/null
+
+for i in $(seq 0 $((NVAL - 1))); do
+  h="$(node_home "$i")"
+  [ "$i" -eq 0 ] || cp "$g0/config/genesis.json" "$h/config/genesis.json"
+  "$TALLYD" --home "$h" init --abci-listen "127.0.0.1:$(port "$i" 2)" --force >/dev/null
+  c="$h/config/config.toml"
+  sed -i \
+    -e "s|^proxy_app = .*|proxy_app = \"tcp://127.0.0.1:$(port "$i" 2)\"|" \
+    -e "s|^moniker = .*|moniker = \"validator$i\"|" \
+    -e "/^\[rpc\]/,/^\[/ s|^laddr = .*|laddr = \"tcp://127.0.0.1:$(port "$i" 1)\"|" \
+    -e "/^\[p2p\]/,/^\[/ s|^laddr = .*|laddr = \"tcp://127.0.0.1:$(port "$i" 0)\"|" \
+    -e "s|^pprof_laddr = .*|pprof_laddr = \"127.0.0.1:$(port "$i" 3)\"|" \
+    -e "s|^prometheus_listen_addr = .*|prometheus_listen_addr = \"127.0.0.1:$(port "$i" 4)\"|" \
+    -e "s|^prometheus = .*|prometheus = true|" \
+    -e "s|^persistent_peers = .*|persistent_peers = \"$peers\"|" \
+    -e "s|^allow_duplicate_ip = .*|allow_duplicate_ip = true|" \
+    -e "s|^addr_book_strict = .*|addr_book_strict = false|" \
+    -e "s|^create_empty_blocks = .*|create_empty_blocks = true|" \
+    -e "s|^timeout_commit = .*|timeout_commit = \"$TIMEOUT_COMMIT\"|" \
+    -e "s|^log_level = .*|log_level = \"info\"|" \
+    "$c"
+done
+
+for i in $(seq 0 $((NVAL - 1))); do start_node "$i"; done
+log "started; waiting for blocks"
+for i in $(seq 0 $((NVAL - 1))); do
+  wait_height "$i" 2 90 || die "node$i made no blocks in 90 s; see $(node_home "$i")/{cometbft,tallyd}.log"
+done
+log "all $NVAL validators are committing blocks (RPC: $(rpc_url 0) .. $(rpc_url $((NVAL - 1))))"
+
+if [ "$demo" = 1 ]; then
+  demo_file="$LOCALNET_DIR/demo.jsonl"
+  : >"$demo_file"
+  for o in ok ok ok ok cancel cancel rate_limit auth transient transient client unknown; do
+    for u in alice bob; do
+      printf '{"user":"%s","provider":"acme-ai","model":"llama/3-70b","route":"/v1/chat","outcome":"%s","units":120,"amount":%d}\n' \
+        "$u" "$o" "$([ "$o" = ok ] && echo 12 || echo 0)" >>"$demo_file"
+    done
+  done
+  for o in ok ok transient cancel; do
+    printf '{"user":"carol","provider":"bolt-inference","model":"mistral/7b","route":"/v1/completions","outcome":"%s","units":40,"amount":%d}\n' \
+      "$o" "$([ "$o" = ok ] && echo 4 || echo 0)" >>"$demo_file"
+  done
+  log "sending demo traffic ($(wc -l <"$demo_file") records, every outcome class)"
+  "$TALLYD" tx report --from "$LOCALNET_DIR/gateway.key" --file "$demo_file" --node "$(rpc_url 0)"
+  echo
+  echo "SLA records of provider acme-ai (fail_count never counts cancel or client):"
+  "$TALLYD" query sla provider --provider acme-ai --node "$(rpc_url 1)"
+  echo
+  echo "SLA records of provider bolt-inference:"
+  "$TALLYD" query sla provider --provider bolt-inference --node "$(rpc_url 2)"
+fi
+echo
+echo "localnet is up: $NVAL validators, chain $CHAIN_ID, data in $LOCALNET_DIR"
+echo "  status:  localnet/status.sh"
+echo "  report:  $TALLYD tx report --from $LOCALNET_DIR/gateway.key --user alice --provider acme-ai --model llama/3-70b --route /v1/chat --outcome ok --units 100 --amount 10 --node $(rpc_url 0)"
+echo "  stop:    localnet/down.sh"

@@ -1,0 +1,159 @@
+//! Gateway key files: JSON with the ed25519 secret and public key in hex.
+
+use std::path::{Path, PathBuf};
+
+use ed25519_dalek::SigningKey;
+use serde::{Deserialize, Serialize};
+
+/// Errors of key files.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    /// The file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not a Tally key file.
+    #[error("{path}: not a Tally key file: {msg}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        msg: String,
+    },
+    /// `keys add` would overwrite a key.
+    #[error("{0} already exists; pass --force to replace it")]
+    Exists(PathBuf),
+    /// A key name with characters that cannot be a file name.
+    #[error("key name {0:?} must be 1-64 characters of [A-Za-z0-9._-]")]
+    BadName(String),
+}
+
+/// What a key file holds.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyFile {
+    /// The key's name.
+    pub name: String,
+    /// Key type, always `ed25519`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Hex public key, as registered in genesis.
+    pub public_key: String,
+    /// Hex 32-byte secret seed.
+    pub secret_key: String,
+}
+
+/// The directory holding named keys.
+pub fn keys_dir(home: &Path) -> PathBuf {
+    home.join("keys")
+}
+
+/// Resolves `--from`: an existing path, or a key name in `<home>/keys/`.
+pub fn resolve(home: &Path, name_or_path: &str) -> PathBuf {
+    let p = Path::new(name_or_path);
+    if name_or_path.contains('/') || name_or_path.ends_with(".json") || name_or_path.ends_with(".key") || p.exists() {
+        p.to_path_buf()
+    } else {
+        keys_dir(home).join(format!("{name_or_path}.json"))
+    }
+}
+
+fn check_name(name: &str) -> Result<(), KeyError> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(KeyError::BadName(name.into()))
+    }
+}
+
+/// Creates a new random key and writes it to `path` (mode 0600).
+pub fn create(path: &Path, name: &str, force: bool) -> Result<SigningKey, KeyError> {
+    check_name(name)?;
+    if path.exists() && !force {
+        return Err(KeyError::Exists(path.into()));
+    }
+    let key = SigningKey::generate(&mut rand::rngs::OsRng);
+    write(path, name, &key)?;
+    Ok(key)
+}
+
+/// Writes `key` to `path` (mode 0600).
+pub fn write(path: &Path, name: &str, key: &SigningKey) -> Result<(), KeyError> {
+    let io = |source| KeyError::Io {
+        path: path.into(),
+        source,
+    };
+    let file = KeyFile {
+        name: name.into(),
+        kind: "ed25519".into(),
+        public_key: hex::encode(key.verifying_key().to_bytes()),
+        secret_key: hex::encode(key.to_bytes()),
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(io)?;
+    }
+    let text = serde_json::to_string_pretty(&file).map_err(|e| KeyError::Invalid {
+        path: path.into(),
+        msg: e.to_string(),
+    })?;
+    std::fs::write(path, text + "\n").map_err(io)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(io)?;
+    }
+    Ok(())
+}
+
+/// Loads a key file and checks its public key matches its secret.
+pub fn load(path: &Path) -> Result<(String, SigningKey), KeyError> {
+    let text = std::fs::read_to_string(path).map_err(|source| KeyError::Io {
+        path: path.into(),
+        source,
+    })?;
+    let invalid = |msg: String| KeyError::Invalid {
+        path: path.into(),
+        msg,
+    };
+    let file: KeyFile = serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+    if file.kind != "ed25519" {
+        return Err(invalid(format!("type {:?} is not ed25519", file.kind)));
+    }
+    let seed: [u8; 32] = hex::decode(&file.secret_key)
+        .ok()
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(|| invalid("secret_key must be 32 bytes of hex".into()))?;
+    let key = SigningKey::from_bytes(&seed);
+    if hex::encode(key.verifying_key().to_bytes()) != file.public_key.to_lowercase() {
+        return Err(invalid("public_key does not match secret_key".into()));
+    }
+    Ok((file.name, key))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_load_and_refuse_overwrite() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gw.json");
+        let k = create(&path, "gw", false).unwrap();
+        let (name, k2) = load(&path).unwrap();
+        assert_eq!(name, "gw");
+        assert_eq!(k.to_bytes(), k2.to_bytes());
+        assert!(matches!(create(&path, "gw", false), Err(KeyError::Exists(_))));
+        assert!(matches!(create(&path, "a b", true), Err(KeyError::BadName(_))));
+        std::fs::write(&path, "{}").unwrap();
+        assert!(matches!(load(&path), Err(KeyError::Invalid { .. })));
+    }
+}
