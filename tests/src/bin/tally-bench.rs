@@ -1,0 +1,131 @@
+//! Benchmarks that back the closing-note figures. Run:
+//!
+//!   cargo run --release -p tally-tests --bin tally-bench -- [finalize] [--blocks N]
+//!
+//! `finalize`: FinalizeBlock + Commit on RocksDB, blocks of 10,000 records
+//! (100 reports of 100) over 1,000 routes; prints records/s, latency
+//! percentiles and peak memory (VmHWM).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Result};
+use bytes::Bytes;
+use tally_abci::TallyApp;
+use tally_settlement::Code;
+use tally_store::RocksBackend;
+use tally_tests::traffic::{app_state, gateway_key, Traffic};
+use tendermint_abci::Application;
+use tendermint_proto::google::protobuf::Timestamp;
+use tendermint_proto::v0_38::abci::{RequestFinalizeBlock, RequestInitChain};
+
+fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+fn finalize(blocks: usize) -> Result<()> {
+    const CHAIN: &str = "tally-bench";
+    const T0: i64 = 1_800_000_000;
+    let dir = tempfile::tempdir()?;
+    let key = gateway_key(9);
+    // 10 users x 10 providers x 2 models x 5 routes = 1,000 routes.
+    let mut traffic = Traffic::new(1, key.clone(), CHAIN, [10, 10, 2, 5]);
+    let app = TallyApp::new(Arc::new(RocksBackend::open(dir.path())?))?;
+    app.init_chain(RequestInitChain {
+        time: Some(Timestamp { seconds: T0, nanos: 0 }),
+        chain_id: CHAIN.into(),
+        app_state_bytes: Bytes::from(app_state(&key, &traffic.users, u64::MAX / 16, 60)),
+        initial_height: 1,
+        ..Default::default()
+    });
+    eprintln!("generating {blocks} blocks of 100 reports x 100 records ...");
+    let mut prepared = Vec::with_capacity(blocks);
+    for b in 0..blocks {
+        let now = (T0 + b as i64) as u64;
+        let txs: Vec<Bytes> = (0..100)
+            .map(|_| {
+                let recs = traffic.records(100, 10);
+                Bytes::from(traffic.report(recs, now, 300))
+            })
+            .collect();
+        prepared.push(txs);
+    }
+    let mut fin_ms = Vec::new();
+    let mut commit_ms = Vec::new();
+    let mut total_ms = Vec::new();
+    let start = Instant::now();
+    for (b, txs) in prepared.into_iter().enumerate() {
+        let t0 = Instant::now();
+        let r = app.finalize_block(RequestFinalizeBlock {
+            txs,
+            height: b as i64 + 1,
+            time: Some(Timestamp { seconds: T0 + b as i64, nanos: 0 }),
+            ..Default::default()
+        });
+        let t1 = Instant::now();
+        app.commit();
+        let t2 = Instant::now();
+        if let Some(bad) = r.tx_results.iter().find(|x| x.code != Code::Ok.value()) {
+            bail!("block {b}: a report was refused: {}", bad.log);
+        }
+        fin_ms.push((t1 - t0).as_secs_f64() * 1e3);
+        commit_ms.push((t2 - t1).as_secs_f64() * 1e3);
+        total_ms.push((t2 - t0).as_secs_f64() * 1e3);
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let records = blocks as f64 * 10_000.0;
+    for v in [&mut fin_ms, &mut commit_ms, &mut total_ms] {
+        v.sort_by(|a, b| a.total_cmp(b));
+    }
+    println!("finalize+commit on RocksDB: {blocks} blocks x 10,000 records over 1,000 routes");
+    println!("  throughput: {:.0} records/s ({records:.0} records in {elapsed:.2} s)", records / elapsed);
+    println!("  FinalizeBlock ms: p50 {:.1}  p99 {:.1}", pct(&fin_ms, 0.5), pct(&fin_ms, 0.99));
+    println!("  Commit ms:        p50 {:.1}  p99 {:.1}", pct(&commit_ms, 0.5), pct(&commit_ms, 0.99));
+    println!("  block total ms:   p50 {:.1}  p99 {:.1}", pct(&total_ms, 0.5), pct(&total_ms, 0.99));
+    println!("  peak RSS: {:.1} MiB", peak_rss_kib() as f64 / 1024.0);
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut blocks = 30;
+    let mut which = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--blocks" => {
+                blocks = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .ok_or_else(|| anyhow::anyhow!("--blocks needs a number"))?
+            }
+            "finalize" => which.push(a.clone()),
+            other => bail!("unknown argument {other:?}; benches: finalize"),
+        }
+    }
+    if which.is_empty() {
+        which.push("finalize".into());
+    }
+    for w in which {
+        if w == "finalize" {
+            finalize(blocks)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,362 @@
+//! Runs N [`TallyApp`]s through CometBFT's ABCI++ call sequence in one
+//! process: PrepareProposal on the proposer, ProcessProposal on all,
+//! ExtendVote / VerifyVoteExtension, FinalizeBlock, Commit. Time is the
+//! driver's clock, moved only by the test. Every block checks that all
+//! nodes computed the same app hash.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{bail, ensure, Context, Result};
+use bytes::Bytes;
+use tally_abci::TallyApp;
+use tally_store::{Backend, MemBackend, RocksBackend};
+use tendermint_abci::Application;
+use tendermint_proto::google::protobuf::Timestamp;
+use tendermint_proto::v0_38::abci::{
+    response_process_proposal::ProposalStatus, response_verify_vote_extension::VerifyStatus,
+    ExecTxResult, ExtendedCommitInfo, ExtendedVoteInfo, RequestExtendVote, RequestFinalizeBlock,
+    RequestInfo, RequestInitChain, RequestPrepareProposal, RequestProcessProposal,
+    RequestVerifyVoteExtension, ResponseFinalizeBlock, Validator,
+};
+
+/// CometBFT's default block size limit for transactions, roughly.
+pub const MAX_TX_BYTES: i64 = 4 << 20;
+
+/// Where a node keeps its state.
+#[derive(Debug)]
+enum Storage {
+    Memory(Arc<MemBackend>),
+    Rocks(PathBuf),
+}
+
+/// One validator: an app and its storage.
+#[derive(Debug)]
+pub struct Node {
+    /// The application.
+    pub app: TallyApp,
+    storage: Storage,
+    /// Whether it takes part in blocks (a stopped node misses them).
+    pub up: bool,
+}
+
+impl Node {
+    fn open(storage: Storage) -> Result<Self> {
+        let backend: Arc<dyn Backend> = match &storage {
+            Storage::Memory(m) => m.clone(),
+            Storage::Rocks(p) => Arc::new(RocksBackend::open(p)?),
+        };
+        Ok(Self {
+            app: TallyApp::new(backend)?,
+            storage,
+            up: true,
+        })
+    }
+}
+
+/// A block as decided: what every node must finalize.
+#[derive(Clone, Debug)]
+pub struct Decided {
+    /// Height.
+    pub height: i64,
+    /// Header time, unix seconds.
+    pub time: i64,
+    /// Transactions.
+    pub txs: Vec<Bytes>,
+}
+
+/// The outcome of one height.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The block.
+    pub block: Decided,
+    /// The app hash every live node agreed on.
+    pub app_hash: Vec<u8>,
+    /// Per transaction results (from the first live node).
+    pub tx_results: Vec<ExecTxResult>,
+}
+
+/// A network of in-process validators.
+#[derive(Debug)]
+pub struct Net {
+    /// The validators.
+    pub nodes: Vec<Node>,
+    /// Chain id.
+    pub chain_id: String,
+    /// Last decided height.
+    pub height: i64,
+    /// The clock: unix seconds of the next block header.
+    pub now: i64,
+    /// Every decided block, for replay.
+    pub blocks: Vec<Decided>,
+    /// App hash after each height (index = height - 1).
+    pub hashes: Vec<Vec<u8>>,
+    last_extensions: Vec<ExtendedVoteInfo>,
+}
+
+fn ts(secs: i64) -> Option<Timestamp> {
+    Some(Timestamp {
+        seconds: secs,
+        nanos: 0,
+    })
+}
+
+fn address(i: usize) -> Bytes {
+    Bytes::from(vec![i as u8; 20])
+}
+
+impl Net {
+    /// `n` validators on in-memory stores.
+    pub fn in_memory(n: usize, chain_id: &str, now: i64) -> Result<Self> {
+        let nodes = (0..n)
+            .map(|_| Node::open(Storage::Memory(Arc::new(MemBackend::new()))))
+            .collect::<Result<_>>()?;
+        Ok(Self::with_nodes(nodes, chain_id, now))
+    }
+
+    /// `n` validators on RocksDB stores under `dir`.
+    pub fn on_rocksdb(n: usize, dir: &std::path::Path, chain_id: &str, now: i64) -> Result<Self> {
+        let nodes = (0..n)
+            .map(|i| Node::open(Storage::Rocks(dir.join(format!("node{i}")))))
+            .collect::<Result<_>>()?;
+        Ok(Self::with_nodes(nodes, chain_id, now))
+    }
+
+    fn with_nodes(nodes: Vec<Node>, chain_id: &str, now: i64) -> Self {
+        Self {
+            nodes,
+            chain_id: chain_id.into(),
+            height: 0,
+            now,
+            blocks: Vec::new(),
+            hashes: Vec::new(),
+            last_extensions: Vec::new(),
+        }
+    }
+
+    /// Runs Info and InitChain on every node with `app_state` JSON.
+    pub fn init(&mut self, app_state: &str) -> Result<()> {
+        for (i, node) in self.nodes.iter().enumerate() {
+            let info = node.app.info(RequestInfo::default());
+            ensure!(info.last_block_height == 0, "node{i} is not fresh");
+            let r = node.app.init_chain(RequestInitChain {
+                time: ts(self.now),
+                chain_id: self.chain_id.clone(),
+                consensus_params: None,
+                validators: Vec::new(),
+                app_state_bytes: Bytes::copy_from_slice(app_state.as_bytes()),
+                initial_height: 1,
+            });
+            let abci = r.consensus_params.and_then(|p| p.abci);
+            ensure!(
+                abci.map(|a| a.vote_extensions_enable_height) == Some(1),
+                "InitChain must enable vote extensions at height 1"
+            );
+        }
+        Ok(())
+    }
+
+    /// Advances the clock by `secs`.
+    pub fn advance(&mut self, secs: i64) {
+        self.now += secs;
+    }
+
+    fn live(&self) -> impl Iterator<Item = (usize, &Node)> {
+        self.nodes.iter().enumerate().filter(|(_, n)| n.up)
+    }
+
+    /// Runs one height with `txs` offered by the proposer's mempool; the
+    /// clock then moves by `step` seconds.
+    pub fn block(&mut self, txs: Vec<Vec<u8>>, step: i64) -> Result<Outcome> {
+        let height = self.height + 1;
+        let time = self.now;
+        let live: Vec<usize> = self.live().map(|(i, _)| i).collect();
+        ensure!(!live.is_empty(), "no live validator");
+        let proposer = live[(height as usize) % live.len()];
+        let prep = self.nodes[proposer].app.prepare_proposal(RequestPrepareProposal {
+            max_tx_bytes: MAX_TX_BYTES,
+            txs: txs.into_iter().map(Bytes::from).collect(),
+            local_last_commit: Some(ExtendedCommitInfo {
+                round: 0,
+                votes: self.last_extensions.clone(),
+            }),
+            misbehavior: Vec::new(),
+            height,
+            time: ts(time),
+            next_validators_hash: Bytes::new(),
+            proposer_address: address(proposer),
+        });
+        let size: usize = prep.txs.iter().map(|t| t.len()).sum();
+        ensure!(size as i64 <= MAX_TX_BYTES, "proposal exceeds max_tx_bytes");
+        for &i in &live {
+            let r = self.nodes[i].app.process_proposal(RequestProcessProposal {
+                txs: prep.txs.clone(),
+                proposed_last_commit: None,
+                misbehavior: Vec::new(),
+                hash: Bytes::new(),
+                height,
+                time: ts(time),
+                next_validators_hash: Bytes::new(),
+                proposer_address: address(proposer),
+            });
+            ensure!(
+                r.status == ProposalStatus::Accept as i32,
+                "node{i} rejected the proposal of node{proposer} at height {height}"
+            );
+        }
+        // Precommits carry vote extensions; every other node verifies them.
+        let mut extensions = Vec::new();
+        for &i in &live {
+            let ext = self.nodes[i].app.extend_vote(RequestExtendVote {
+                hash: Bytes::new(),
+                height,
+                time: ts(time),
+                txs: prep.txs.clone(),
+                proposed_last_commit: None,
+                misbehavior: Vec::new(),
+                next_validators_hash: Bytes::new(),
+                proposer_address: address(proposer),
+            });
+            for &j in &live {
+                if j == i {
+                    continue;
+                }
+                let v = self.nodes[j].app.verify_vote_extension(RequestVerifyVoteExtension {
+                    hash: Bytes::new(),
+                    validator_address: address(i),
+                    height,
+                    vote_extension: ext.vote_extension.clone(),
+                });
+                ensure!(
+                    v.status == VerifyStatus::Accept as i32,
+                    "node{j} rejected node{i}'s vote extension at height {height}"
+                );
+            }
+            extensions.push(ExtendedVoteInfo {
+                validator: Some(Validator {
+                    address: address(i),
+                    power: 10,
+                }),
+                vote_extension: ext.vote_extension,
+                extension_signature: Bytes::new(),
+                block_id_flag: 2,
+            });
+        }
+        let decided = Decided {
+            height,
+            time,
+            txs: prep.txs,
+        };
+        let mut first: Option<ResponseFinalizeBlock> = None;
+        for &i in &live {
+            let r = self.nodes[i].app.finalize_block(finalize_request(&decided));
+            if let Some(f) = &first {
+                if f.app_hash != r.app_hash {
+                    bail!(
+                        "app hash mismatch at height {height}: node{} {} vs node{i} {}",
+                        live[0],
+                        hex::encode(&f.app_hash),
+                        hex::encode(&r.app_hash)
+                    );
+                }
+            } else {
+                first = Some(r);
+            }
+        }
+        for &i in &live {
+            self.nodes[i].app.commit();
+        }
+        let first = first.context("no live node")?;
+        self.height = height;
+        self.now += step;
+        self.last_extensions = extensions;
+        self.blocks.push(decided.clone());
+        self.hashes.push(first.app_hash.to_vec());
+        Ok(Outcome {
+            block: decided,
+            app_hash: first.app_hash.to_vec(),
+            tx_results: first.tx_results,
+        })
+    }
+
+    /// Stops node `i`: it misses blocks until [`Net::restart`].
+    pub fn stop(&mut self, i: usize) {
+        self.nodes[i].up = false;
+    }
+
+    /// Restarts node `i` from its stored files (a process restart), then
+    /// replays the blocks it missed, the way CometBFT's handshake and block
+    /// sync would, checking each app hash against the network's.
+    pub fn restart(&mut self, i: usize) -> Result<()> {
+        let storage = match &self.nodes[i].storage {
+            Storage::Memory(m) => Storage::Memory(Arc::new(m.snapshot())),
+            Storage::Rocks(p) => Storage::Rocks(p.clone()),
+        };
+        // Drop the old instance first: RocksDB allows one opener.
+        let placeholder = Node::open(Storage::Memory(Arc::new(MemBackend::new())))?;
+        drop(std::mem::replace(&mut self.nodes[i], placeholder));
+        self.nodes[i] = Node::open(storage)?;
+        let info = self.nodes[i].app.info(RequestInfo::default());
+        let from = info.last_block_height;
+        ensure!(from <= self.height, "node{i} is ahead of the network");
+        if from > 0 {
+            ensure!(
+                info.last_block_app_hash.as_ref() == self.hashes[from as usize - 1].as_slice(),
+                "node{i} restarted with an app hash the network did not have at {from}"
+            );
+        }
+        for h in from + 1..=self.height {
+            let b = self.blocks[h as usize - 1].clone();
+            let r = self.nodes[i].app.finalize_block(finalize_request(&b));
+            ensure!(
+                r.app_hash.as_ref() == self.hashes[h as usize - 1].as_slice(),
+                "node{i} replayed height {h} to a different app hash"
+            );
+            self.nodes[i].app.commit();
+        }
+        self.nodes[i].up = true;
+        Ok(())
+    }
+
+    /// Node `i` executes the next block (FinalizeBlock) but dies before its
+    /// Commit: nothing of that block may survive the restart.
+    pub fn crash_before_commit(&mut self, i: usize, txs: Vec<Vec<u8>>) -> Result<()> {
+        let b = Decided {
+            height: self.height + 1,
+            time: self.now,
+            txs: txs.into_iter().map(Bytes::from).collect(),
+        };
+        self.nodes[i].app.finalize_block(finalize_request(&b));
+        self.restart(i)?;
+        let info = self.nodes[i].app.info(RequestInfo::default());
+        ensure!(
+            info.last_block_height == self.height,
+            "an uncommitted block survived the crash"
+        );
+        Ok(())
+    }
+
+    /// Last committed (height, app hash) of every node.
+    pub fn heads(&self) -> Vec<(i64, Vec<u8>)> {
+        self.nodes
+            .iter()
+            .map(|n| {
+                let info = n.app.info(RequestInfo::default());
+                (info.last_block_height, info.last_block_app_hash.to_vec())
+            })
+            .collect()
+    }
+}
+
+fn finalize_request(b: &Decided) -> RequestFinalizeBlock {
+    RequestFinalizeBlock {
+        txs: b.txs.clone(),
+        decided_last_commit: None,
+        misbehavior: Vec::new(),
+        hash: Bytes::new(),
+        height: b.height,
+        time: ts(b.time),
+        next_validators_hash: Bytes::new(),
+        proposer_address: Bytes::new(),
+    }
+}

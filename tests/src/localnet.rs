@@ -1,0 +1,170 @@
+//! A real CometBFT localnet on loopback for end-to-end tests, driven by the
+//! same `localnet/` scripts operators use. Dropping it stops every process.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use ed25519_dalek::SigningKey;
+use tally_node::rpc::Rpc;
+
+/// A running localnet in a temporary directory.
+#[derive(Debug)]
+pub struct Localnet {
+    dir: tempfile::TempDir,
+    port_base: u16,
+    /// Number of validators.
+    pub validators: usize,
+    tallyd: PathBuf,
+    window_secs: u64,
+}
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// The `tallyd` binary: `$TALLYD`, or beside the running test's target dir.
+pub fn tallyd_path() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("TALLYD") {
+        return Ok(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe()?;
+    // target/release/deps/<test> -> target/release/tallyd
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .context("cannot locate the target directory")?;
+    let p = dir.join("tallyd");
+    if !p.exists() {
+        bail!(
+            "{} does not exist: build it first (cargo build --release --workspace --all-targets)",
+            p.display()
+        );
+    }
+    Ok(p)
+}
+
+impl Localnet {
+    /// Starts `validators` validators with ports from `port_base` and
+    /// `timeout_commit`, without demo traffic.
+    pub fn start(validators: usize, port_base: u16, timeout_commit: &str, window_secs: u64) -> Result<Self> {
+        let net = Self {
+            dir: tempfile::Builder::new().prefix("tally-e2e-").tempdir()?,
+            port_base,
+            validators,
+            tallyd: tallyd_path()?,
+            window_secs,
+        };
+        // From here on, Drop stops whatever the script started.
+        let out = net
+            .script("up.sh")
+            .args(["--no-build", "--no-demo"])
+            .env("TALLY_TIMEOUT_COMMIT", timeout_commit)
+            .output()
+            .context("running localnet/up.sh")?;
+        if !out.status.success() {
+            bail!(
+                "localnet/up.sh failed:\n{}\n{}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr),
+                net.logs_tail()
+            );
+        }
+        Ok(net)
+    }
+
+    fn script(&self, name: &str) -> Command {
+        let mut c = Command::new("bash");
+        c.arg(repo_root().join("localnet").join(name))
+            .env("TALLY_LOCALNET_DIR", self.dir.path())
+            .env("TALLY_PORT_BASE", self.port_base.to_string())
+            .env("TALLY_VALIDATORS", self.validators.to_string())
+            .env("TALLY_WINDOW_SECS", self.window_secs.to_string())
+            .env("TALLYD", &self.tallyd);
+        c
+    }
+
+    /// The data directory.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// RPC URL of validator `i`.
+    pub fn rpc_url(&self, i: usize) -> String {
+        format!("http://127.0.0.1:{}", self.port_base as usize + 10 * i + 1)
+    }
+
+    /// An RPC client of validator `i`.
+    pub fn rpc(&self, i: usize) -> Rpc {
+        Rpc::new(&self.rpc_url(i))
+    }
+
+    /// The gateway key registered in genesis.
+    pub fn gateway_key(&self) -> Result<SigningKey> {
+        let (_, k) = tally_node::keyfile::load(&self.dir().join("gateway.key"))?;
+        Ok(k)
+    }
+
+    /// Runs `localnet/node.sh ACTION i` (start, stop, kill).
+    pub fn node(&self, action: &str, i: usize) -> Result<()> {
+        let out = self
+            .script("node.sh")
+            .args([action, &i.to_string()])
+            .output()?;
+        if !out.status.success() {
+            bail!("node.sh {action} {i}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(())
+    }
+
+    /// Latest height of validator `i` (0 if unreachable).
+    pub fn height(&self, i: usize) -> u64 {
+        self.rpc(i).status().map(|s| s.height).unwrap_or(0)
+    }
+
+    /// Waits until validator `i` reaches `h`.
+    pub fn wait_height(&self, i: usize, h: u64, timeout: Duration) -> Result<()> {
+        let start = Instant::now();
+        while self.height(i) < h {
+            if start.elapsed() > timeout {
+                bail!(
+                    "node{i} did not reach height {h} in {timeout:?} (at {})\n{}",
+                    self.height(i),
+                    self.logs_tail()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Ok(())
+    }
+
+    /// The last lines of every node's logs, for failure messages.
+    pub fn logs_tail(&self) -> String {
+        let mut s = String::new();
+        for i in 0..self.validators {
+            for f in ["tallyd.log", "cometbft.log"] {
+                let p = self.dir().join(format!("node{i}")).join(f);
+                if let Ok(t) = std::fs::read_to_string(&p) {
+                    let lines: Vec<_> = t.lines().rev().take(8).collect();
+                    s.push_str(&format!("--- {}\n", p.display()));
+                    for l in lines.into_iter().rev() {
+                        s.push_str(l);
+                        s.push('\n');
+                    }
+                }
+            }
+        }
+        s
+    }
+}
+
+impl Drop for Localnet {
+    fn drop(&mut self) {
+        let _ = self.script("down.sh").output();
+    }
+}

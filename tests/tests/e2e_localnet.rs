@@ -1,0 +1,194 @@
+//! End to end with real CometBFT processes: four validators on loopback,
+//! reports over RPC, SLA records over `abci_query`, a validator killed with
+//! SIGKILL under load and restarted.
+//!
+//! Needs `cometbft` on PATH (localnet/install-cometbft.sh) and a built
+//! `tallyd`; `scripts/test.sh` provides both.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context, Result};
+use tally_node::records::build_report;
+use tally_node::rpc::Rpc;
+use tally_settlement::proto::{Outcome, UsageRecord};
+use tally_settlement::RouteRecordView;
+use tally_tests::localnet::Localnet;
+
+const PORT_BASE: u16 = 36656;
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn rec(user: &str, route: &str, outcome: Outcome, amount: u64) -> UsageRecord {
+    UsageRecord {
+        user: user.into(),
+        provider: "e2e-prov".into(),
+        model: "org/e2e-model".into(),
+        route: route.into(),
+        outcome: outcome as i32,
+        units: 10,
+        amount,
+    }
+}
+
+/// Sum of a route's records over all windows, from one node.
+fn route_totals(rpc: &Rpc, user: &str, route: &str) -> Result<[u64; 9]> {
+    let path = format!(
+        "/sla/route/{user}/e2e-prov/org%2Fe2e-model/{}?limit=1000",
+        route.replace('/', "%2F")
+    );
+    let a = rpc.abci_query(&path)?;
+    ensure!(a.code == 0, "{path}: code {} {}", a.code, a.log);
+    let v: serde_json::Value = serde_json::from_slice(&a.value)?;
+    let recs: Vec<RouteRecordView> = serde_json::from_value(v["records"].clone())?;
+    let mut t = [0u64; 9];
+    for r in recs {
+        for (slot, x) in t.iter_mut().zip([
+            r.requests, r.ok, r.fail_count, r.rate_limit, r.auth, r.transient, r.unknown, r.client, r.cancel,
+        ]) {
+            *slot += x;
+        }
+    }
+    Ok(t)
+}
+
+#[test]
+fn localnet_reports_queries_and_crash_recovery() -> Result<()> {
+    if std::env::var_os("TALLY_SKIP_E2E").is_some() {
+        eprintln!("TALLY_SKIP_E2E is set: skipping the CometBFT end-to-end test");
+        return Ok(());
+    }
+    let net = Localnet::start(4, PORT_BASE, "500ms", 60)?;
+    let key = net.gateway_key()?;
+    let chain_id = net.rpc(0).status()?.chain_id;
+
+    // 1. Reports of every class over RPC are reflected exactly in queries.
+    let mut expected: BTreeMap<(String, String), [u64; 9]> = BTreeMap::new();
+    let plan = [
+        ("alice", "/v1/chat", vec![Outcome::Ok, Outcome::Ok, Outcome::Cancel, Outcome::RateLimit, Outcome::Client]),
+        ("alice", "/v1/embed", vec![Outcome::Auth, Outcome::Transient, Outcome::Transient, Outcome::Unknown]),
+        ("bob", "/v1/chat", vec![Outcome::Cancel, Outcome::Cancel, Outcome::Client, Outcome::Ok]),
+    ];
+    let mut last_height = 0;
+    for (round, (user, route, outcomes)) in plan.iter().enumerate() {
+        let recs: Vec<_> = outcomes.iter().map(|o| rec(user, route, *o, 3)).collect();
+        let e = expected.entry((user.to_string(), route.to_string())).or_default();
+        for o in outcomes {
+            e[0] += 1;
+            let i = match o {
+                Outcome::Ok => 1,
+                Outcome::RateLimit => 3,
+                Outcome::Auth => 4,
+                Outcome::Transient => 5,
+                Outcome::Unknown => 6,
+                Outcome::Client => 7,
+                _ => 8,
+            };
+            e[i] += 1;
+            if (3..=6).contains(&i) {
+                e[2] += 1;
+            }
+        }
+        let built = build_report(&key, &chain_id, recs, now() + 300);
+        let r = net.rpc(round % 4).broadcast_tx_commit(&built.tx)?;
+        ensure!(r.final_code() == 0, "report {} refused: {}", built.report_id, r.final_log());
+        last_height = last_height.max(r.height);
+        // Resubmitting the same bytes is refused as a duplicate and changes nothing.
+        let again = net.rpc(0).broadcast_tx_commit(&built.tx)?;
+        ensure!(again.final_code() == 7, "duplicate gave code {}", again.final_code());
+    }
+    for i in 0..4 {
+        net.wait_height(i, last_height + 1, Duration::from_secs(30))?;
+        for ((user, route), want) in &expected {
+            let got = route_totals(&net.rpc(i), user, route)?;
+            ensure!(&got == want, "node{i} {user} {route}: got {got:?}, want {want:?}");
+        }
+    }
+
+    // 2. Load, and a validator killed with SIGKILL under it.
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicU64::new(0));
+    let loader = {
+        let (stop, sent, key, chain_id) = (stop.clone(), sent.clone(), key.clone(), chain_id.clone());
+        let urls = [net.rpc_url(0), net.rpc_url(1)];
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                let recs: Vec<_> = (0..100)
+                    .map(|i| rec("carol", &format!("/load/{}", i % 10), Outcome::ALL[(i % 7) as usize], 0))
+                    .collect();
+                let built = build_report(&key, &chain_id, recs, now() + 300);
+                if Rpc::new(&urls[(n % 2) as usize]).broadcast_tx_sync(&built.tx).is_ok() {
+                    sent.fetch_add(1, Ordering::Relaxed);
+                }
+                n += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_secs(3));
+    net.node("kill", 3)?;
+    let h0 = net.height(0);
+    // The chain keeps committing with one validator down.
+    net.wait_height(0, h0 + 5, Duration::from_secs(30))
+        .context("chain stalled with one validator down")?;
+    std::thread::sleep(Duration::from_secs(2));
+    net.node("start", 3)?;
+    std::thread::sleep(Duration::from_secs(3));
+    stop.store(true, Ordering::Relaxed);
+    loader.join().map_err(|_| anyhow::anyhow!("load thread panicked"))?;
+    ensure!(sent.load(Ordering::Relaxed) > 20, "load sent too little");
+
+    // The restarted validator catches up with the same app hashes.
+    let target = net.height(0) + 3;
+    net.wait_height(3, target, Duration::from_secs(60))?;
+    let mut seen: Vec<BTreeMap<u64, String>> = vec![BTreeMap::new(); 4];
+    let until = Instant::now() + Duration::from_secs(6);
+    while Instant::now() < until {
+        for (i, m) in seen.iter_mut().enumerate() {
+            if let Ok(s) = net.rpc(i).status() {
+                m.insert(s.height, s.app_hash);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut compared = 0;
+    for (h, hash) in &seen[3] {
+        for (i, m) in seen.iter().enumerate().take(3) {
+            if let Some(other) = m.get(h) {
+                ensure!(other == hash, "app hash at height {h}: node3 {hash} vs node{i} {other}");
+                compared += 1;
+            }
+        }
+    }
+    ensure!(compared >= 3, "too few common heights to compare ({compared})");
+
+    // Every validator answers the load's route totals identically.
+    let h = net.height(0);
+    for i in 0..4 {
+        net.wait_height(i, h, Duration::from_secs(30))?;
+    }
+    let reference = route_totals(&net.rpc(0), "carol", "/load/0")?;
+    ensure!(reference[0] > 0, "load reached no block");
+    for i in 1..4 {
+        // Heights may differ by a block; retry briefly until they agree.
+        let mut ok = false;
+        for _ in 0..20 {
+            if route_totals(&net.rpc(i), "carol", "/load/0")? == route_totals(&net.rpc(0), "carol", "/load/0")? {
+                ok = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        ensure!(ok, "node{i} disagrees on the load totals");
+    }
+    Ok(())
+}
