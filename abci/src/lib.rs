@@ -11,11 +11,11 @@
 //! deliberate stop is a failed durable write in Commit (see
 //! `docs/adr/0003-store-and-app-hash.md`).
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use bytes::Bytes;
 use tally_settlement::{self as settlement, Block, Code, Genesis};
-use tally_store::{Backend, KvRead, Pending, StoreError};
+use tally_store::{Backend, ChangeSet, CommitMeta, KvRead, Pending, StoreError};
 use tendermint_abci::Application;
 use tendermint_proto::v0_38::abci::{
     response_process_proposal::ProposalStatus, response_verify_vote_extension::VerifyStatus,
@@ -49,6 +49,8 @@ pub struct TallyApp {
 struct Inner {
     backend: Arc<dyn Backend>,
     consensus: Mutex<Consensus>,
+    /// The last commit, readable without waiting for a block to execute.
+    committed: RwLock<CommitMeta>,
 }
 
 #[derive(Debug)]
@@ -56,6 +58,9 @@ struct Consensus {
     pending: Pending,
     /// Height executed by FinalizeBlock and not yet committed.
     finalized: Option<u64>,
+    /// The writes pending before that FinalizeBlock (genesis writes before
+    /// the first block), restored if the same height is executed again.
+    before_block: ChangeSet,
 }
 
 /// What happened to a block, for callers that run the app in-process.
@@ -71,13 +76,16 @@ impl TallyApp {
     /// An app over `backend`, resuming from its last commit.
     pub fn new(backend: Arc<dyn Backend>) -> Result<Self, AbciError> {
         let pending = Pending::open(backend.clone())?;
+        let committed = RwLock::new(pending.committed().clone());
         Ok(Self {
             inner: Arc::new(Inner {
                 backend,
                 consensus: Mutex::new(Consensus {
                     pending,
                     finalized: None,
+                    before_block: ChangeSet::default(),
                 }),
+                committed,
             }),
         })
     }
@@ -93,8 +101,11 @@ impl TallyApp {
 
     /// The last committed height and app hash.
     pub fn last_commit(&self) -> Committed {
-        let c = self.consensus();
-        let m = c.pending.committed();
+        let m = self
+            .inner
+            .committed
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
         Committed {
             height: m.height,
             app_hash: m.app_hash,
@@ -290,16 +301,24 @@ impl Application for TallyApp {
             time: block_time(req.time.as_ref()),
         };
         let mut c = self.consensus();
-        let mut events = Vec::new();
-        match settlement::begin_block(&mut c.pending, &block) {
-            Ok(ev) => events = to_events(ev),
-            Err(e) => error!(height = block.height, error = %e, "store failed at block start"),
+        if c.finalized.take().is_some() {
+            // The same height again without a Commit: start from the state
+            // before the first execution.
+            warn!(height = block.height, "FinalizeBlock repeated before Commit; re-executing");
+            let before = c.before_block.clone();
+            c.pending.set_changes(before);
+        } else {
+            c.before_block = c.pending.changes().clone();
         }
+        let events = match settlement::begin_block(&mut c.pending, &block) {
+            Ok(ev) => to_events(ev),
+            Err(e) => fatal_store_error(block.height, &e.to_string()),
+        };
         let mut tx_results = Vec::with_capacity(req.txs.len());
         for tx in &req.txs {
             let r = settlement::deliver_tx(&mut c.pending, &block, tx);
             if r.code == Code::Internal {
-                error!(height = block.height, log = %r.log, "store failed executing a transaction");
+                fatal_store_error(block.height, &r.log);
             }
             tx_results.push(ExecTxResult {
                 code: r.code.value(),
@@ -326,15 +345,28 @@ impl Application for TallyApp {
             warn!("Commit without FinalizeBlock; nothing to write");
             return ResponseCommit::default();
         };
-        if let Err(e) = c.pending.commit(height) {
-            // The block's state could not be made durable. Continuing would
-            // report an app hash this node cannot reproduce after a restart;
-            // stop so the operator sees it, and replay from the last commit.
-            error!(height, error = %e, "FATAL: could not persist block; stopping");
-            std::process::exit(3);
+        match c.pending.commit(height) {
+            Ok(meta) => {
+                *self
+                    .inner
+                    .committed
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner()) = meta;
+            }
+            Err(e) => fatal_store_error(height, &e.to_string()),
         }
         ResponseCommit { retain_height: 0 }
     }
+}
+
+/// The node's own storage failed (a read, a corrupt value, a write). The
+/// block's result would depend on a local fault, so no answer is safe:
+/// continuing would report an app hash this node cannot reproduce. Stop with
+/// a clear message; after the fault is fixed CometBFT replays from the last
+/// commit. See docs/adr/0003-store-and-app-hash.md.
+fn fatal_store_error(height: u64, what: &str) -> ! {
+    error!(height, error = %what, "FATAL: local store failure; stopping the app (CometBFT will replay from the last commit after restart)");
+    std::process::exit(3);
 }
 
 /// Reads committed state through the backend (used by tools and tests).

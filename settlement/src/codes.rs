@@ -1,5 +1,5 @@
 //! Result codes of transactions and queries. Every rejection has its own
-//! code; the numbers are part of the public interface (README "Codes").
+//! code; the numbers are part of the public interface (README "Result codes").
 
 use serde::Serialize;
 

@@ -159,8 +159,9 @@ pub fn begin_block(kv: &mut impl Kv, block: &Block) -> Result<Vec<Event>, StoreE
         kv.delete_range(start, end);
     }
 
-    let params = match kv.get(keys::PARAMS)? {
-        Some(b) => serde_json::from_slice(&b).unwrap_or_default(),
+    let params: Params = match kv.get(keys::PARAMS)? {
+        Some(b) => serde_json::from_slice(&b)
+            .map_err(|e| StoreError::Corrupt(format!("stored params: {e}")))?,
         None => Params::default(),
     };
     let now_window = block.time / params.settlement_window_secs;

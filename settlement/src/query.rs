@@ -134,6 +134,14 @@ fn route_query(kv: &impl KvRead, full: &str) -> Result<serde_json::Value, Reject
         .map(decode_segment)
         .collect::<Result<_, _>>()?;
     let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
+    let no_params = || -> Result<(), Rejection> {
+        match qs {
+            Some(q) if !q.is_empty() => Err(bad(format!(
+                "{path} takes no query parameters (got {q:?})"
+            ))),
+            _ => Ok(()),
+        }
+    };
     let unknown = || {
         Rejection::new(
             Code::UnknownPath,
@@ -159,6 +167,7 @@ fn route_query(kv: &impl KvRead, full: &str) -> Result<serde_json::Value, Reject
             let secs = machine::params(kv)?.settlement_window_secs;
             match rest {
                 [w] => {
+                    no_params()?;
                     let w = parse_window(w)?;
                     let c = load_route(kv, &id, w)?.ok_or_else(|| {
                         Rejection::new(Code::NotFound, format!("no record for that route in window {w}"))
@@ -229,11 +238,16 @@ fn route_query(kv: &impl KvRead, full: &str) -> Result<serde_json::Value, Reject
             Ok(json!(Page { items: json!({ "windows": windows }), next_cursor: next }))
         }
         ["balance", user] => {
+            no_params()?;
             ident::check_party("user", user).map_err(|e| bad(e.msg))?;
             Ok(json!({ "user": user, "balance": machine::balance(kv, user)? }))
         }
-        ["params"] => Ok(json!(machine::params(kv)?)),
+        ["params"] => {
+            no_params()?;
+            Ok(json!(machine::params(kv)?))
+        }
         ["gateways"] => {
+            no_params()?;
             let mut gateways = Vec::new();
             kv.for_each(keys::GATEWAY, &prefix_end(keys::GATEWAY), &mut |k, v| {
                 gateways.push(json!({

@@ -111,9 +111,24 @@ impl Pending {
         self.changes.chained_hash(&self.meta.app_hash, height)
     }
 
+    /// Replaces the buffered writes (to undo a block executed twice).
+    pub fn set_changes(&mut self, changes: ChangeSet) {
+        self.changes = changes;
+    }
+
     /// Writes the buffered change set with `height` and its app hash in one
-    /// durable batch, and returns the new metadata.
+    /// durable batch, and returns the new metadata. Refuses writes into the
+    /// reserved `0x00` namespace.
     pub fn commit(&mut self, height: u64) -> Result<CommitMeta, StoreError> {
+        if let Some(k) = self
+            .changes
+            .writes
+            .keys()
+            .chain(self.changes.ranges.iter().map(|(s, _)| s))
+            .find(|k| k.as_slice() < crate::USER_SPACE_START)
+        {
+            return Err(StoreError::ReservedKey(k.clone()));
+        }
         let meta = CommitMeta {
             height,
             app_hash: self.app_hash_at(height),

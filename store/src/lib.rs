@@ -119,6 +119,26 @@ pub trait Backend: Send + Sync + Debug {
     fn meta(&self) -> Result<Option<CommitMeta>, StoreError>;
 }
 
+impl<T: Backend + ?Sized> Backend for std::sync::Arc<T> {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        (**self).get(key)
+    }
+    fn for_each(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        (**self).for_each(start, end, f)
+    }
+    fn commit(&self, changes: &ChangeSet, meta: &CommitMeta) -> Result<(), StoreError> {
+        (**self).commit(changes, meta)
+    }
+    fn meta(&self) -> Result<Option<CommitMeta>, StoreError> {
+        (**self).meta()
+    }
+}
+
 impl<B: Backend + ?Sized> KvRead for B {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         Backend::get(self, key)
