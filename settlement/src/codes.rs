@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 /// A transaction or query result code.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[repr(u32)]
 pub enum Code {
     /// Accepted.

@@ -148,7 +148,7 @@ impl KvRead for Pending {
         if self.changes.range_deleted(key) {
             return Ok(None);
         }
-        self.backend.get(key)
+        Backend::get(self.backend.as_ref(), key)
     }
 
     fn for_each(
@@ -173,7 +173,7 @@ impl KvRead for Pending {
             .peekable();
         let mut stopped = false;
         // Merge: overlay entries not later than the backend's key go first.
-        self.backend.for_each(start, end, &mut |k, v| {
+        Backend::for_each(self.backend.as_ref(), start, end, &mut |k, v| {
             while let Some((ok, ov)) = overlay.peek() {
                 if ok.as_slice() > k {
                     break;
