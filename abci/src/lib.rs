@@ -18,8 +18,8 @@ use tally_settlement::{self as settlement, Block, Code, Genesis};
 use tally_store::{Backend, ChangeSet, CommitMeta, KvRead, Pending, StoreError};
 use tendermint_abci::Application;
 use tendermint_proto::v0_38::abci::{
-    response_process_proposal::ProposalStatus, response_verify_vote_extension::VerifyStatus,
-    Event, EventAttribute, ExecTxResult, RequestCheckTx, RequestExtendVote, RequestFinalizeBlock,
+    response_process_proposal::ProposalStatus, response_verify_vote_extension::VerifyStatus, Event,
+    EventAttribute, ExecTxResult, RequestCheckTx, RequestExtendVote, RequestFinalizeBlock,
     RequestInfo, RequestInitChain, RequestPrepareProposal, RequestProcessProposal, RequestQuery,
     RequestVerifyVoteExtension, ResponseCheckTx, ResponseCommit, ResponseExtendVote,
     ResponseFinalizeBlock, ResponseInfo, ResponseInitChain, ResponsePrepareProposal,
@@ -209,9 +209,7 @@ impl Application for TallyApp {
         if req.height != 0 && req.height != height {
             return ResponseQuery {
                 code: Code::BadArgument.value(),
-                log: format!(
-                    "only the latest height ({height}) is served; ask with height 0"
-                ),
+                log: format!("only the latest height ({height}) is served; ask with height 0"),
                 height,
                 codespace: CODESPACE.into(),
                 ..Default::default()
@@ -264,7 +262,11 @@ impl Application for TallyApp {
             .position(|tx| settlement::decode_tx(tx).is_err());
         let status = match bad {
             Some(i) => {
-                warn!(height = req.height, index = i, "rejecting proposal: undecodable transaction");
+                warn!(
+                    height = req.height,
+                    index = i,
+                    "rejecting proposal: undecodable transaction"
+                );
                 ProposalStatus::Reject
             }
             None => ProposalStatus::Accept,
@@ -304,7 +306,10 @@ impl Application for TallyApp {
         if c.finalized.take().is_some() {
             // The same height again without a Commit: start from the state
             // before the first execution.
-            warn!(height = block.height, "FinalizeBlock repeated before Commit; re-executing");
+            warn!(
+                height = block.height,
+                "FinalizeBlock repeated before Commit; re-executing"
+            );
             let before = c.before_block.clone();
             c.pending.set_changes(before);
         } else {

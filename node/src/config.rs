@@ -71,7 +71,10 @@ impl AppConfig {
         if !matches!(cfg.log_format.as_str(), "text" | "json") {
             return Err(ConfigError::Invalid {
                 path,
-                msg: format!("log_format must be \"text\" or \"json\", got {:?}", cfg.log_format),
+                msg: format!(
+                    "log_format must be \"text\" or \"json\", got {:?}",
+                    cfg.log_format
+                ),
             });
         }
         Ok(cfg)

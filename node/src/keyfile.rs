@@ -55,7 +55,11 @@ pub fn keys_dir(home: &Path) -> PathBuf {
 /// Resolves `--from`: an existing path, or a key name in `<home>/keys/`.
 pub fn resolve(home: &Path, name_or_path: &str) -> PathBuf {
     let p = Path::new(name_or_path);
-    if name_or_path.contains('/') || name_or_path.ends_with(".json") || name_or_path.ends_with(".key") || p.exists() {
+    if name_or_path.contains('/')
+        || name_or_path.ends_with(".json")
+        || name_or_path.ends_with(".key")
+        || p.exists()
+    {
         p.to_path_buf()
     } else {
         keys_dir(home).join(format!("{name_or_path}.json"))
@@ -151,8 +155,14 @@ mod tests {
         let (name, k2) = load(&path).unwrap();
         assert_eq!(name, "gw");
         assert_eq!(k.to_bytes(), k2.to_bytes());
-        assert!(matches!(create(&path, "gw", false), Err(KeyError::Exists(_))));
-        assert!(matches!(create(&path, "a b", true), Err(KeyError::BadName(_))));
+        assert!(matches!(
+            create(&path, "gw", false),
+            Err(KeyError::Exists(_))
+        ));
+        assert!(matches!(
+            create(&path, "a b", true),
+            Err(KeyError::BadName(_))
+        ));
         std::fs::write(&path, "{}").unwrap();
         assert!(matches!(load(&path), Err(KeyError::Invalid { .. })));
     }

@@ -10,10 +10,14 @@ use serde_json::Value;
 use tally_node::config::AppConfig;
 use tally_node::rpc::Rpc;
 use tally_node::{keyfile, records};
-use tally_settlement::{Code, Genesis, GatewayEntry, BalanceEntry, RouteRecordView, WindowView};
+use tally_settlement::{BalanceEntry, Code, GatewayEntry, Genesis, RouteRecordView, WindowView};
 
 #[derive(Parser, Debug)]
-#[command(name = "tallyd", version, about = "Tally: SLA records and settlement for AI-inference gateways, on CometBFT")]
+#[command(
+    name = "tallyd",
+    version,
+    about = "Tally: SLA records and settlement for AI-inference gateways, on CometBFT"
+)]
 struct Cli {
     /// Node home directory (config/, data/, keys/).
     #[arg(long, global = true, env = "TALLY_HOME", default_value_os_t = default_home())]
@@ -318,7 +322,9 @@ fn init_logging(format: &str, level: &str) -> Result<()> {
     // tendermint-abci logs every request at debug: keep it at info unless asked.
     let filter = EnvFilter::try_new(format!("tendermint_abci=info,{level}"))
         .with_context(|| format!("bad log level {level:?}"))?;
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         "json" => builder.json().init(),
         "text" => builder.init(),
@@ -371,12 +377,22 @@ fn keys(home: &Path, cmd: KeysCmd) -> Result<()> {
         } => {
             let path = out.unwrap_or_else(|| keyfile::keys_dir(home).join(format!("{name}.json")));
             let key = keyfile::create(&path, &name, force)?;
-            print_key(&name, &hex::encode(key.verifying_key().to_bytes()), &path, output);
+            print_key(
+                &name,
+                &hex::encode(key.verifying_key().to_bytes()),
+                &path,
+                output,
+            );
         }
         KeysCmd::Show { name, output } => {
             let path = keyfile::resolve(home, &name);
             let (name, key) = keyfile::load(&path)?;
-            print_key(&name, &hex::encode(key.verifying_key().to_bytes()), &path, output);
+            print_key(
+                &name,
+                &hex::encode(key.verifying_key().to_bytes()),
+                &path,
+                output,
+            );
         }
     }
     Ok(())
@@ -397,7 +413,8 @@ fn print_key(name: &str, pubkey: &str, path: &Path, output: Output) {
 }
 
 fn read_app_state(path: &Path) -> Result<Value> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let doc: Value =
         serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
     Ok(doc.get("app_state").cloned().unwrap_or(Value::Null))
@@ -406,7 +423,10 @@ fn read_app_state(path: &Path) -> Result<Value> {
 fn genesis(home: &Path, cmd: GenesisCmd) -> Result<()> {
     let path = home.join("config").join("genesis.json");
     let text = std::fs::read_to_string(&path).with_context(|| {
-        format!("reading {} (create it with `cometbft init`)", path.display())
+        format!(
+            "reading {} (create it with `cometbft init`)",
+            path.display()
+        )
     })?;
     let mut doc: Value =
         serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
@@ -432,9 +452,17 @@ fn genesis(home: &Path, cmd: GenesisCmd) -> Result<()> {
         }
         GenesisCmd::SetParam { name, value } => {
             let mut params = serde_json::to_value(&g.params)?;
-            let slot = params
-                .get_mut(&name)
-                .with_context(|| format!("no parameter {name:?}; known: {}", serde_json::to_value(&g.params).map(|v| v.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>().join(", ")).unwrap_or_default()).unwrap_or_default()))?;
+            let slot = params.get_mut(&name).with_context(|| {
+                format!(
+                    "no parameter {name:?}; known: {}",
+                    serde_json::to_value(&g.params)
+                        .map(|v| v
+                            .as_object()
+                            .map(|o| o.keys().cloned().collect::<Vec<_>>().join(", "))
+                            .unwrap_or_default())
+                        .unwrap_or_default()
+                )
+            })?;
             *slot = Value::from(value);
             g.params = serde_json::from_value(params)?;
         }
@@ -496,7 +524,8 @@ fn report(home: &Path, a: ReportArgs) -> Result<()> {
         .unwrap_or(1000) as usize;
     let mut failed = 0;
     for chunk in recs.chunks(max.max(1)) {
-        let built = records::build_report(&key, &chain_id, chunk.to_vec(), now_unix() + a.expires_in);
+        let built =
+            records::build_report(&key, &chain_id, chunk.to_vec(), now_unix() + a.expires_in);
         let r = rpc.broadcast_tx_commit(&built.tx)?;
         let code = r.final_code();
         if code != 0 {
@@ -558,25 +587,59 @@ fn query(cmd: QueryCmd) -> Result<()> {
             page,
             node,
         }) => {
-            let base = format!("/sla/route/{}/{}/{}/{}", seg(&user), seg(&provider), seg(&model), seg(&route));
+            let base = format!(
+                "/sla/route/{}/{}/{}/{}",
+                seg(&user),
+                seg(&provider),
+                seg(&model),
+                seg(&route)
+            );
             match window {
                 Some(w) => (format!("{base}/{w}"), node, Kind::Record),
-                None => (format!("{base}{}", page.query_string()), node, Kind::Records),
+                None => (
+                    format!("{base}{}", page.query_string()),
+                    node,
+                    Kind::Records,
+                ),
             }
         }
-        QueryCmd::Sla(SlaCmd::Provider { provider, window, page, node }) => (
-            format!("/sla/provider/{}{}{}", seg(&provider), window.map(|w| format!("/{w}")).unwrap_or_default(), page.query_string()),
+        QueryCmd::Sla(SlaCmd::Provider {
+            provider,
+            window,
+            page,
+            node,
+        }) => (
+            format!(
+                "/sla/provider/{}{}{}",
+                seg(&provider),
+                window.map(|w| format!("/{w}")).unwrap_or_default(),
+                page.query_string()
+            ),
             node,
             Kind::Records,
         ),
-        QueryCmd::Sla(SlaCmd::User { user, window, page, node }) => (
-            format!("/sla/user/{}{}{}", seg(&user), window.map(|w| format!("/{w}")).unwrap_or_default(), page.query_string()),
+        QueryCmd::Sla(SlaCmd::User {
+            user,
+            window,
+            page,
+            node,
+        }) => (
+            format!(
+                "/sla/user/{}{}{}",
+                seg(&user),
+                window.map(|w| format!("/{w}")).unwrap_or_default(),
+                page.query_string()
+            ),
             node,
             Kind::Records,
         ),
         QueryCmd::Balance { user, node } => (format!("/balance/{}", seg(&user)), node, Kind::Flat),
         QueryCmd::Params { node } => ("/params".into(), node, Kind::Flat),
-        QueryCmd::Windows { page, node } => (format!("/windows{}", page.query_string()), node, Kind::Windows),
+        QueryCmd::Windows { page, node } => (
+            format!("/windows{}", page.query_string()),
+            node,
+            Kind::Windows,
+        ),
         QueryCmd::Gateways { node } => ("/gateways".into(), node, Kind::Gateways),
         QueryCmd::Raw { path, node } => (path, node, Kind::Raw),
         QueryCmd::Status { node } => {
@@ -610,9 +673,25 @@ fn query(cmd: QueryCmd) -> Result<()> {
         }
         Kind::Windows => {
             let ws: Vec<WindowView> = serde_json::from_value(v["windows"].clone())?;
-            writeln!(out, "{:>10} {:<20} {:<6} {:>6} {:>8} {:>6} {:>6} {:>6} {:>10}", "WINDOW", "START", "CLOSED", "ROUTES", "REQ", "FAIL", "CANCEL", "CLIENT", "AMOUNT")?;
+            writeln!(
+                out,
+                "{:>10} {:<20} {:<6} {:>6} {:>8} {:>6} {:>6} {:>6} {:>10}",
+                "WINDOW", "START", "CLOSED", "ROUTES", "REQ", "FAIL", "CANCEL", "CLIENT", "AMOUNT"
+            )?;
             for w in ws {
-                writeln!(out, "{:>10} {:<20} {:<6} {:>6} {:>8} {:>6} {:>6} {:>6} {:>10}", w.window, w.window_start, w.closed, w.routes, w.requests, w.fail_count, w.cancel, w.client, w.amount)?;
+                writeln!(
+                    out,
+                    "{:>10} {:<20} {:<6} {:>6} {:>8} {:>6} {:>6} {:>6} {:>10}",
+                    w.window,
+                    w.window_start,
+                    w.closed,
+                    w.routes,
+                    w.requests,
+                    w.fail_count,
+                    w.cancel,
+                    w.client,
+                    w.amount
+                )?;
             }
             if let Some(c) = v["next_cursor"].as_str() {
                 writeln!(out, "more: --cursor {c}")?;
@@ -621,7 +700,12 @@ fn query(cmd: QueryCmd) -> Result<()> {
         Kind::Gateways => {
             writeln!(out, "{:<20} PUBKEY", "NAME")?;
             for g in v["gateways"].as_array().cloned().unwrap_or_default() {
-                writeln!(out, "{:<20} {}", g["name"].as_str().unwrap_or(""), g["pubkey"].as_str().unwrap_or(""))?;
+                writeln!(
+                    out,
+                    "{:<20} {}",
+                    g["name"].as_str().unwrap_or(""),
+                    g["pubkey"].as_str().unwrap_or("")
+                )?;
             }
         }
         Kind::Flat | Kind::Raw => print_flat(&v),

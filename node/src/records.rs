@@ -104,7 +104,8 @@ mod tests {
 
     #[test]
     fn jsonl_errors_name_the_line() {
-        let ok = r#"{"user":"u","provider":"p","model":"m","route":"r","outcome":"cancel","units":1}"#;
+        let ok =
+            r#"{"user":"u","provider":"p","model":"m","route":"r","outcome":"cancel","units":1}"#;
         assert_eq!(parse_jsonl(&format!("# c\n{ok}\n\n")).unwrap().len(), 1);
         let e = parse_jsonl(&format!("{ok}\n{{\"user\":\"u\"}}")).unwrap_err();
         assert!(e.starts_with("line 2:"), "{e}");

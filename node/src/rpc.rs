@@ -163,7 +163,11 @@ impl Rpc {
             return Err(RpcError::Rpc {
                 method: method.into(),
                 code: err.get("code").and_then(Value::as_i64).unwrap_or(0),
-                message: err.get("message").and_then(Value::as_str).unwrap_or("").into(),
+                message: err
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .into(),
                 data: err.get("data").and_then(Value::as_str).unwrap_or("").into(),
             });
         }
@@ -179,7 +183,10 @@ impl Rpc {
         Ok(Status {
             chain_id: r["node_info"]["network"].as_str().unwrap_or("").into(),
             height: u64_field(&r["sync_info"]["latest_block_height"]),
-            app_hash: r["sync_info"]["latest_app_hash"].as_str().unwrap_or("").into(),
+            app_hash: r["sync_info"]["latest_app_hash"]
+                .as_str()
+                .unwrap_or("")
+                .into(),
             catching_up: r["sync_info"]["catching_up"].as_bool().unwrap_or(false),
         })
     }

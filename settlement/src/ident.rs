@@ -15,7 +15,10 @@ pub fn is_ident_char(b: u8) -> bool {
 /// Checks one identifier; `what` names it in the error.
 pub fn check(what: &str, s: &str, max: usize) -> Result<(), Rejection> {
     if s.is_empty() {
-        return Err(Rejection::new(Code::BadIdentifier, format!("{what} is empty")));
+        return Err(Rejection::new(
+            Code::BadIdentifier,
+            format!("{what} is empty"),
+        ));
     }
     if s.len() > max {
         return Err(Rejection::new(
@@ -26,7 +29,10 @@ pub fn check(what: &str, s: &str, max: usize) -> Result<(), Rejection> {
     if let Some(b) = s.bytes().find(|b| !is_ident_char(*b)) {
         return Err(Rejection::new(
             Code::BadIdentifier,
-            format!("{what} {s:?} has character {:?}; allowed: A-Z a-z 0-9 . _ : / -", b as char),
+            format!(
+                "{what} {s:?} has character {:?}; allowed: A-Z a-z 0-9 . _ : / -",
+                b as char
+            ),
         ));
     }
     Ok(())
@@ -55,7 +61,11 @@ mod tests {
     #[test]
     fn refuses_empty_long_and_foreign() {
         for bad in ["", "a b", "ä", "a\0b", "a?b", "a%2F"] {
-            assert_eq!(check_party("user", bad).unwrap_err().code, Code::BadIdentifier, "{bad:?}");
+            assert_eq!(
+                check_party("user", bad).unwrap_err().code,
+                Code::BadIdentifier,
+                "{bad:?}"
+            );
         }
         assert!(check_party("user", &"u".repeat(65)).is_err());
         assert!(check_name("route", &"r".repeat(129)).is_err());

@@ -164,7 +164,10 @@ mod tests {
             model: "m-1".into(),
             route: "/v1/chat".into(),
         };
-        assert_eq!(parse_index(&by_provider(&id, 42), true), Some((id.clone(), 42)));
+        assert_eq!(
+            parse_index(&by_provider(&id, 42), true),
+            Some((id.clone(), 42))
+        );
         assert_eq!(parse_index(&by_user(&id, 7), false), Some((id, 7)));
         assert_eq!(parse_index(b"ip/x", true), None);
     }

@@ -19,7 +19,7 @@ pub mod time;
 pub use codes::{Code, Rejection};
 pub use genesis::{parse_pubkey, BalanceEntry, GatewayEntry, Genesis, GenesisError, Params};
 pub use machine::{
-    balance, begin_block, chain_id, check_tx, decode_tx, deliver_tx, init_chain, params, Block,
-    sign_report, Event, TxResult, WindowInfo, REPORT_SIGN_DOMAIN,
+    balance, begin_block, chain_id, check_tx, decode_tx, deliver_tx, init_chain, params,
+    sign_report, Block, Event, TxResult, WindowInfo, REPORT_SIGN_DOMAIN,
 };
 pub use record::{Counters, Overflow, RouteId, RouteRecordView, WindowView};

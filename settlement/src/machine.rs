@@ -146,7 +146,10 @@ pub fn begin_block(kv: &mut impl Kv, block: &Block) -> Result<Vec<Event>, StoreE
     let mut events = Vec::new();
     // Report ids whose expires_at <= now can never be replayed: forget them.
     let start = keys::REPORT_EXPIRY.to_vec();
-    let end = keys::cat(&[keys::REPORT_EXPIRY, &block.time.saturating_add(1).to_be_bytes()]);
+    let end = keys::cat(&[
+        keys::REPORT_EXPIRY,
+        &block.time.saturating_add(1).to_be_bytes(),
+    ]);
     let mut expired = Vec::new();
     kv.for_each(&start, &end, &mut |k, _| {
         expired.push(k[keys::REPORT_EXPIRY.len() + 8..].to_vec());
@@ -223,7 +226,10 @@ pub fn decode_tx(tx: &[u8]) -> Result<Tx, Rejection> {
     let decoded = Tx::decode(tx)
         .map_err(|e| Rejection::new(Code::MalformedTx, format!("not a Tally transaction: {e}")))?;
     if decoded.sum.is_none() {
-        return Err(Rejection::new(Code::MalformedTx, "transaction has no payload"));
+        return Err(Rejection::new(
+            Code::MalformedTx,
+            "transaction has no payload",
+        ));
     }
     Ok(decoded)
 }
@@ -247,12 +253,19 @@ fn plan_tx(kv: &impl KvRead, now: u64, bytes: &[u8]) -> Result<Plan, Rejection> 
     if bytes.len() as u64 > params.max_tx_bytes {
         return Err(Rejection::new(
             Code::TxTooLarge,
-            format!("transaction is {} bytes, at most {} allowed", bytes.len(), params.max_tx_bytes),
+            format!(
+                "transaction is {} bytes, at most {} allowed",
+                bytes.len(),
+                params.max_tx_bytes
+            ),
         ));
     }
     match decode_tx(bytes)?.sum {
         Some(tx::Sum::Report(r)) => plan_report(kv, &params, now, &r),
-        None => Err(Rejection::new(Code::MalformedTx, "transaction has no payload")),
+        None => Err(Rejection::new(
+            Code::MalformedTx,
+            "transaction has no payload",
+        )),
     }
 }
 
@@ -262,8 +275,12 @@ fn plan_report(
     now: u64,
     signed: &SignedReport,
 ) -> Result<Plan, Rejection> {
-    let report = ReportUsage::decode(signed.body.as_slice())
-        .map_err(|e| Rejection::new(Code::MalformedTx, format!("report body does not decode: {e}")))?;
+    let report = ReportUsage::decode(signed.body.as_slice()).map_err(|e| {
+        Rejection::new(
+            Code::MalformedTx,
+            format!("report body does not decode: {e}"),
+        )
+    })?;
 
     // Who signed, and did they?
     let key: [u8; 32] = signed.gateway_key.as_slice().try_into().map_err(|_| {
@@ -275,7 +292,10 @@ fn plan_report(
     let gateway = kv.get(&keys::gateway(&key))?.ok_or_else(|| {
         Rejection::new(
             Code::UnknownGateway,
-            format!("gateway key {} is not registered in genesis", hex::encode(key)),
+            format!(
+                "gateway key {} is not registered in genesis",
+                hex::encode(key)
+            ),
         )
     })?;
     let gateway = String::from_utf8_lossy(&gateway).into_owned();
@@ -290,18 +310,22 @@ fn plan_report(
     let mut msg = Vec::with_capacity(REPORT_SIGN_DOMAIN.len() + signed.body.len());
     msg.extend_from_slice(REPORT_SIGN_DOMAIN);
     msg.extend_from_slice(&signed.body);
-    vk.verify_strict(&msg, &Signature::from_bytes(&sig)).map_err(|_| {
-        Rejection::new(
-            Code::BadSignature,
-            format!("signature does not verify for gateway {gateway}"),
-        )
-    })?;
+    vk.verify_strict(&msg, &Signature::from_bytes(&sig))
+        .map_err(|_| {
+            Rejection::new(
+                Code::BadSignature,
+                format!("signature does not verify for gateway {gateway}"),
+            )
+        })?;
 
     let chain = chain_id(kv)?;
     if report.chain_id != chain {
         return Err(Rejection::new(
             Code::WrongChain,
-            format!("report is for chain {:?}, this is {:?}", report.chain_id, chain),
+            format!(
+                "report is for chain {:?}, this is {:?}",
+                report.chain_id, chain
+            ),
         ));
     }
     if report.report_id.len() != 16 {
@@ -314,7 +338,10 @@ fn plan_report(
     if report.expires_at <= now {
         return Err(Rejection::new(
             Code::ReportExpired,
-            format!("report {rid} expired at {} (block time {now})", report.expires_at),
+            format!(
+                "report {rid} expired at {} (block time {now})",
+                report.expires_at
+            ),
         ));
     }
     if report.expires_at - now > params.max_report_expiry_secs {
@@ -333,7 +360,10 @@ fn plan_report(
         ));
     }
     if report.records.is_empty() {
-        return Err(Rejection::new(Code::EmptyReport, format!("report {rid} has no records")));
+        return Err(Rejection::new(
+            Code::EmptyReport,
+            format!("report {rid} has no records"),
+        ));
     }
     if report.records.len() > params.max_report_records as usize {
         return Err(Rejection::new(
@@ -347,7 +377,12 @@ fn plan_report(
     }
 
     let window = now / params.settlement_window_secs;
-    let overflow = || Rejection::new(Code::Overflow, format!("report {rid} overflows a 64-bit counter"));
+    let overflow = || {
+        Rejection::new(
+            Code::Overflow,
+            format!("report {rid} overflows a 64-bit counter"),
+        )
+    };
     let mut routes: BTreeMap<RouteId, Counters> = BTreeMap::new();
     let mut debits: BTreeMap<&str, u64> = BTreeMap::new();
     let mut owed: BTreeMap<(&str, &str), u64> = BTreeMap::new();
@@ -444,8 +479,14 @@ fn plan_report(
 
 impl Plan {
     fn apply(self, kv: &mut impl Kv) -> TxResult {
-        kv.put(keys::report_id(&self.report_id), self.expires_at.to_be_bytes().to_vec());
-        kv.put(keys::report_expiry(self.expires_at, &self.report_id), Vec::new());
+        kv.put(
+            keys::report_id(&self.report_id),
+            self.expires_at.to_be_bytes().to_vec(),
+        );
+        kv.put(
+            keys::report_expiry(self.expires_at, &self.report_id),
+            Vec::new(),
+        );
         for (id, c, is_new) in &self.routes {
             kv.put(keys::route(id, self.window), c.encode());
             if *is_new {

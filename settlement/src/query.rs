@@ -16,7 +16,7 @@
 
 use serde::Serialize;
 use serde_json::json;
-use tally_store::{prefix_end, KvRead};
+use tally_store::{prefix_end, KvRead, Pairs};
 
 use crate::codes::{Code, Rejection};
 use crate::ident;
@@ -90,9 +90,14 @@ fn parse_paging(qs: Option<&str>) -> Result<Paging, Rejection> {
                     .ok_or_else(|| bad(format!("limit must be 1..={MAX_LIMIT}, got {v:?}")))?;
             }
             "cursor" => {
-                p.cursor = Some(hex::decode(v).map_err(|_| bad(format!("cursor {v:?} is not hex")))?);
+                p.cursor =
+                    Some(hex::decode(v).map_err(|_| bad(format!("cursor {v:?} is not hex")))?);
             }
-            _ => return Err(bad(format!("unknown query parameter {k:?}; use limit and cursor"))),
+            _ => {
+                return Err(bad(format!(
+                    "unknown query parameter {k:?}; use limit and cursor"
+                )))
+            }
         }
     }
     Ok(p)
@@ -136,9 +141,9 @@ fn route_query(kv: &impl KvRead, full: &str) -> Result<serde_json::Value, Reject
     let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
     let no_params = || -> Result<(), Rejection> {
         match qs {
-            Some(q) if !q.is_empty() => Err(bad(format!(
-                "{path} takes no query parameters (got {q:?})"
-            ))),
+            Some(q) if !q.is_empty() => {
+                Err(bad(format!("{path} takes no query parameters (got {q:?})")))
+            }
             _ => Ok(()),
         }
     };
@@ -170,7 +175,10 @@ fn route_query(kv: &impl KvRead, full: &str) -> Result<serde_json::Value, Reject
                     no_params()?;
                     let w = parse_window(w)?;
                     let c = load_route(kv, &id, w)?.ok_or_else(|| {
-                        Rejection::new(Code::NotFound, format!("no record for that route in window {w}"))
+                        Rejection::new(
+                            Code::NotFound,
+                            format!("no record for that route in window {w}"),
+                        )
                     })?;
                     Ok(json!(RouteRecordView::new(&id, w, secs, &c)))
                 }
@@ -186,7 +194,10 @@ fn route_query(kv: &impl KvRead, full: &str) -> Result<serde_json::Value, Reject
                         let c = Counters::decode(&v).ok_or_else(corrupt)?;
                         records.push(RouteRecordView::new(&id, w, secs, &c));
                     }
-                    Ok(json!(Page { items: json!({ "records": records }), next_cursor: next }))
+                    Ok(json!(Page {
+                        items: json!({ "records": records }),
+                        next_cursor: next
+                    }))
                 }
             }
         }
@@ -208,7 +219,10 @@ fn route_query(kv: &impl KvRead, full: &str) -> Result<serde_json::Value, Reject
                 let c = load_route(kv, &id, w)?.ok_or_else(corrupt)?;
                 records.push(RouteRecordView::new(&id, w, secs, &c));
             }
-            Ok(json!(Page { items: json!({ "records": records }), next_cursor: next }))
+            Ok(json!(Page {
+                items: json!({ "records": records }),
+                next_cursor: next
+            }))
         }
         ["windows"] => {
             let paging = parse_paging(qs)?;
@@ -216,9 +230,8 @@ fn route_query(kv: &impl KvRead, full: &str) -> Result<serde_json::Value, Reject
             let (rows, next) = scan_page(kv, keys::WINDOW, &paging)?;
             let mut windows = Vec::with_capacity(rows.len());
             for (k, v) in rows {
-                let w = u64::from_be_bytes(
-                    k[keys::WINDOW.len()..].try_into().map_err(|_| corrupt())?,
-                );
+                let w =
+                    u64::from_be_bytes(k[keys::WINDOW.len()..].try_into().map_err(|_| corrupt())?);
                 let info = WindowInfo::decode(&v).ok_or_else(corrupt)?;
                 let start = w.saturating_mul(secs);
                 windows.push(WindowView {
@@ -235,7 +248,10 @@ fn route_query(kv: &impl KvRead, full: &str) -> Result<serde_json::Value, Reject
                     amount: info.totals.amount,
                 });
             }
-            Ok(json!(Page { items: json!({ "windows": windows }), next_cursor: next }))
+            Ok(json!(Page {
+                items: json!({ "windows": windows }),
+                next_cursor: next
+            }))
         }
         ["balance", user] => {
             no_params()?;
@@ -274,12 +290,11 @@ fn load_route(kv: &impl KvRead, id: &RouteId, w: u64) -> Result<Option<Counters>
 }
 
 /// One page of `prefix`, starting after the cursor.
-#[allow(clippy::type_complexity)]
 fn scan_page(
     kv: &impl KvRead,
     prefix: &[u8],
     paging: &Paging,
-) -> Result<(Vec<(Vec<u8>, Vec<u8>)>, Option<String>), Rejection> {
+) -> Result<(Pairs, Option<String>), Rejection> {
     let start = match &paging.cursor {
         Some(c) => {
             if !c.starts_with(prefix) {

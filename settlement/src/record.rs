@@ -44,7 +44,12 @@ impl Counters {
     }
 
     /// Counts one record.
-    pub fn add_record(&mut self, outcome: Outcome, units: u64, amount: u64) -> Result<(), Overflow> {
+    pub fn add_record(
+        &mut self,
+        outcome: Outcome,
+        units: u64,
+        amount: u64,
+    ) -> Result<(), Overflow> {
         let mut one = Counters {
             requests: 1,
             units,
@@ -107,7 +112,10 @@ impl Counters {
 
     /// 80 bytes: ten big-endian u64.
     pub fn encode(&self) -> Vec<u8> {
-        self.as_array().iter().flat_map(|v| v.to_be_bytes()).collect()
+        self.as_array()
+            .iter()
+            .flat_map(|v| v.to_be_bytes())
+            .collect()
     }
 
     /// Inverse of [`Counters::encode`].

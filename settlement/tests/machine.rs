@@ -8,8 +8,8 @@ use proptest::prelude::*;
 use prost::Message;
 use tally_settlement::proto::{tx, Outcome, ReportUsage, SignedReport, Tx, UsageRecord};
 use tally_settlement::{
-    begin_block, deliver_tx, init_chain, query::query, sign_report, Block, Code, Genesis,
-    GatewayEntry, BalanceEntry, RouteRecordView,
+    begin_block, deliver_tx, init_chain, query::query, sign_report, BalanceEntry, Block, Code,
+    GatewayEntry, Genesis, RouteRecordView,
 };
 use tally_store::{Kv, KvRead, MemBackend, Pending};
 
@@ -28,8 +28,14 @@ fn setup(balance: u64) -> Pending {
             pubkey: hex::encode(gw_key().verifying_key().to_bytes()),
         }],
         balances: vec![
-            BalanceEntry { user: "alice".into(), amount: balance },
-            BalanceEntry { user: "bob".into(), amount: balance },
+            BalanceEntry {
+                user: "alice".into(),
+                amount: balance,
+            },
+            BalanceEntry {
+                user: "bob".into(),
+                amount: balance,
+            },
         ],
         ..Genesis::default()
     };
@@ -65,7 +71,10 @@ fn block(p: &mut Pending, height: u64, time: u64) -> Block {
 }
 
 fn route_record(p: &Pending, window: u64) -> Option<RouteRecordView> {
-    let r = query(p, &format!("/sla/route/alice/prov/llama%2F3-8b/%2Fv1%2Fchat/{window}"));
+    let r = query(
+        p,
+        &format!("/sla/route/alice/prov/llama%2F3-8b/%2Fv1%2Fchat/{window}"),
+    );
     (r.code == Code::Ok).then(|| serde_json::from_slice(&r.value).unwrap())
 }
 
@@ -73,8 +82,15 @@ fn route_record(p: &Pending, window: u64) -> Option<RouteRecordView> {
 fn counts_every_class_and_fail_count_skips_cancel_and_client() {
     let mut p = setup(1000);
     let b = block(&mut p, 1, T0);
-    let recs = Outcome::ALL.iter().map(|o| rec("alice", *o, 10, 1)).collect();
-    let r = deliver_tx(&mut p, &b, &sign_report(&gw_key(), &report(1, T0 + 60, recs)));
+    let recs = Outcome::ALL
+        .iter()
+        .map(|o| rec("alice", *o, 10, 1))
+        .collect();
+    let r = deliver_tx(
+        &mut p,
+        &b,
+        &sign_report(&gw_key(), &report(1, T0 + 60, recs)),
+    );
     assert_eq!(r.code, Code::Ok, "{}", r.log);
     let v = route_record(&p, T0 / 60).unwrap();
     assert_eq!((v.requests, v.ok, v.cancel, v.client), (7, 1, 1, 1));
@@ -82,7 +98,8 @@ fn counts_every_class_and_fail_count_skips_cancel_and_client() {
     assert_eq!(v.fail_count, 4);
     assert_eq!((v.units, v.amount), (70, 7));
     assert_eq!(v.window_start, "2027-01-15T08:00:00Z");
-    let bal: serde_json::Value = serde_json::from_slice(&query(&p, "/balance/alice").value).unwrap();
+    let bal: serde_json::Value =
+        serde_json::from_slice(&query(&p, "/balance/alice").value).unwrap();
     assert_eq!(bal["balance"], 993);
 }
 
@@ -95,14 +112,24 @@ fn every_malformed_input_has_its_code_and_changes_nothing() {
     let ok = |recs| report(9, now + 60, recs);
     let good = vec![rec("alice", Outcome::Ok, 1, 1)];
     let stranger = SigningKey::from_bytes(&[9u8; 32]);
-    let mut bad_sig = match Tx::decode(sign_report(&key, &ok(good.clone())).as_slice()).unwrap().sum {
+    let mut bad_sig = match Tx::decode(sign_report(&key, &ok(good.clone())).as_slice())
+        .unwrap()
+        .sum
+    {
         Some(tx::Sum::Report(r)) => r,
         None => unreachable!(),
     };
     bad_sig.signature[0] ^= 1;
-    let bad_sig = Tx { sum: Some(tx::Sum::Report(bad_sig)) }.encode_to_vec();
+    let bad_sig = Tx {
+        sum: Some(tx::Sum::Report(bad_sig)),
+    }
+    .encode_to_vec();
     let short_key = Tx {
-        sum: Some(tx::Sum::Report(SignedReport { body: vec![], gateway_key: vec![1, 2], signature: vec![] })),
+        sum: Some(tx::Sum::Report(SignedReport {
+            body: vec![],
+            gateway_key: vec![1, 2],
+            signature: vec![],
+        })),
     }
     .encode_to_vec();
     let mut wrong_chain = ok(good.clone());
@@ -118,25 +145,79 @@ fn every_malformed_input_has_its_code_and_changes_nothing() {
         ("garbage", vec![0xff, 0x01, 0x02], Code::MalformedTx),
         ("empty tx", vec![], Code::MalformedTx),
         ("short key", short_key, Code::UnknownGateway),
-        ("stranger", sign_report(&stranger, &ok(good.clone())), Code::UnknownGateway),
+        (
+            "stranger",
+            sign_report(&stranger, &ok(good.clone())),
+            Code::UnknownGateway,
+        ),
         ("bad signature", bad_sig, Code::BadSignature),
-        ("wrong chain", sign_report(&key, &wrong_chain), Code::WrongChain),
+        (
+            "wrong chain",
+            sign_report(&key, &wrong_chain),
+            Code::WrongChain,
+        ),
         ("bad id", sign_report(&key, &bad_id), Code::BadReportId),
-        ("expired", sign_report(&key, &report(9, now, good.clone())), Code::ReportExpired),
-        ("too far", sign_report(&key, &report(9, now + 601, good.clone())), Code::ExpiryTooFar),
+        (
+            "expired",
+            sign_report(&key, &report(9, now, good.clone())),
+            Code::ReportExpired,
+        ),
+        (
+            "too far",
+            sign_report(&key, &report(9, now + 601, good.clone())),
+            Code::ExpiryTooFar,
+        ),
         ("empty", sign_report(&key, &ok(vec![])), Code::EmptyReport),
-        ("too many", sign_report(&key, &ok(vec![rec("alice", Outcome::Ok, 0, 0); 1001])), Code::TooManyRecords),
-        ("bad user", bad_field(&|r| r.user = "al ice".into()), Code::BadIdentifier),
-        ("empty provider", bad_field(&|r| r.provider = String::new()), Code::BadIdentifier),
-        ("long model", bad_field(&|r| r.model = "m".repeat(129)), Code::BadIdentifier),
-        ("bad route", bad_field(&|r| r.route = "/v1?x".into()), Code::BadIdentifier),
-        ("unspecified", bad_field(&|r| r.outcome = 0), Code::BadOutcome),
-        ("unknown enum", bad_field(&|r| r.outcome = 99), Code::BadOutcome),
-        ("broke", bad_field(&|r| r.amount = 6), Code::InsufficientBalance),
+        (
+            "too many",
+            sign_report(&key, &ok(vec![rec("alice", Outcome::Ok, 0, 0); 1001])),
+            Code::TooManyRecords,
+        ),
+        (
+            "bad user",
+            bad_field(&|r| r.user = "al ice".into()),
+            Code::BadIdentifier,
+        ),
+        (
+            "empty provider",
+            bad_field(&|r| r.provider = String::new()),
+            Code::BadIdentifier,
+        ),
+        (
+            "long model",
+            bad_field(&|r| r.model = "m".repeat(129)),
+            Code::BadIdentifier,
+        ),
+        (
+            "bad route",
+            bad_field(&|r| r.route = "/v1?x".into()),
+            Code::BadIdentifier,
+        ),
+        (
+            "unspecified",
+            bad_field(&|r| r.outcome = 0),
+            Code::BadOutcome,
+        ),
+        (
+            "unknown enum",
+            bad_field(&|r| r.outcome = 99),
+            Code::BadOutcome,
+        ),
+        (
+            "broke",
+            bad_field(&|r| r.amount = 6),
+            Code::InsufficientBalance,
+        ),
         ("oversized", vec![0u8; (1 << 20) + 1], Code::TxTooLarge),
         (
             "overflow",
-            sign_report(&key, &ok(vec![rec("alice", Outcome::Ok, u64::MAX, 0), rec("alice", Outcome::Ok, 1, 0)])),
+            sign_report(
+                &key,
+                &ok(vec![
+                    rec("alice", Outcome::Ok, u64::MAX, 0),
+                    rec("alice", Outcome::Ok, 1, 0),
+                ]),
+            ),
             Code::Overflow,
         ),
     ];
@@ -160,7 +241,10 @@ fn every_malformed_input_has_its_code_and_changes_nothing() {
 #[test]
 fn duplicate_is_refused_until_expiry_then_forgotten() {
     let mut p = setup(100);
-    let tx = sign_report(&gw_key(), &report(3, T0 + 30, vec![rec("alice", Outcome::Ok, 1, 1)]));
+    let tx = sign_report(
+        &gw_key(),
+        &report(3, T0 + 30, vec![rec("alice", Outcome::Ok, 1, 1)]),
+    );
     let b = block(&mut p, 1, T0);
     assert_eq!(deliver_tx(&mut p, &b, &tx).code, Code::Ok);
     let b = block(&mut p, 2, T0 + 1);
@@ -170,7 +254,10 @@ fn duplicate_is_refused_until_expiry_then_forgotten() {
     assert_eq!(p.changes(), &before);
     // After expiry the id is forgotten, and the report is refused as expired.
     let b = block(&mut p, 3, T0 + 30);
-    assert!(p.get(&tally_settlement::keys::report_id(&[3; 16])).unwrap().is_none());
+    assert!(p
+        .get(&tally_settlement::keys::report_id(&[3; 16]))
+        .unwrap()
+        .is_none());
     assert_eq!(deliver_tx(&mut p, &b, &tx).code, Code::ReportExpired);
 }
 
@@ -178,10 +265,16 @@ fn duplicate_is_refused_until_expiry_then_forgotten() {
 fn windows_close_and_freeze() {
     let mut p = setup(100);
     let b = block(&mut p, 1, T0 + 5);
-    let tx = sign_report(&gw_key(), &report(4, T0 + 100, vec![rec("alice", Outcome::Transient, 1, 1)]));
+    let tx = sign_report(
+        &gw_key(),
+        &report(4, T0 + 100, vec![rec("alice", Outcome::Transient, 1, 1)]),
+    );
     assert_eq!(deliver_tx(&mut p, &b, &tx).code, Code::Ok);
     let b = block(&mut p, 2, T0 + 61);
-    let tx = sign_report(&gw_key(), &report(5, T0 + 100, vec![rec("alice", Outcome::Ok, 1, 1)]));
+    let tx = sign_report(
+        &gw_key(),
+        &report(5, T0 + 100, vec![rec("alice", Outcome::Ok, 1, 1)]),
+    );
     assert_eq!(deliver_tx(&mut p, &b, &tx).code, Code::Ok);
     let w: serde_json::Value = serde_json::from_slice(&query(&p, "/windows").value).unwrap();
     let ws = w["windows"].as_array().unwrap();
@@ -220,9 +313,20 @@ fn paging_walks_every_record_once() {
     let mut p = setup(1_000_000);
     let b = block(&mut p, 1, T0);
     let recs: Vec<_> = (0..25)
-        .map(|i| UsageRecord { route: format!("r{i:02}"), ..rec("alice", Outcome::Ok, 1, 1) })
+        .map(|i| UsageRecord {
+            route: format!("r{i:02}"),
+            ..rec("alice", Outcome::Ok, 1, 1)
+        })
         .collect();
-    assert_eq!(deliver_tx(&mut p, &b, &sign_report(&gw_key(), &report(1, T0 + 60, recs))).code, Code::Ok);
+    assert_eq!(
+        deliver_tx(
+            &mut p,
+            &b,
+            &sign_report(&gw_key(), &report(1, T0 + 60, recs))
+        )
+        .code,
+        Code::Ok
+    );
     let mut seen = Vec::new();
     let mut cursor = String::new();
     loop {

@@ -35,6 +35,9 @@ pub enum StoreError {
     ReservedKey(Vec<u8>),
 }
 
+/// Key-value pairs in key order, as scans return them.
+pub type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// What the store remembers about the last commit.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct CommitMeta {
@@ -60,12 +63,7 @@ pub trait KvRead {
     ) -> Result<(), StoreError>;
 
     /// Up to `limit` pairs of `[start, end)` in key order.
-    fn scan(
-        &self,
-        start: &[u8],
-        end: &[u8],
-        limit: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError> {
+    fn scan(&self, start: &[u8], end: &[u8], limit: usize) -> Result<Pairs, StoreError> {
         let mut out = Vec::new();
         if limit == 0 {
             return Ok(out);
@@ -78,11 +76,7 @@ pub trait KvRead {
     }
 
     /// Up to `limit` pairs whose key starts with `prefix`.
-    fn scan_prefix(
-        &self,
-        prefix: &[u8],
-        limit: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError> {
+    fn scan_prefix(&self, prefix: &[u8], limit: usize) -> Result<Pairs, StoreError> {
         self.scan(prefix, &prefix_end(prefix), limit)
     }
 }

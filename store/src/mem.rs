@@ -36,7 +36,11 @@ impl MemBackend {
 
     /// Number of stored pairs (metadata excluded).
     pub fn len(&self) -> usize {
-        self.inner.read().unwrap_or_else(|e| e.into_inner()).data.len()
+        self.inner
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .data
+            .len()
     }
 
     /// True when no pair is stored.

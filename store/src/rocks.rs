@@ -34,7 +34,9 @@ fn decode_meta(
                 .map_err(|_| StoreError::Corrupt("app hash is not 32 bytes".into()))?;
             Ok(Some(CommitMeta { height, app_hash }))
         }
-        _ => Err(StoreError::Corrupt("height and app hash must both exist".into())),
+        _ => Err(StoreError::Corrupt(
+            "height and app hash must both exist".into(),
+        )),
     }
 }
 
@@ -164,15 +166,24 @@ mod tests {
         for h in 1..=5u64 {
             for p in [&mut pr, &mut pm] {
                 for i in 0..20u64 {
-                    p.put(format!("k/{:03}", (h * 7 + i) % 50).into_bytes(), h.to_be_bytes().to_vec());
+                    p.put(
+                        format!("k/{:03}", (h * 7 + i) % 50).into_bytes(),
+                        h.to_be_bytes().to_vec(),
+                    );
                 }
-                p.delete_range(format!("k/{:03}", h * 3).into_bytes(), format!("k/{:03}", h * 3 + 5).into_bytes());
+                p.delete_range(
+                    format!("k/{:03}", h * 3).into_bytes(),
+                    format!("k/{:03}", h * 3 + 5).into_bytes(),
+                );
                 p.delete(b"k/010".to_vec());
             }
             let a = pr.commit(h).unwrap();
             let b = pm.commit(h).unwrap();
             assert_eq!(a, b);
         }
-        assert_eq!(r.scan(b"", b"", 1000).unwrap(), m.scan(b"", b"", 1000).unwrap());
+        assert_eq!(
+            r.scan(b"", b"", 1000).unwrap(),
+            m.scan(b"", b"", 1000).unwrap()
+        );
     }
 }

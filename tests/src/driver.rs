@@ -173,19 +173,21 @@ impl Net {
         let live: Vec<usize> = self.live().map(|(i, _)| i).collect();
         ensure!(!live.is_empty(), "no live validator");
         let proposer = live[(height as usize) % live.len()];
-        let prep = self.nodes[proposer].app.prepare_proposal(RequestPrepareProposal {
-            max_tx_bytes: MAX_TX_BYTES,
-            txs: txs.into_iter().map(Bytes::from).collect(),
-            local_last_commit: Some(ExtendedCommitInfo {
-                round: 0,
-                votes: self.last_extensions.clone(),
-            }),
-            misbehavior: Vec::new(),
-            height,
-            time: ts(time),
-            next_validators_hash: Bytes::new(),
-            proposer_address: address(proposer),
-        });
+        let prep = self.nodes[proposer]
+            .app
+            .prepare_proposal(RequestPrepareProposal {
+                max_tx_bytes: MAX_TX_BYTES,
+                txs: txs.into_iter().map(Bytes::from).collect(),
+                local_last_commit: Some(ExtendedCommitInfo {
+                    round: 0,
+                    votes: self.last_extensions.clone(),
+                }),
+                misbehavior: Vec::new(),
+                height,
+                time: ts(time),
+                next_validators_hash: Bytes::new(),
+                proposer_address: address(proposer),
+            });
         let size: usize = prep.txs.iter().map(|t| t.len()).sum();
         ensure!(size as i64 <= MAX_TX_BYTES, "proposal exceeds max_tx_bytes");
         for &i in &live {
@@ -221,12 +223,14 @@ impl Net {
                 if j == i {
                     continue;
                 }
-                let v = self.nodes[j].app.verify_vote_extension(RequestVerifyVoteExtension {
-                    hash: Bytes::new(),
-                    validator_address: address(i),
-                    height,
-                    vote_extension: ext.vote_extension.clone(),
-                });
+                let v = self.nodes[j]
+                    .app
+                    .verify_vote_extension(RequestVerifyVoteExtension {
+                        hash: Bytes::new(),
+                        validator_address: address(i),
+                        height,
+                        vote_extension: ext.vote_extension.clone(),
+                    });
                 ensure!(
                     v.status == VerifyStatus::Accept as i32,
                     "node{j} rejected node{i}'s vote extension at height {height}"

@@ -52,7 +52,12 @@ pub fn tallyd_path() -> Result<PathBuf> {
 impl Localnet {
     /// Starts `validators` validators with ports from `port_base` and
     /// `timeout_commit`, without demo traffic.
-    pub fn start(validators: usize, port_base: u16, timeout_commit: &str, window_secs: u64) -> Result<Self> {
+    pub fn start(
+        validators: usize,
+        port_base: u16,
+        timeout_commit: &str,
+        window_secs: u64,
+    ) -> Result<Self> {
         let net = Self {
             dir: tempfile::Builder::new().prefix("tally-e2e-").tempdir()?,
             port_base,
@@ -117,7 +122,10 @@ impl Localnet {
             .args([action, &i.to_string()])
             .output()?;
         if !out.status.success() {
-            bail!("node.sh {action} {i}: {}", String::from_utf8_lossy(&out.stderr));
+            bail!(
+                "node.sh {action} {i}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         Ok(())
     }

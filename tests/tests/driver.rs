@@ -74,10 +74,19 @@ fn thousand_blocks_agree_across_restarts() -> anyhow::Result<()> {
         }
     }
     let heads = net.heads();
-    assert!(heads.iter().all(|h| h == &heads[0]), "final heads differ: {heads:?}");
+    assert!(
+        heads.iter().all(|h| h == &heads[0]),
+        "final heads differ: {heads:?}"
+    );
     assert_eq!(heads[0].0, 1000);
-    assert!(rejected_codes.contains(&Code::DuplicateReport), "{rejected_codes:?}");
-    assert!(rejected_codes.contains(&Code::ReportExpired), "{rejected_codes:?}");
+    assert!(
+        rejected_codes.contains(&Code::DuplicateReport),
+        "{rejected_codes:?}"
+    );
+    assert!(
+        rejected_codes.contains(&Code::ReportExpired),
+        "{rejected_codes:?}"
+    );
 
     // Every node answers queries with exactly the model's totals.
     let want = totals(&accepted);
@@ -145,6 +154,7 @@ fn memory_and_rocksdb_nodes_agree() -> anyhow::Result<()> {
 /// refuses it with a message (tallyd start does the same before listening).
 #[test]
 fn genesis_errors_are_explained() {
-    let e = tally_settlement::Genesis::parse(br#"{"params":{"max_report_records":5000}}"#).unwrap_err();
+    let e =
+        tally_settlement::Genesis::parse(br#"{"params":{"max_report_records":5000}}"#).unwrap_err();
     assert!(e.to_string().contains("max_report_records"));
 }

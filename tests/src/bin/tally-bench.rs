@@ -48,7 +48,10 @@ fn finalize(blocks: usize) -> Result<()> {
     let mut traffic = Traffic::new(1, key.clone(), CHAIN, [10, 10, 2, 5]);
     let app = TallyApp::new(Arc::new(RocksBackend::open(dir.path())?))?;
     app.init_chain(RequestInitChain {
-        time: Some(Timestamp { seconds: T0, nanos: 0 }),
+        time: Some(Timestamp {
+            seconds: T0,
+            nanos: 0,
+        }),
         chain_id: CHAIN.into(),
         app_state_bytes: Bytes::from(app_state(&key, &traffic.users, u64::MAX / 16, 60)),
         initial_height: 1,
@@ -75,7 +78,10 @@ fn finalize(blocks: usize) -> Result<()> {
         let r = app.finalize_block(RequestFinalizeBlock {
             txs,
             height: b as i64 + 1,
-            time: Some(Timestamp { seconds: T0 + b as i64, nanos: 0 }),
+            time: Some(Timestamp {
+                seconds: T0 + b as i64,
+                nanos: 0,
+            }),
             ..Default::default()
         });
         let t1 = Instant::now();
@@ -94,10 +100,25 @@ fn finalize(blocks: usize) -> Result<()> {
         v.sort_by(|a, b| a.total_cmp(b));
     }
     println!("finalize+commit on RocksDB: {blocks} blocks x 10,000 records over 1,000 routes");
-    println!("  throughput: {:.0} records/s ({records:.0} records in {elapsed:.2} s)", records / elapsed);
-    println!("  FinalizeBlock ms: p50 {:.1}  p99 {:.1}", pct(&fin_ms, 0.5), pct(&fin_ms, 0.99));
-    println!("  Commit ms:        p50 {:.1}  p99 {:.1}", pct(&commit_ms, 0.5), pct(&commit_ms, 0.99));
-    println!("  block total ms:   p50 {:.1}  p99 {:.1}", pct(&total_ms, 0.5), pct(&total_ms, 0.99));
+    println!(
+        "  throughput: {:.0} records/s ({records:.0} records in {elapsed:.2} s)",
+        records / elapsed
+    );
+    println!(
+        "  FinalizeBlock ms: p50 {:.1}  p99 {:.1}",
+        pct(&fin_ms, 0.5),
+        pct(&fin_ms, 0.99)
+    );
+    println!(
+        "  Commit ms:        p50 {:.1}  p99 {:.1}",
+        pct(&commit_ms, 0.5),
+        pct(&commit_ms, 0.99)
+    );
+    println!(
+        "  block total ms:   p50 {:.1}  p99 {:.1}",
+        pct(&total_ms, 0.5),
+        pct(&total_ms, 0.99)
+    );
     println!("  peak RSS: {:.1} MiB", peak_rss_kib() as f64 / 1024.0);
     Ok(())
 }
