@@ -20,18 +20,24 @@ rpc_url() { echo "http://127.0.0.1:$(port "$1" 1)"; }
 log() { printf '[localnet %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
+# alive PID: a running process (a zombie left by a killed child is not).
+alive() {
+  kill -0 "$1" 2>/dev/null || return 1
+  ! grep -qE '^[0-9]+ \(.*\) Z' "/proc/$1/stat" 2>/dev/null
+}
+
 # pid_alive FILE: the pid in FILE is a running process.
-pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+pid_alive() { [ -f "$1" ] && alive "$(cat "$1")"; }
 
 # stop_pid FILE SIGNAL: signal the process in FILE and wait for it to exit.
 stop_pid() {
   local f="$1" sig="${2:-TERM}" pid i
   [ -f "$f" ] || return 0
   pid="$(cat "$f")"
-  if kill -0 "$pid" 2>/dev/null; then
+  if alive "$pid"; then
     kill -s "$sig" "$pid" 2>/dev/null || true
-    for i in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    if kill -0 "$pid" 2>/dev/null; then kill -9 "$pid" 2>/dev/null || true; sleep 0.2; fi
+    for i in $(seq 1 50); do alive "$pid" || break; sleep 0.1; done
+    if alive "$pid"; then kill -9 "$pid" 2>/dev/null || true; sleep 0.2; fi
   fi
   rm -f "$f"
 }
