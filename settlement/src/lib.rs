@@ -6,6 +6,7 @@
 //! for each transaction; mempool checks go through [`check_tx`] and reads
 //! through [`query::query`].
 
+pub mod bls;
 mod codes;
 mod genesis;
 pub mod ident;

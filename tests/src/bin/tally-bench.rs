@@ -5,6 +5,8 @@
 //! `finalize`: FinalizeBlock + Commit on RocksDB, blocks of 10,000 records
 //! (100 reports of 100) over 1,000 routes; prints records/s, latency
 //! percentiles and peak memory (VmHWM).
+//! `bls`: threshold combine + verify at n = 4, 16, 67, 100 (t = 2n/3 + 1),
+//! and batch verification of 67 partials against one-by-one.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -123,6 +125,48 @@ fn finalize(blocks: usize) -> Result<()> {
     Ok(())
 }
 
+fn time_ms<T>(reps: u32, mut f: impl FnMut() -> T) -> f64 {
+    let start = Instant::now();
+    for _ in 0..reps {
+        std::hint::black_box(f());
+    }
+    start.elapsed().as_secs_f64() * 1e3 / reps as f64
+}
+
+fn bls_bench() -> Result<()> {
+    use rand::RngCore;
+    use tally_settlement::bls::{deal, message, Kind};
+    let mut rng = rand::thread_rng();
+    println!("threshold BLS (blst, min_pk), mean over repetitions");
+    for n in [4u32, 16, 67, 100] {
+        let t = 2 * n / 3 + 1;
+        let coeffs: Vec<[u8; 64]> = (0..t)
+            .map(|_| {
+                let mut b = [0u8; 64];
+                rng.fill_bytes(&mut b);
+                b
+            })
+            .collect();
+        let (pubs, secrets) = deal(n, t, &coeffs)?;
+        let msg = message("tally-bench", Kind::Batch, &[5; 32]);
+        let parts: Vec<_> = secrets.iter().map(|s| s.sign(&msg)).collect();
+        let reps = if n > 50 { 20 } else { 100 };
+        let combine = time_ms(reps, || pubs.combine(&msg, &parts).map(|_| ()));
+        let batch = time_ms(reps, || pubs.invalid_partials(&msg, &parts).len());
+        let single = time_ms(reps.min(10), || {
+            parts
+                .iter()
+                .filter(|p| pubs.verify_partial(&msg, p))
+                .count()
+        });
+        println!(
+            "  n={n:>3} t={t:>3}: combine+verify {combine:>7.2} ms | verify {n} partials: batch {batch:>7.2} ms, one by one {single:>7.2} ms ({:.1}x)",
+            single / batch
+        );
+    }
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut blocks = 30;
@@ -136,16 +180,17 @@ fn main() -> Result<()> {
                     .and_then(|v| v.parse().ok())
                     .ok_or_else(|| anyhow::anyhow!("--blocks needs a number"))?
             }
-            "finalize" => which.push(a.clone()),
-            other => bail!("unknown argument {other:?}; benches: finalize"),
+            "finalize" | "bls" => which.push(a.clone()),
+            other => bail!("unknown argument {other:?}; benches: finalize, bls"),
         }
     }
     if which.is_empty() {
-        which.push("finalize".into());
+        which = vec!["finalize".into(), "bls".into()];
     }
     for w in which {
-        if w == "finalize" {
-            finalize(blocks)?;
+        match w.as_str() {
+            "finalize" => finalize(blocks)?,
+            _ => bls_bench()?,
         }
     }
     Ok(())
