@@ -14,6 +14,9 @@
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use bytes::Bytes;
+use prost::Message;
+use tally_settlement::bls::SecretShare;
+use tally_settlement::proto::{tx, HubResult, SyncTxStart};
 use tally_settlement::{self as settlement, Block, Code, Genesis};
 use tally_store::{Backend, ChangeSet, CommitMeta, KvRead, Pending, StoreError};
 use tendermint_abci::Application;
@@ -51,7 +54,14 @@ struct Inner {
     consensus: Mutex<Consensus>,
     /// The last commit, readable without waiting for a block to execute.
     committed: RwLock<CommitMeta>,
+    /// This validator's threshold key share, if it signs.
+    signer: RwLock<Option<SecretShare>>,
+    /// Hub results the relay observed, waiting to be signed in ExtendVote.
+    observed: Mutex<Vec<HubResult>>,
 }
+
+/// Most hub observations kept for signing.
+const MAX_OBSERVED: usize = 64;
 
 #[derive(Debug)]
 struct Consensus {
@@ -86,6 +96,8 @@ impl TallyApp {
                     before_block: ChangeSet::default(),
                 }),
                 committed,
+                signer: RwLock::new(None),
+                observed: Mutex::new(Vec::new()),
             }),
         })
     }
@@ -115,6 +127,31 @@ impl TallyApp {
     /// Committed state, for read-only use.
     pub fn committed_state(&self) -> &dyn Backend {
         self.inner.backend.as_ref()
+    }
+
+    /// Gives the app this validator's threshold key share: from now on its
+    /// vote extensions carry partial signatures.
+    pub fn set_signer(&self, share: SecretShare) {
+        *self.inner.signer.write().unwrap_or_else(|e| e.into_inner()) = Some(share);
+    }
+
+    /// The relay's hand-in: a hub result it observed for an attempt. The
+    /// next vote extensions sign it while the chain is waiting for it.
+    pub fn hand_in(&self, result: HubResult) {
+        let mut o = self
+            .inner
+            .observed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if !o.contains(&result) {
+            o.push(result);
+        }
+        let excess = o.len().saturating_sub(MAX_OBSERVED);
+        o.drain(..excess);
+    }
+
+    fn committed_pending(&self) -> Result<Pending, StoreError> {
+        Pending::open(self.inner.backend.clone())
     }
 
     /// Answers a query path against committed state.
@@ -240,10 +277,35 @@ impl Application for TallyApp {
     fn prepare_proposal(&self, req: RequestPrepareProposal) -> ResponsePrepareProposal {
         let max = usize::try_from(req.max_tx_bytes.max(0)).unwrap_or(usize::MAX);
         let mut used = 0usize;
-        let mut txs = Vec::with_capacity(req.txs.len());
+        let mut txs = Vec::with_capacity(req.txs.len() + 2);
+        // System transactions first, their bytes reserved before user txs.
+        let block = Block {
+            height: req.height.max(0) as u64,
+            time: block_time(req.time.as_ref()),
+        };
+        let extensions: Vec<Vec<u8>> = req
+            .local_last_commit
+            .as_ref()
+            .map(|c| c.votes.iter().map(|v| v.vote_extension.to_vec()).collect())
+            .unwrap_or_default();
+        let system = self
+            .committed_pending()
+            .map_err(settlement::Rejection::from)
+            .and_then(|mut sim| settlement::prepare_system(&mut sim, &block, &extensions));
+        match system {
+            Ok(sys) => {
+                for t in sys {
+                    if used + t.len() <= max {
+                        used += t.len();
+                        txs.push(Bytes::from(t));
+                    }
+                }
+            }
+            Err(e) => warn!(height = block.height, error = %e, "no system transactions this block"),
+        }
         for tx in req.txs {
             // Skip what ProcessProposal would refuse; keep the mempool order.
-            if settlement::decode_tx(&tx).is_err() {
+            if settlement::decode_tx(&tx).is_err() || settlement::is_system_tx(&tx) {
                 continue;
             }
             if used.saturating_add(tx.len()) > max {
@@ -276,9 +338,43 @@ impl Application for TallyApp {
         }
     }
 
-    fn extend_vote(&self, _req: RequestExtendVote) -> ResponseExtendVote {
-        ResponseExtendVote {
-            vote_extension: Bytes::new(),
+    fn extend_vote(&self, req: RequestExtendVote) -> ResponseExtendVote {
+        let signer = self
+            .inner
+            .signer
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let Some(share) = signer else {
+            return ResponseExtendVote::default();
+        };
+        // Batches started in the block being voted on are signed right away.
+        let proposed: Vec<SyncTxStart> = req
+            .txs
+            .iter()
+            .filter_map(|t| match settlement::decode_tx(t).ok()?.sum {
+                Some(tx::Sum::SyncStart(s)) => Some(s),
+                _ => None,
+            })
+            .collect();
+        let observed = self
+            .inner
+            .observed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let backend = &self.inner.backend;
+        let ext = settlement::chain_id(backend).and_then(|chain| {
+            settlement::sync::extension(backend, &chain, &share, &proposed, &observed)
+        });
+        match ext {
+            Ok(e) => ResponseExtendVote {
+                vote_extension: e.encode_to_vec().into(),
+            },
+            Err(e) => {
+                warn!(height = req.height, error = %e, "empty vote extension");
+                ResponseExtendVote::default()
+            }
         }
     }
 
@@ -286,12 +382,12 @@ impl Application for TallyApp {
         &self,
         req: RequestVerifyVoteExtension,
     ) -> ResponseVerifyVoteExtension {
-        // Nothing is carried yet: an empty extension is the only valid one.
-        let status = if req.vote_extension.is_empty() {
-            VerifyStatus::Accept
-        } else {
-            VerifyStatus::Reject
-        };
+        let status =
+            if settlement::sync::extension_well_formed(&self.inner.backend, &req.vote_extension) {
+                VerifyStatus::Accept
+            } else {
+                VerifyStatus::Reject
+            };
         ResponseVerifyVoteExtension {
             status: status as i32,
         }

@@ -42,6 +42,10 @@ pub enum Code {
     Overflow = 15,
     /// The node's store failed; the node must be restarted.
     Internal = 16,
+    /// A system transaction that does not match committed state.
+    BadSystemTx = 17,
+    /// System transactions come from the block proposer, never the mempool.
+    SystemTxFromMempool = 18,
     /// Query: no such path.
     UnknownPath = 20,
     /// Query: an argument is malformed.
@@ -76,6 +80,8 @@ impl Code {
             Code::TxTooLarge => "tx_too_large",
             Code::Overflow => "overflow",
             Code::Internal => "internal",
+            Code::BadSystemTx => "bad_system_tx",
+            Code::SystemTxFromMempool => "system_tx_from_mempool",
             Code::UnknownPath => "unknown_path",
             Code::BadArgument => "bad_argument",
             Code::NotFound => "not_found",
@@ -83,7 +89,7 @@ impl Code {
     }
 
     /// Every code, for documentation and tests.
-    pub const ALL: [Code; 20] = [
+    pub const ALL: [Code; 22] = [
         Code::Ok,
         Code::MalformedTx,
         Code::UnknownGateway,
@@ -101,6 +107,8 @@ impl Code {
         Code::TxTooLarge,
         Code::Overflow,
         Code::Internal,
+        Code::BadSystemTx,
+        Code::SystemTxFromMempool,
         Code::UnknownPath,
         Code::BadArgument,
         Code::NotFound,

@@ -16,6 +16,21 @@ pub struct Params {
     pub max_report_expiry_secs: u64,
     /// Largest transaction accepted, in bytes.
     pub max_tx_bytes: u64,
+    /// The hub chain batches settle on.
+    pub hub_chain: String,
+    /// Most hub calls in one batch.
+    pub max_batch_calls: u32,
+    /// A sync attempt counts as running this long after `last_sync`.
+    pub sync_window_secs: u64,
+    /// On failure `last_sync` is set this far back (cooldown =
+    /// sync_window_secs - failure_backdate_secs).
+    pub failure_backdate_secs: u64,
+    /// Seconds after an attempt starts at which validators sign `failed`
+    /// if the hub does not show it settled (used by the relay).
+    pub attempt_deadline_secs: u64,
+    /// Partials of a message that never reaches the threshold are deleted
+    /// this many blocks after the first one arrived.
+    pub partial_expiry_blocks: u64,
 }
 
 impl Default for Params {
@@ -25,6 +40,12 @@ impl Default for Params {
             max_report_records: 1000,
             max_report_expiry_secs: 600,
             max_tx_bytes: 1 << 20,
+            hub_chain: "hub".into(),
+            max_batch_calls: 100,
+            sync_window_secs: 360,
+            failure_backdate_secs: 300,
+            attempt_deadline_secs: 30,
+            partial_expiry_blocks: 50,
         }
     }
 }
@@ -44,6 +65,21 @@ impl Params {
         }
         if !(1024..=(64 << 20)).contains(&self.max_tx_bytes) {
             return bad("max_tx_bytes must be 1024..=67108864");
+        }
+        if crate::ident::check_party("hub_chain", &self.hub_chain).is_err() {
+            return bad("hub_chain must be 1-64 characters of [A-Za-z0-9._:/-]");
+        }
+        if !(1..=1000).contains(&self.max_batch_calls) {
+            return bad("max_batch_calls must be 1..=1000");
+        }
+        if self.sync_window_secs == 0 || self.failure_backdate_secs > self.sync_window_secs {
+            return bad("sync_window_secs must be > 0 and >= failure_backdate_secs");
+        }
+        if self.attempt_deadline_secs == 0 || self.attempt_deadline_secs > self.sync_window_secs {
+            return bad("attempt_deadline_secs must be 1..=sync_window_secs");
+        }
+        if !(1..=10_000).contains(&self.partial_expiry_blocks) {
+            return bad("partial_expiry_blocks must be 1..=10000");
         }
         Ok(())
     }
@@ -82,6 +118,51 @@ pub struct Genesis {
     /// Starting balances.
     #[serde(default)]
     pub balances: Vec<BalanceEntry>,
+    /// The validators' threshold key (from the dealer; a DKG later).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dkg: Option<DkgGenesis>,
+}
+
+/// The threshold signing key of the validator set.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DkgGenesis {
+    /// Partials needed to sign.
+    pub threshold: u32,
+    /// Hex compressed G1 group public key (48 bytes).
+    pub group_key: String,
+    /// Hex compressed G1 public key of share i at position i - 1.
+    pub public_shares: Vec<String>,
+}
+
+impl DkgGenesis {
+    /// Parses and checks the keys (subgroup, not infinity) and threshold.
+    pub fn public_shares(&self) -> Result<crate::bls::PublicShares, GenesisError> {
+        let key = |what: &str, h: &str| {
+            let b = hex::decode(h)
+                .map_err(|_| GenesisError::Invalid(format!("dkg {what} is not hex")))?;
+            crate::bls::parse_public_key(&b)
+                .map_err(|e| GenesisError::Invalid(format!("dkg {what}: {e}")))
+        };
+        let n = self.public_shares.len();
+        if self.threshold == 0 || self.threshold as usize > n {
+            return Err(GenesisError::Invalid(format!(
+                "dkg threshold {} must be 1..={n}",
+                self.threshold
+            )));
+        }
+        let shares = self
+            .public_shares
+            .iter()
+            .enumerate()
+            .map(|(i, h)| key(&format!("public share {}", i + 1), h))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(crate::bls::PublicShares {
+            threshold: self.threshold,
+            group: key("group key", &self.group_key)?,
+            shares,
+        })
+    }
 }
 
 /// Why a genesis `app_state` was refused.
@@ -111,6 +192,9 @@ impl Genesis {
     /// Checks every value.
     pub fn validate(&self) -> Result<(), GenesisError> {
         self.params.validate()?;
+        if let Some(d) = &self.dkg {
+            d.public_shares()?;
+        }
         let mut keys = std::collections::BTreeSet::new();
         for gw in &self.gateways {
             ident::check_party("gateway name", &gw.name)

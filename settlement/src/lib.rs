@@ -15,12 +15,16 @@ mod machine;
 pub mod proto;
 pub mod query;
 mod record;
+pub mod sync;
 pub mod time;
 
 pub use codes::{Code, Rejection};
-pub use genesis::{parse_pubkey, BalanceEntry, GatewayEntry, Genesis, GenesisError, Params};
+pub use genesis::{
+    parse_pubkey, BalanceEntry, DkgGenesis, GatewayEntry, Genesis, GenesisError, Params,
+};
 pub use machine::{
-    balance, begin_block, chain_id, check_tx, decode_tx, deliver_tx, init_chain, params,
-    sign_report, Block, Event, TxResult, WindowInfo, REPORT_SIGN_DOMAIN,
+    balance, begin_block, chain_id, check_tx, decode_tx, deliver_tx, init_chain, is_system_tx,
+    params, prepare_system, sign_report, verify_system, Block, Event, TxResult, WindowInfo,
+    REPORT_SIGN_DOMAIN,
 };
 pub use record::{Counters, Overflow, RouteId, RouteRecordView, WindowView};

@@ -137,6 +137,9 @@ pub fn init_chain(kv: &mut impl Kv, chain_id: &str, genesis: &Genesis) -> Result
     for b in &genesis.balances {
         kv.put(keys::balance(&b.user), b.amount.to_be_bytes().to_vec());
     }
+    if let Some(d) = &genesis.dkg {
+        crate::sync::init(kv, d)?;
+    }
     Ok(())
 }
 
@@ -174,6 +177,7 @@ pub fn begin_block(kv: &mut impl Kv, block: &Block) -> Result<Vec<Event>, StoreE
     if let Some(prev) = prev {
         if now_window > prev {
             let key = keys::window(prev);
+            let calls = crate::sync::close_window(kv, prev, &params.hub_chain)?;
             if let Some(mut info) = kv.get(&key)?.and_then(|b| WindowInfo::decode(&b)) {
                 info.closed = true;
                 kv.put(key, info.encode());
@@ -184,6 +188,7 @@ pub fn begin_block(kv: &mut impl Kv, block: &Block) -> Result<Vec<Event>, StoreE
                         ("routes".into(), info.routes.to_string()),
                         ("requests".into(), info.totals.requests.to_string()),
                         ("amount".into(), info.totals.amount.to_string()),
+                        ("hub_calls".into(), calls.to_string()),
                     ],
                 });
             }
@@ -193,15 +198,95 @@ pub fn begin_block(kv: &mut impl Kv, block: &Block) -> Result<Vec<Event>, StoreE
         kv.put(keys::CUR_WINDOW.to_vec(), now_window.to_be_bytes().to_vec());
     }
     kv.put(keys::LAST_TIME.to_vec(), block.time.to_be_bytes().to_vec());
+    crate::sync::expire_partials(kv, block.height)?;
     Ok(events)
 }
 
 /// Runs one transaction in `block`. A rejected transaction changes nothing.
 pub fn deliver_tx(kv: &mut impl Kv, block: &Block, tx: &[u8]) -> TxResult {
-    match plan_tx(kv, block.time, tx) {
-        Ok(plan) => plan.apply(kv),
-        Err(r) => TxResult::rejected(r),
+    let result = match decode_tx(tx).map(|t| t.sum) {
+        Ok(Some(tx::Sum::SyncStart(s))) => crate::sync::apply_start(kv, block, &s),
+        Ok(Some(tx::Sum::Partials(p))) => {
+            chain_id(kv).and_then(|c| crate::sync::apply_partials(kv, block, &c, &p, false))
+        }
+        _ => plan_tx(kv, block.time, tx).map(|plan| plan.apply(kv)),
+    };
+    result.unwrap_or_else(TxResult::rejected)
+}
+
+/// True for transactions only a block proposer may add.
+pub fn is_system_tx(tx: &[u8]) -> bool {
+    matches!(
+        decode_tx(tx).map(|t| t.sum),
+        Ok(Some(tx::Sum::SyncStart(_) | tx::Sum::Partials(_)))
+    )
+}
+
+/// PrepareProposal's system transactions for `block`, computed on `sim`
+/// (committed state in a throwaway overlay): a sync start when one is due,
+/// then the new valid partials of `extensions`.
+pub fn prepare_system(
+    kv: &mut impl Kv,
+    block: &Block,
+    extensions: &[Vec<u8>],
+) -> Result<Vec<Vec<u8>>, Rejection> {
+    begin_block(kv, block)?;
+    let mut out = Vec::new();
+    if let Some(start) = crate::sync::next_sync_start(kv, block.time)? {
+        crate::sync::apply_start(kv, block, &start)?;
+        out.push(
+            Tx {
+                sum: Some(tx::Sum::SyncStart(start)),
+            }
+            .encode_to_vec(),
+        );
     }
+    let chain = chain_id(kv)?;
+    if let Some(p) = crate::sync::collect_partials(kv, &chain, extensions)? {
+        out.push(
+            Tx {
+                sum: Some(tx::Sum::Partials(p)),
+            }
+            .encode_to_vec(),
+        );
+    }
+    Ok(out)
+}
+
+/// ProcessProposal's check of a block's system transactions on `sim`:
+/// they come first, at most one sync start, each exactly what committed
+/// state allows, every partial valid and new. User transactions are not
+/// run. A block without system transactions passes.
+pub fn verify_system(kv: &mut impl Kv, block: &Block, txs: &[&[u8]]) -> Result<(), Rejection> {
+    begin_block(kv, block)?;
+    let chain = chain_id(kv)?;
+    let mut user_seen = false;
+    let mut starts = 0;
+    for (i, t) in txs.iter().enumerate() {
+        match decode_tx(t)?.sum {
+            Some(tx::Sum::SyncStart(s)) => {
+                starts += 1;
+                if user_seen || starts > 1 {
+                    return Err(Rejection::new(
+                        Code::BadSystemTx,
+                        format!("tx {i}: sync start out of place"),
+                    ));
+                }
+                crate::sync::apply_start(kv, block, &s)?;
+            }
+            Some(tx::Sum::Partials(p)) => {
+                if user_seen {
+                    return Err(Rejection::new(
+                        Code::BadSystemTx,
+                        format!("tx {i}: system tx after user txs"),
+                    ));
+                }
+                crate::sync::apply_partials(kv, block, &chain, &p, true)?;
+            }
+            _ => user_seen = true,
+        }
+    }
+    Ok(())
 }
 
 /// Checks a transaction against committed state for the mempool, using the
@@ -211,6 +296,12 @@ pub fn check_tx(kv: &impl KvRead, tx: &[u8]) -> TxResult {
         Ok(t) => t.unwrap_or(0),
         Err(r) => return TxResult::rejected(r),
     };
+    if is_system_tx(tx) {
+        return TxResult::rejected(Rejection::new(
+            Code::SystemTxFromMempool,
+            "system transactions are added by the block proposer, never through the mempool",
+        ));
+    }
     match plan_tx(kv, now, tx) {
         Ok(plan) => TxResult {
             code: Code::Ok,
@@ -262,6 +353,7 @@ fn plan_tx(kv: &impl KvRead, now: u64, bytes: &[u8]) -> Result<Plan, Rejection> 
     }
     match decode_tx(bytes)?.sum {
         Some(tx::Sum::Report(r)) => plan_report(kv, &params, now, &r),
+        Some(_) => Err(Rejection::new(Code::BadSystemTx, "not a usage report")),
         None => Err(Rejection::new(
             Code::MalformedTx,
             "transaction has no payload",

@@ -5,7 +5,7 @@
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Tx {
     /// What the transaction does.
-    #[prost(oneof = "tx::Sum", tags = "1")]
+    #[prost(oneof = "tx::Sum", tags = "1, 2, 3")]
     pub sum: Option<tx::Sum>,
 }
 
@@ -17,6 +17,12 @@ pub mod tx {
         /// A gateway's signed usage report.
         #[prost(message, tag = "1")]
         Report(super::SignedReport),
+        /// System: start a settlement attempt (proposer only).
+        #[prost(message, tag = "2")]
+        SyncStart(super::SyncTxStart),
+        /// System: partial signatures from the last commit's vote extensions.
+        #[prost(message, tag = "3")]
+        Partials(super::SubmitPartials),
     }
 }
 
@@ -138,4 +144,172 @@ impl Outcome {
         Outcome::Client,
         Outcome::Unknown,
     ];
+}
+
+/// System transaction: start an attempt to settle a batch on a hub chain.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct SyncTxStart {
+    /// Hub chain.
+    #[prost(string, tag = "1")]
+    pub chain: String,
+    /// The batch's nonce on that hub chain.
+    #[prost(uint64, tag = "2")]
+    pub batch_nonce: u64,
+    /// Hub call ids in the batch, ascending.
+    #[prost(uint64, repeated, tag = "3")]
+    pub call_ids: Vec<u64>,
+    /// The batch digest (see `docs/signing.md`).
+    #[prost(bytes = "vec", tag = "4")]
+    pub digest: Vec<u8>,
+}
+
+/// System transaction: partial signatures taken from vote extensions.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct SubmitPartials {
+    /// The partials.
+    #[prost(message, repeated, tag = "1")]
+    pub partials: Vec<PartialSig>,
+}
+
+/// What a validator puts in its vote extension.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct VoteExtension {
+    /// Partial signatures of messages the chain is waiting for.
+    #[prost(message, repeated, tag = "1")]
+    pub partials: Vec<PartialSig>,
+}
+
+/// One validator's BLS share signature of one message.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct PartialSig {
+    /// Signer's share index (1..=n).
+    #[prost(uint32, tag = "1")]
+    pub index: u32,
+    /// Message kind: 1 batch, 2 hub result, 3 hub block.
+    #[prost(uint32, tag = "2")]
+    pub kind: u32,
+    /// The 32-byte payload signed (a batch digest or a result digest).
+    #[prost(bytes = "vec", tag = "3")]
+    pub digest: Vec<u8>,
+    /// 96-byte compressed G2 signature.
+    #[prost(bytes = "vec", tag = "4")]
+    pub signature: Vec<u8>,
+    /// For hub results: the result itself, so the chain can act on it.
+    #[prost(message, optional, tag = "5")]
+    pub hub_result: Option<HubResult>,
+}
+
+/// A hub's answer to one settlement attempt, as validators observed it.
+#[derive(Clone, PartialEq, Eq, Hash, prost::Message)]
+pub struct HubResult {
+    /// Hub chain.
+    #[prost(string, tag = "1")]
+    pub chain: String,
+    /// Batch nonce.
+    #[prost(uint64, tag = "2")]
+    pub nonce: u64,
+    /// Attempt number the result is for.
+    #[prost(uint32, tag = "3")]
+    pub attempt: u32,
+    /// True: the hub shows the nonce settled. False: this attempt failed.
+    #[prost(bool, tag = "4")]
+    pub settled: bool,
+}
+
+/// A payment the hub must make (state).
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct HubCall {
+    /// Chain-unique id.
+    #[prost(uint64, tag = "1")]
+    pub id: u64,
+    /// Payer.
+    #[prost(string, tag = "2")]
+    pub user: String,
+    /// Payee.
+    #[prost(string, tag = "3")]
+    pub provider: String,
+    /// Credits.
+    #[prost(uint64, tag = "4")]
+    pub amount: u64,
+    /// Settlement window the payment comes from.
+    #[prost(uint64, tag = "5")]
+    pub window: u64,
+}
+
+/// A batch of hub calls (state).
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct BatchRecord {
+    /// Hub chain.
+    #[prost(string, tag = "1")]
+    pub chain: String,
+    /// Nonce, strictly increasing per hub chain from 1.
+    #[prost(uint64, tag = "2")]
+    pub nonce: u64,
+    /// Call ids, ascending.
+    #[prost(uint64, repeated, tag = "3")]
+    pub call_ids: Vec<u64>,
+    /// Batch digest.
+    #[prost(bytes = "vec", tag = "4")]
+    pub digest: Vec<u8>,
+    /// 0 pending signature, 1 signed, 2 settled.
+    #[prost(uint32, tag = "5")]
+    pub status: u32,
+    /// Group signature once signed.
+    #[prost(bytes = "vec", tag = "6")]
+    pub signature: Vec<u8>,
+    /// Height the batch was formed at.
+    #[prost(uint64, tag = "7")]
+    pub formed_height: u64,
+    /// Total credits moved.
+    #[prost(uint64, tag = "8")]
+    pub total: u64,
+}
+
+/// Per hub chain settlement state (`AsyncBatchState` and counters).
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct SyncState {
+    /// Block time the current attempt started, or was backdated to.
+    #[prost(uint64, tag = "1")]
+    pub last_sync: u64,
+    /// Current attempt number for the current batch (0: none).
+    #[prost(uint32, tag = "2")]
+    pub attempt: u32,
+    /// Attempts ever started.
+    #[prost(uint64, tag = "3")]
+    pub attempts_total: u64,
+    /// Attempts that ended in failure.
+    #[prost(uint64, tag = "4")]
+    pub failures: u64,
+    /// The last error, empty if none.
+    #[prost(string, tag = "5")]
+    pub last_error: String,
+    /// Nonce of the batch being settled (0: none).
+    #[prost(uint64, tag = "6")]
+    pub current_nonce: u64,
+    /// Nonce the next batch gets (starts at 1).
+    #[prost(uint64, tag = "7")]
+    pub next_nonce: u64,
+    /// Batches settled.
+    #[prost(uint64, tag = "8")]
+    pub settled_batches: u64,
+    /// Block time of the last result (0: none).
+    #[prost(uint64, tag = "9")]
+    pub last_result_at: u64,
+    /// The last attempt that ended in failure (its result is acted on once).
+    #[prost(uint32, tag = "10")]
+    pub failed_attempt: u32,
+}
+
+/// Bookkeeping of a message whose partials are being collected (state).
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct PendingMessage {
+    /// Message kind.
+    #[prost(uint32, tag = "1")]
+    pub kind: u32,
+    /// Height the first partial arrived.
+    #[prost(uint64, tag = "2")]
+    pub first_height: u64,
+    /// For hub results, the result.
+    #[prost(message, optional, tag = "3")]
+    pub hub_result: Option<HubResult>,
 }

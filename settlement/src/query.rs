@@ -13,6 +13,10 @@
 //! | `/balance/{user}` | `{"user", "balance"}` |
 //! | `/params` | the chain parameters |
 //! | `/gateways` | `{"gateways": [{"name", "pubkey"}]}` |
+//! | `/sync/{chain}` | the hub chain's sync state |
+//! | `/batch/{chain}/{nonce}` | a batch: calls, digest, status, group signature |
+//! | `/hubcalls/{chain}` | `{"calls": [...], "next_cursor"}`: pending hub calls |
+//! | `/dkg` | threshold, group key, public shares |
 
 use serde::Serialize;
 use serde_json::json;
@@ -23,6 +27,7 @@ use crate::ident;
 use crate::keys;
 use crate::machine::{self, WindowInfo};
 use crate::record::{Counters, RouteId, RouteRecordView, WindowView};
+use crate::sync;
 use crate::time::rfc3339;
 
 /// Default page size.
@@ -153,7 +158,7 @@ fn route_query(kv: &impl KvRead, full: &str) -> Result<serde_json::Value, Reject
             format!(
                 "unknown query path {path:?}; known: /sla/route/{{user}}/{{provider}}/{{model}}/{{route}}[/{{window}}], \
                  /sla/provider/{{provider}}[/{{window}}], /sla/user/{{user}}[/{{window}}], /windows, \
-                 /balance/{{user}}, /params, /gateways"
+                 /balance/{{user}}, /params, /gateways, /sync/{{chain}}, /batch/{{chain}}/{{nonce}}, /hubcalls/{{chain}}, /dkg"
             ),
         )
     };
@@ -257,6 +262,98 @@ fn route_query(kv: &impl KvRead, full: &str) -> Result<serde_json::Value, Reject
             no_params()?;
             ident::check_party("user", user).map_err(|e| bad(e.msg))?;
             Ok(json!({ "user": user, "balance": machine::balance(kv, user)? }))
+        }
+        ["sync", chain] => {
+            no_params()?;
+            let p = machine::params(kv)?;
+            let st = sync::sync_state(kv, chain)?;
+            let running = st.attempt > 0
+                && sync::is_running(&st, machine::get_u64(kv, keys::LAST_TIME)?.unwrap_or(0), &p);
+            let pending = sync::pending_calls(kv, chain, None, MAX_LIMIT)?.len();
+            Ok(json!({
+                "chain": chain,
+                "running": running,
+                "last_sync": st.last_sync,
+                "last_sync_time": rfc3339(st.last_sync),
+                "attempt": st.attempt,
+                "nonce": if st.current_nonce == 0 { None } else { Some(st.current_nonce) },
+                "next_nonce": st.next_nonce.max(1),
+                "attempts": st.attempts_total,
+                "failures": st.failures,
+                "settled_batches": st.settled_batches,
+                "last_error": if st.last_error.is_empty() { None } else { Some(st.last_error.clone()) },
+                "last_result_at": if st.last_result_at == 0 { None } else { Some(rfc3339(st.last_result_at)) },
+                "next_attempt_not_before": sync::next_attempt_not_before(&st, &p),
+                "pending_calls": pending,
+                "sync_window_secs": p.sync_window_secs,
+                "failure_backdate_secs": p.failure_backdate_secs,
+            }))
+        }
+        ["batch", chain, nonce] => {
+            no_params()?;
+            let n: u64 = nonce
+                .parse()
+                .map_err(|_| bad(format!("nonce must be an integer, got {nonce:?}")))?;
+            let b = sync::batch(kv, chain, n)?.ok_or_else(|| {
+                Rejection::new(Code::NotFound, format!("no batch {n} on {chain}"))
+            })?;
+            let mut calls = Vec::with_capacity(b.call_ids.len());
+            for id in &b.call_ids {
+                calls.push(match sync::hub_call(kv, *id)? {
+                    Some(c) => json!({"id": c.id, "user": c.user, "provider": c.provider, "amount": c.amount, "window": c.window}),
+                    None => json!({"id": id, "settled": true}),
+                });
+            }
+            let status = match b.status {
+                sync::BATCH_PENDING => "pending",
+                sync::BATCH_SIGNED => "signed",
+                _ => "settled",
+            };
+            Ok(json!({
+                "chain": b.chain, "nonce": b.nonce, "status": status,
+                "digest": hex::encode(&b.digest),
+                "signature": if b.signature.is_empty() { None } else { Some(hex::encode(&b.signature)) },
+                "formed_height": b.formed_height, "total": b.total, "calls": calls,
+            }))
+        }
+        ["hubcalls", chain] => {
+            let paging = parse_paging(qs)?;
+            let after = match &paging.cursor {
+                Some(c) => Some(u64::from_be_bytes(
+                    c.as_slice()
+                        .try_into()
+                        .map_err(|_| bad("cursor is not a hub call cursor"))?,
+                )),
+                None => None,
+            };
+            let mut calls = sync::pending_calls(kv, chain, after, paging.limit + 1)?;
+            let next = if calls.len() > paging.limit {
+                calls.truncate(paging.limit);
+                calls.last().map(|c| hex::encode(c.id.to_be_bytes()))
+            } else {
+                None
+            };
+            let calls: Vec<_> = calls
+                .iter()
+                .map(|c| json!({"id": c.id, "user": c.user, "provider": c.provider, "amount": c.amount, "window": c.window}))
+                .collect();
+            Ok(json!({"calls": calls, "next_cursor": next}))
+        }
+        ["dkg"] => {
+            no_params()?;
+            match sync::dkg(kv)? {
+                Some((d, _)) => Ok(json!({
+                    "threshold": d.threshold,
+                    "validators": d.public_shares.len(),
+                    "group_key": d.group_key,
+                    "public_shares": d.public_shares,
+                    "dst": String::from_utf8_lossy(crate::bls::DST),
+                })),
+                None => Err(Rejection::new(
+                    Code::NotFound,
+                    "this chain has no threshold key (no dkg in genesis)",
+                )),
+            }
         }
         ["params"] => {
             no_params()?;

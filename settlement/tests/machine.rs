@@ -117,7 +117,7 @@ fn every_malformed_input_has_its_code_and_changes_nothing() {
         .sum
     {
         Some(tx::Sum::Report(r)) => r,
-        None => unreachable!(),
+        _ => unreachable!(),
     };
     bad_sig.signature[0] ^= 1;
     let bad_sig = Tx {

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use anyhow::{bail, ensure, Context, Result};
 use bytes::Bytes;
 use tally_abci::TallyApp;
+use tally_settlement::bls::SecretShare;
 use tally_store::{Backend, MemBackend, RocksBackend};
 use tendermint_abci::Application;
 use tendermint_proto::google::protobuf::Timestamp;
@@ -38,6 +39,10 @@ pub struct Node {
     storage: Storage,
     /// Whether it takes part in blocks (a stopped node misses them).
     pub up: bool,
+    /// Its threshold key share, kept across restarts.
+    pub share: Option<SecretShare>,
+    /// Replaces its vote extension (a faulty validator), if set.
+    pub tamper: Option<fn(Vec<u8>) -> Vec<u8>>,
 }
 
 impl Node {
@@ -50,6 +55,8 @@ impl Node {
             app: TallyApp::new(backend)?,
             storage,
             up: true,
+            share: None,
+            tamper: None,
         })
     }
 }
@@ -156,6 +163,14 @@ impl Net {
         Ok(())
     }
 
+    /// Gives node `i` the threshold share `shares[i]`.
+    pub fn set_signers(&mut self, shares: Vec<SecretShare>) {
+        for (node, share) in self.nodes.iter_mut().zip(shares) {
+            node.app.set_signer(share.clone());
+            node.share = Some(share);
+        }
+    }
+
     /// Advances the clock by `secs`.
     pub fn advance(&mut self, secs: i64) {
         self.now += secs;
@@ -209,7 +224,7 @@ impl Net {
         // Precommits carry vote extensions; every other node verifies them.
         let mut extensions = Vec::new();
         for &i in &live {
-            let ext = self.nodes[i].app.extend_vote(RequestExtendVote {
+            let mut ext = self.nodes[i].app.extend_vote(RequestExtendVote {
                 hash: Bytes::new(),
                 height,
                 time: ts(time),
@@ -219,6 +234,9 @@ impl Net {
                 next_validators_hash: Bytes::new(),
                 proposer_address: address(proposer),
             });
+            if let Some(f) = self.nodes[i].tamper {
+                ext.vote_extension = Bytes::from(f(ext.vote_extension.to_vec()));
+            }
             for &j in &live {
                 if j == i {
                     continue;
@@ -236,12 +254,13 @@ impl Net {
                     "node{j} rejected node{i}'s vote extension at height {height}"
                 );
             }
+            let vote_extension = ext.vote_extension;
             extensions.push(ExtendedVoteInfo {
                 validator: Some(Validator {
                     address: address(i),
                     power: 10,
                 }),
-                vote_extension: ext.vote_extension,
+                vote_extension,
                 extension_signature: Bytes::new(),
                 block_id_flag: 2,
             });
@@ -296,10 +315,15 @@ impl Net {
             Storage::Memory(m) => Storage::Memory(Arc::new(m.snapshot())),
             Storage::Rocks(p) => Storage::Rocks(p.clone()),
         };
+        let share = self.nodes[i].share.clone();
         // Drop the old instance first: RocksDB allows one opener.
         let placeholder = Node::open(Storage::Memory(Arc::new(MemBackend::new())))?;
         drop(std::mem::replace(&mut self.nodes[i], placeholder));
         self.nodes[i] = Node::open(storage)?;
+        if let Some(s) = share {
+            self.nodes[i].app.set_signer(s.clone());
+            self.nodes[i].share = Some(s);
+        }
         let info = self.nodes[i].app.info(RequestInfo::default());
         let from = info.last_block_height;
         ensure!(from <= self.height, "node{i} is ahead of the network");

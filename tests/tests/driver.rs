@@ -123,7 +123,7 @@ fn decode_records(tx: &[u8]) -> Vec<UsageRecord> {
         Some(tx::Sum::Report(s)) => ReportUsage::decode(s.body.as_slice())
             .map(|r| r.records)
             .unwrap_or_default(),
-        None => Vec::new(),
+        _ => Vec::new(),
     }
 }
 

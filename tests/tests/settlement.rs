@@ -1,0 +1,228 @@
+//! The settlement timeline on four in-process validators with a
+//! controllable clock and a scripted stand-in for the relay's hand-in:
+//! window close -> SyncTxStart -> partials in vote extensions -> combined
+//! group signature; a failed result gives the ~60 s cooldown, a silent
+//! attempt expires after 360 s, and every call settles exactly once.
+
+use prost::Message;
+use tally_settlement::bls::{self, deal, Kind, PublicShares, SecretShare};
+use tally_settlement::proto::{HubResult, Outcome, UsageRecord, VoteExtension};
+use tally_settlement::Code;
+use tally_tests::driver::Net;
+use tally_tests::traffic::{gateway_key, Traffic};
+
+const CHAIN: &str = "tally-driver";
+const T0: i64 = 1_800_000_000; // a 60 s window boundary
+
+fn query(net: &Net, i: usize, path: &str) -> serde_json::Value {
+    let r = net.nodes[i].app.query_path(path);
+    assert_eq!(r.code, Code::Ok, "{path}: {}", r.log);
+    serde_json::from_slice(&r.value).expect("json")
+}
+
+fn setup() -> (Net, Traffic, PublicShares) {
+    let key = gateway_key(3);
+    let traffic = Traffic::new(5, key.clone(), CHAIN, [2, 2, 1, 1]);
+    let coeffs: Vec<[u8; 64]> = (0..3u8).map(|i| [i + 11; 64]).collect();
+    let (pubs, shares) = deal(4, 3, &coeffs).expect("deal");
+    let hexkey = |k: &blst::min_pk::PublicKey| hex::encode(k.compress());
+    let app_state = serde_json::json!({
+        "params": {"settlement_window_secs": 60, "hub_chain": "hub"},
+        "gateways": [{"name": "gw", "pubkey": hex::encode(key.verifying_key().to_bytes())}],
+        "balances": traffic.users.iter().map(|u| serde_json::json!({"user": u, "amount": 1_000_000})).collect::<Vec<_>>(),
+        "dkg": {
+            "threshold": 3,
+            "group_key": hexkey(&pubs.group),
+            "public_shares": pubs.shares.iter().map(hexkey).collect::<Vec<_>>(),
+        },
+    });
+    let mut net = Net::in_memory(4, CHAIN, T0).expect("net");
+    net.init(&app_state.to_string()).expect("init");
+    net.set_signers(shares);
+    (net, traffic, pubs)
+}
+
+/// Well-formed partials signed with a key that is not the validator's share.
+fn forge(ext: Vec<u8>) -> Vec<u8> {
+    let Ok(mut e) = VoteExtension::decode(ext.as_slice()) else {
+        return ext;
+    };
+    for p in &mut e.partials {
+        let fake = SecretShare::from_bytes(p.index, &[9u8; 32]).expect("scalar");
+        let kind = if p.kind == 1 {
+            Kind::Batch
+        } else {
+            Kind::HubResult
+        };
+        let d: [u8; 32] = p.digest.as_slice().try_into().expect("digest");
+        p.signature = fake
+            .sign(&bls::message(CHAIN, kind, &d))
+            .sig_bytes()
+            .to_vec();
+    }
+    e.encode_to_vec()
+}
+
+fn psig_keys(net: &Net, i: usize) -> usize {
+    net.nodes[i]
+        .app
+        .committed_state()
+        .scan(b"psig/", b"psig0", 1000)
+        .expect("scan")
+        .len()
+}
+
+use tally_store::KvRead;
+
+#[test]
+fn settlement_timeline_with_cooldown_expiry_and_faults() -> anyhow::Result<()> {
+    let (mut net, mut traffic, pubs) = setup();
+    // Validator 3 forges its partials; validator 2 will be down for a while.
+    net.nodes[3].tamper = Some(forge);
+
+    // Usage in window w0 with amounts.
+    let recs: Vec<UsageRecord> = traffic
+        .records(20, 9)
+        .into_iter()
+        .map(|mut r| {
+            r.outcome = Outcome::Ok as i32;
+            r.amount += 1;
+            r
+        })
+        .collect();
+    let total: u64 = recs.iter().map(|r| r.amount).sum();
+    let tx = traffic.report(recs, net.now as u64, 300);
+    net.block(vec![tx], 10)?;
+    let mut height_started = None;
+    while net.now <= T0 + 70 {
+        let out = net.block(vec![], 10)?;
+        if height_started.is_none() && query(&net, 0, "/sync/hub")["attempt"] == 1 {
+            height_started = Some(out.block.height);
+        }
+    }
+    let started = height_started.expect("a sync started after the window closed");
+    let b = query(&net, 1, "/batch/hub/1");
+    assert_eq!(
+        b["total"], total,
+        "the batch carries exactly the window's payments"
+    );
+    // Partials ride in the extensions of the SyncTxStart height and are
+    // combined in the next block: signed two blocks after the start at most.
+    assert_eq!(b["status"], "signed", "batch: {b}");
+    assert!(
+        net.height <= started + 2,
+        "signed at {} for start at {started}",
+        net.height
+    );
+    let sig = hex::decode(b["signature"].as_str().expect("sig"))?;
+    let digest: [u8; 32] = hex::decode(b["digest"].as_str().expect("digest"))?
+        .try_into()
+        .expect("32");
+    let sig = bls::parse_signature(&sig)?;
+    assert!(pubs.verify_group(&bls::message(CHAIN, Kind::Batch, &digest), &sig));
+    for i in 0..4 {
+        assert_eq!(
+            psig_keys(&net, i),
+            0,
+            "node{i}: partials deleted after combine"
+        );
+    }
+
+    // The hub reports attempt 1 failed at time T: cooldown of ~60 s.
+    let fail = HubResult {
+        chain: "hub".into(),
+        nonce: 1,
+        attempt: 1,
+        settled: false,
+    };
+    for i in 0..4 {
+        net.nodes[i].app.hand_in(fail.clone());
+    }
+    let mut t_fail = None;
+    for _ in 0..5 {
+        let out = net.block(vec![], 5)?;
+        if query(&net, 0, "/sync/hub")["failures"] == 1 {
+            t_fail = Some(out.block.time as u64);
+            break;
+        }
+    }
+    let t_fail = t_fail.expect("failure recorded");
+    let s = query(&net, 0, "/sync/hub");
+    assert_eq!(s["last_sync"], t_fail - 300);
+    assert!(s["last_error"]
+        .as_str()
+        .is_some_and(|e| e.contains("attempt 1")));
+    // No new attempt before T + 60; one in the first block after it.
+    net.stop(2); // a validator down: t of the rest still sign
+    while (net.now as u64) <= t_fail + 60 {
+        net.block(vec![], 7)?;
+        assert_eq!(
+            query(&net, 0, "/sync/hub")["attempt"],
+            1,
+            "no retry inside the cooldown"
+        );
+    }
+    let out = net.block(vec![], 7)?;
+    assert!(out.block.time as u64 > t_fail + 60);
+    let s = query(&net, 0, "/sync/hub");
+    assert_eq!(s["attempt"], 2, "retry right after the cooldown: {s}");
+    assert_eq!(s["nonce"], 1, "same batch, same nonce");
+    let start2 = s["last_sync"].as_u64().expect("last_sync");
+    net.restart(2)?;
+
+    // Attempt 2 gets no result at all: it expires after 360 s.
+    while (net.now as u64) <= start2 + 360 {
+        net.block(vec![], 20)?;
+        assert_eq!(query(&net, 0, "/sync/hub")["attempt"], 2);
+    }
+    net.block(vec![], 20)?;
+    assert_eq!(
+        query(&net, 0, "/sync/hub")["attempt"],
+        3,
+        "silent attempt expired and restarted"
+    );
+
+    // The hub shows nonce 1 settled: the sync ends, calls are paid once.
+    let ok = HubResult {
+        chain: "hub".into(),
+        nonce: 1,
+        attempt: 3,
+        settled: true,
+    };
+    for i in 0..4 {
+        net.nodes[i].app.hand_in(ok.clone());
+    }
+    for _ in 0..4 {
+        net.block(vec![], 5)?;
+    }
+    let s = query(&net, 2, "/sync/hub");
+    assert_eq!(s["settled_batches"], 1, "{s}");
+    assert_eq!(s["running"], false);
+    assert!(s["nonce"].is_null());
+    let b = query(&net, 2, "/batch/hub/1");
+    assert_eq!(b["status"], "settled");
+    assert!(b["calls"]
+        .as_array()
+        .expect("calls")
+        .iter()
+        .all(|c| c["settled"] == true));
+    assert!(query(&net, 0, "/hubcalls/hub")["calls"]
+        .as_array()
+        .expect("calls")
+        .is_empty());
+    // Nothing else is started: no second batch can hold these calls.
+    for _ in 0..10 {
+        net.block(vec![], 30)?;
+    }
+    assert_eq!(query(&net, 0, "/sync/hub")["attempts"], 3);
+    assert_eq!(
+        net.nodes[0].app.query_path("/batch/hub/2").code,
+        Code::NotFound
+    );
+    for i in 0..4 {
+        assert_eq!(psig_keys(&net, i), 0);
+    }
+    let heads = net.heads();
+    assert!(heads.iter().all(|h| h == &heads[0]), "{heads:?}");
+    Ok(())
+}
