@@ -9,6 +9,7 @@ NVAL="${TALLY_VALIDATORS:-4}"
 CHAIN_ID="${TALLY_CHAIN_ID:-tally-localnet}"
 TIMEOUT_COMMIT="${TALLY_TIMEOUT_COMMIT:-1s}"
 WINDOW_SECS="${TALLY_WINDOW_SECS:-60}"
+THRESHOLD="${TALLY_THRESHOLD:-$((2 * NVAL / 3 + 1))}"   # partial signatures needed
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tally-target}"
 TALLYD="${TALLYD:-$CARGO_TARGET_DIR/release/tallyd}"
 export PATH="$PATH:$(go env GOPATH 2>/dev/null || echo "$HOME/go")/bin:/usr/local/go/bin"

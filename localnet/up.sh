@@ -51,6 +51,8 @@ g0="$(node_home 0)"
 "$TALLYD" --home "$g0" genesis add-gateway --name demo-gateway --key "$LOCALNET_DIR/gateway.key"
 for u in alice bob carol; do "$TALLYD" --home "$g0" genesis fund --user "$u" --amount 1000000; done
 "$TALLYD" --home "$g0" genesis set-param settlement_window_secs "$WINDOW_SECS"
+# Threshold key for settlement batches: a dealer stands in for the DKG.
+"$TALLYD" dkg dealer --validators "$NVAL" --threshold "$THRESHOLD" --testnet-dir "$LOCALNET_DIR" >/dev/null
 sed -i "s/\"chain_id\": *\"[^\"]*\"/\"chain_id\": \"$CHAIN_ID\"/" "$g0/config/genesis.json"
 "$TALLYD" --home "$g0" genesis validate >/dev/null
 

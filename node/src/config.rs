@@ -37,6 +37,9 @@ pub struct AppConfig {
     pub log_format: String,
     /// A tracing filter, e.g. `info` or `tally=debug,info`.
     pub log_level: String,
+    /// This validator's threshold key share, relative to the home dir
+    /// unless absolute; a node without it does not sign.
+    pub bls_share: String,
 }
 
 impl Default for AppConfig {
@@ -46,6 +49,7 @@ impl Default for AppConfig {
             db_dir: "data/tally.db".into(),
             log_format: "text".into(),
             log_level: "info".into(),
+            bls_share: "config/bls_share.json".into(),
         }
     }
 }
@@ -93,8 +97,10 @@ impl AppConfig {
              # Log output: \"text\" or \"json\".\n\
              log_format = {:?}\n\
              # Log filter (tracing EnvFilter syntax), e.g. \"info\" or \"tally_abci=debug,info\".\n\
-             log_level = {:?}\n",
-            self.abci_listen, self.db_dir, self.log_format, self.log_level
+             log_level = {:?}\n\
+             # This validator's threshold BLS key share (from `tallyd dkg dealer`).\n\
+             bls_share = {:?}\n",
+            self.abci_listen, self.db_dir, self.log_format, self.log_level, self.bls_share
         );
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|source| ConfigError::Io {
@@ -103,6 +109,16 @@ impl AppConfig {
             })?;
         }
         std::fs::write(&path, body).map_err(|source| ConfigError::Io { path, source })
+    }
+
+    /// The share file, resolved against `home`.
+    pub fn share_path(&self, home: &Path) -> PathBuf {
+        let p = Path::new(&self.bls_share);
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            home.join(p)
+        }
     }
 
     /// The database directory, resolved against `home`.

@@ -2,6 +2,7 @@
 //! client and report building, shared by the binary and the tests.
 
 pub mod config;
+pub mod dealer;
 pub mod keyfile;
 pub mod records;
 pub mod rpc;

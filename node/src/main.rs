@@ -65,6 +65,33 @@ enum Command {
     /// Query a node.
     #[command(subcommand)]
     Query(QueryCmd),
+    /// Threshold key setup.
+    #[command(subcommand)]
+    Dkg(DkgCmd),
+}
+
+#[derive(Subcommand, Debug)]
+enum DkgCmd {
+    /// Localnet dealer: make a threshold key, write each validator's share to
+    /// <home>/config/bls_share.json and the group key and public shares into
+    /// the genesis app_state.
+    Dealer {
+        /// Number of validators (shares).
+        #[arg(long)]
+        validators: u32,
+        /// Shares needed to sign.
+        #[arg(long)]
+        threshold: u32,
+        /// Validator homes, in share order; default <testnet-dir>/node0.. .
+        #[arg(long, num_args = 1.., value_delimiter = ',')]
+        homes: Vec<PathBuf>,
+        /// Directory of `cometbft testnet` homes (node0, node1, ...).
+        #[arg(long)]
+        testnet_dir: Option<PathBuf>,
+        /// Genesis file to update; default the first home's config/genesis.json.
+        #[arg(long)]
+        genesis: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -195,6 +222,36 @@ enum QueryCmd {
         #[command(flatten)]
         node: NodeOpts,
     },
+    /// A hub chain's settlement sync state.
+    Sync {
+        #[arg(long, default_value = "hub")]
+        chain: String,
+        #[command(flatten)]
+        node: NodeOpts,
+    },
+    /// A settlement batch.
+    Batch {
+        #[arg(long, default_value = "hub")]
+        chain: String,
+        #[arg(long)]
+        nonce: u64,
+        #[command(flatten)]
+        node: NodeOpts,
+    },
+    /// Pending hub calls (not yet in a batch).
+    Hubcalls {
+        #[arg(long, default_value = "hub")]
+        chain: String,
+        #[command(flatten)]
+        page: PageOpts,
+        #[command(flatten)]
+        node: NodeOpts,
+    },
+    /// The validators' threshold key.
+    Dkg {
+        #[command(flatten)]
+        node: NodeOpts,
+    },
     /// Any query path, printed as JSON.
     Raw {
         path: String,
@@ -298,6 +355,13 @@ fn run(cli: Cli) -> Result<()> {
         Command::Genesis(g) => genesis(&home, g),
         Command::Tx(TxCmd::Report(r)) => report(&home, r),
         Command::Query(q) => query(q),
+        Command::Dkg(DkgCmd::Dealer {
+            validators,
+            threshold,
+            homes,
+            testnet_dir,
+            genesis,
+        }) => dealer(validators, threshold, homes, testnet_dir, genesis),
     }
 }
 
@@ -351,6 +415,19 @@ fn start(home: &Path, log_format: Option<String>, log_level: Option<String>) -> 
     let backend = tally_store::RocksBackend::open(&db_path)
         .with_context(|| format!("opening {}", db_path.display()))?;
     let app = tally_abci::TallyApp::new(Arc::new(backend))?;
+    let share_path = cfg.share_path(home);
+    if share_path.exists() {
+        let dkg = if genesis_path.exists() {
+            Genesis::parse(read_app_state(&genesis_path)?.to_string().as_bytes())?.dkg
+        } else {
+            None
+        };
+        let share = tally_node::dealer::load_share(&share_path, dkg.as_ref())?;
+        tracing::info!(index = share.index, file = %share_path.display(), "threshold signer enabled");
+        app.set_signer(share);
+    } else {
+        tracing::info!(file = %share_path.display(), "no threshold key share: this node does not sign");
+    }
     let last = app.last_commit();
     tracing::info!(
         home = %home.display(),
@@ -420,9 +497,10 @@ fn read_app_state(path: &Path) -> Result<Value> {
     Ok(doc.get("app_state").cloned().unwrap_or(Value::Null))
 }
 
-fn genesis(home: &Path, cmd: GenesisCmd) -> Result<()> {
-    let path = home.join("config").join("genesis.json");
-    let text = std::fs::read_to_string(&path).with_context(|| {
+/// Reads a genesis file's app_state, lets `f` change it, validates and
+/// writes it back (unless `f` returns false).
+fn update_genesis(path: &Path, f: impl FnOnce(&mut Genesis) -> Result<bool>) -> Result<()> {
+    let text = std::fs::read_to_string(path).with_context(|| {
         format!(
             "reading {} (create it with `cometbft init`)",
             path.display()
@@ -433,6 +511,53 @@ fn genesis(home: &Path, cmd: GenesisCmd) -> Result<()> {
     let app_state = doc.get("app_state").cloned().unwrap_or(Value::Null);
     let mut g = Genesis::parse(app_state.to_string().as_bytes())
         .with_context(|| format!("{}", path.display()))?;
+    if !f(&mut g)? {
+        return Ok(());
+    }
+    g.validate()?;
+    doc["app_state"] = serde_json::to_value(&g)?;
+    std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+fn dealer(
+    validators: u32,
+    threshold: u32,
+    homes: Vec<PathBuf>,
+    testnet_dir: Option<PathBuf>,
+    genesis: Option<PathBuf>,
+) -> Result<()> {
+    let homes = match (homes.is_empty(), testnet_dir) {
+        (false, None) => homes,
+        (true, Some(d)) => (0..validators)
+            .map(|i| d.join(format!("node{i}")))
+            .collect(),
+        _ => bail!("give either --homes H0,H1,... or --testnet-dir DIR"),
+    };
+    if homes.len() != validators as usize {
+        bail!("--validators {validators} but {} homes", homes.len());
+    }
+    let genesis = genesis.unwrap_or_else(|| homes[0].join("config").join("genesis.json"));
+    let dkg = tally_node::dealer::deal(&homes, threshold)?;
+    let group = dkg.group_key.clone();
+    update_genesis(&genesis, |g| {
+        g.dkg = Some(dkg);
+        Ok(true)
+    })?;
+    println!("dealt a {threshold}-of-{validators} key; group key {group}");
+    println!("genesis: {}", genesis.display());
+    for h in &homes {
+        println!("share:   {}", tally_node::dealer::share_path(h).display());
+    }
+    Ok(())
+}
+
+fn genesis(home: &Path, cmd: GenesisCmd) -> Result<()> {
+    let path = home.join("config").join("genesis.json");
+    update_genesis(&path, |g| genesis_edit(g, &path, home, cmd))
+}
+
+fn genesis_edit(g: &mut Genesis, path: &Path, home: &Path, cmd: GenesisCmd) -> Result<bool> {
     match cmd {
         GenesisCmd::AddGateway { name, pubkey, key } => {
             let pubkey = match (pubkey, key) {
@@ -469,14 +594,10 @@ fn genesis(home: &Path, cmd: GenesisCmd) -> Result<()> {
         GenesisCmd::Validate => {
             g.validate()?;
             println!("{}: app_state is valid", path.display());
-            return Ok(());
+            return Ok(false);
         }
     }
-    g.validate()?;
-    doc["app_state"] = serde_json::to_value(&g)?;
-    std::fs::write(&path, serde_json::to_string_pretty(&doc)? + "\n")
-        .with_context(|| format!("writing {}", path.display()))?;
-    Ok(())
+    Ok(true)
 }
 
 fn now_unix() -> u64 {
@@ -641,6 +762,16 @@ fn query(cmd: QueryCmd) -> Result<()> {
             Kind::Windows,
         ),
         QueryCmd::Gateways { node } => ("/gateways".into(), node, Kind::Gateways),
+        QueryCmd::Sync { chain, node } => (format!("/sync/{}", seg(&chain)), node, Kind::Flat),
+        QueryCmd::Batch { chain, nonce, node } => {
+            (format!("/batch/{}/{nonce}", seg(&chain)), node, Kind::Batch)
+        }
+        QueryCmd::Hubcalls { chain, page, node } => (
+            format!("/hubcalls/{}{}", seg(&chain), page.query_string()),
+            node,
+            Kind::Calls,
+        ),
+        QueryCmd::Dkg { node } => ("/dkg".into(), node, Kind::Flat),
         QueryCmd::Raw { path, node } => (path, node, Kind::Raw),
         QueryCmd::Status { node } => {
             let s = Rpc::new(&node.node).status()?;
@@ -708,6 +839,24 @@ fn query(cmd: QueryCmd) -> Result<()> {
                 )?;
             }
         }
+        Kind::Batch => {
+            let calls = v["calls"].as_array().cloned().unwrap_or_default();
+            let mut head = v.clone();
+            if let Some(o) = head.as_object_mut() {
+                o.remove("calls");
+            }
+            print_flat(&head);
+            print_calls(&mut out, &calls)?;
+        }
+        Kind::Calls => {
+            print_calls(
+                &mut out,
+                v["calls"].as_array().map(Vec::as_slice).unwrap_or(&[]),
+            )?;
+            if let Some(c) = v["next_cursor"].as_str() {
+                writeln!(out, "more: --cursor {c}")?;
+            }
+        }
         Kind::Flat | Kind::Raw => print_flat(&v),
     }
     Ok(())
@@ -715,12 +864,38 @@ fn query(cmd: QueryCmd) -> Result<()> {
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 enum Kind {
+    Batch,
+    Calls,
     Record,
     Records,
     Windows,
     Gateways,
     Flat,
     Raw,
+}
+
+fn print_calls(out: &mut impl Write, calls: &[Value]) -> Result<()> {
+    writeln!(
+        out,
+        "{:>8} {:<16} {:<16} {:>12} {:>10}",
+        "CALL", "USER", "PROVIDER", "AMOUNT", "WINDOW"
+    )?;
+    for c in calls {
+        if c["settled"] == true {
+            writeln!(out, "{:>8} (settled)", c["id"])?;
+        } else {
+            writeln!(
+                out,
+                "{:>8} {:<16} {:<16} {:>12} {:>10}",
+                c["id"],
+                c["user"].as_str().unwrap_or(""),
+                c["provider"].as_str().unwrap_or(""),
+                c["amount"],
+                c["window"]
+            )?;
+        }
+    }
+    Ok(())
 }
 
 fn print_flat(v: &Value) {

@@ -13,11 +13,13 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context, Result};
 use tally_node::records::build_report;
 use tally_node::rpc::Rpc;
+use tally_settlement::bls::{self, Kind, PublicShares};
 use tally_settlement::proto::{Outcome, UsageRecord};
 use tally_settlement::RouteRecordView;
-use tally_tests::localnet::Localnet;
+use tally_tests::localnet::{tallyd_path, Localnet};
 
 const PORT_BASE: u16 = 36656;
+const WINDOW_SECS: u64 = 10;
 
 fn now() -> u64 {
     std::time::SystemTime::now()
@@ -73,7 +75,7 @@ fn localnet_reports_queries_and_crash_recovery() -> Result<()> {
         eprintln!("TALLY_SKIP_E2E is set: skipping the CometBFT end-to-end test");
         return Ok(());
     }
-    let net = Localnet::start(4, PORT_BASE, "500ms", 60)?;
+    let net = Localnet::start(4, PORT_BASE, "500ms", WINDOW_SECS)?;
     let key = net.gateway_key()?;
     let chain_id = net.rpc(0).status()?.chain_id;
 
@@ -169,7 +171,52 @@ fn localnet_reports_queries_and_crash_recovery() -> Result<()> {
         }
     }
 
-    // 2. Load, and a validator killed with SIGKILL under it.
+    // 2. The window closes: its payments become a batch that t validators
+    //    sign through real vote extensions, visible with `tallyd query batch`.
+    let start = Instant::now();
+    let batch = loop {
+        let out = std::process::Command::new(tallyd_path()?)
+            .args([
+                "query", "batch", "--chain", "hub", "--nonce", "1", "--output", "json", "--node",
+            ])
+            .arg(net.rpc_url(2))
+            .output()?;
+        if out.status.success() {
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+            if v["status"] != "pending" {
+                break v;
+            }
+        }
+        ensure!(
+            start.elapsed() < Duration::from_secs(WINDOW_SECS * 3 + 30),
+            "no signed batch after {:?}\n{}",
+            start.elapsed(),
+            net.logs_tail()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    let dkg: serde_json::Value = serde_json::from_slice(&net.rpc(0).abci_query("/dkg")?.value)?;
+    let group = bls::parse_public_key(&hex::decode(dkg["group_key"].as_str().unwrap_or(""))?)?;
+    let pubs = PublicShares {
+        threshold: 3,
+        group,
+        shares: Vec::new(),
+    };
+    let digest: [u8; 32] = hex::decode(batch["digest"].as_str().unwrap_or(""))?
+        .try_into()
+        .map_err(|_| anyhow::anyhow!("digest is not 32 bytes"))?;
+    let sig = bls::parse_signature(&hex::decode(batch["signature"].as_str().unwrap_or(""))?)?;
+    ensure!(
+        pubs.verify_group(&bls::message(&chain_id, Kind::Batch, &digest), &sig),
+        "batch signature does not verify against the group key: {batch}"
+    );
+    ensure!(
+        batch["total"] == 39,
+        "batch total {} (13 records x 3 credits)",
+        batch["total"]
+    );
+
+    // 3. Load, and a validator killed with SIGKILL under it.
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
     let loader = {

@@ -1,0 +1,154 @@
+//! The localnet dealer: one party generates the threshold key and hands
+//! each validator its share. Stands in for the on-chain DKG; the chain only
+//! sees the genesis `dkg` entry and each node only its share file.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use tally_settlement::bls::{self, SecretShare};
+use tally_settlement::DkgGenesis;
+
+/// Errors of the dealer and of share files.
+#[derive(Debug, thiserror::Error)]
+pub enum DealerError {
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Bad arguments or file contents.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// What `<home>/config/bls_share.json` holds.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShareFile {
+    /// Share index, 1..=n.
+    pub index: u32,
+    /// Hex 32-byte big-endian secret scalar.
+    pub secret: String,
+    /// Hex compressed G1 public key of this share.
+    pub public_share: String,
+    /// Hex compressed G1 group key.
+    pub group_key: String,
+    /// Threshold.
+    pub threshold: u32,
+}
+
+/// Deals a fresh `threshold`-of-`homes.len()` key: writes each home's share
+/// file and returns the genesis entry.
+pub fn deal(homes: &[PathBuf], threshold: u32) -> Result<DkgGenesis, DealerError> {
+    let n = u32::try_from(homes.len())
+        .map_err(|_| DealerError::Invalid("too many validators".into()))?;
+    if n == 0 || threshold == 0 || threshold > n {
+        return Err(DealerError::Invalid(format!(
+            "threshold must be 1..={n} for {n} validators, got {threshold}"
+        )));
+    }
+    let randomness: Vec<[u8; 64]> = (0..threshold)
+        .map(|_| {
+            let mut b = [0u8; 64];
+            rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut b);
+            b
+        })
+        .collect();
+    let (pubs, shares) =
+        bls::deal(n, threshold, &randomness).map_err(|e| DealerError::Invalid(e.to_string()))?;
+    let group_key = hex::encode(pubs.group.compress());
+    for (home, share) in homes.iter().zip(&shares) {
+        let file = ShareFile {
+            index: share.index,
+            secret: hex::encode(share.to_bytes()),
+            public_share: hex::encode(share.public().compress()),
+            group_key: group_key.clone(),
+            threshold,
+        };
+        write_share(&share_path(home), &file)?;
+    }
+    Ok(DkgGenesis {
+        threshold,
+        group_key,
+        public_shares: pubs
+            .shares
+            .iter()
+            .map(|k| hex::encode(k.compress()))
+            .collect(),
+    })
+}
+
+/// `<home>/config/bls_share.json`.
+pub fn share_path(home: &Path) -> PathBuf {
+    home.join("config").join("bls_share.json")
+}
+
+fn write_share(path: &Path, file: &ShareFile) -> Result<(), DealerError> {
+    let io = |source| DealerError::Io {
+        path: path.into(),
+        source,
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(io)?;
+    }
+    let text =
+        serde_json::to_string_pretty(file).map_err(|e| DealerError::Invalid(e.to_string()))?;
+    std::fs::write(path, text + "\n").map_err(io)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(io)?;
+    }
+    Ok(())
+}
+
+/// Loads a share file; checks the secret matches its public share and, if
+/// given, the genesis entry.
+pub fn load_share(path: &Path, genesis: Option<&DkgGenesis>) -> Result<SecretShare, DealerError> {
+    let text = std::fs::read_to_string(path).map_err(|source| DealerError::Io {
+        path: path.into(),
+        source,
+    })?;
+    let bad = |m: String| DealerError::Invalid(format!("{}: {m}", path.display()));
+    let f: ShareFile = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+    let secret = hex::decode(&f.secret).map_err(|_| bad("secret is not hex".into()))?;
+    let share = SecretShare::from_bytes(f.index, &secret).map_err(|e| bad(e.to_string()))?;
+    let public = hex::encode(share.public().compress());
+    if public != f.public_share {
+        return Err(bad("public_share does not match secret".into()));
+    }
+    if let Some(g) = genesis {
+        let want = g.public_shares.get(f.index as usize - 1);
+        if want != Some(&public) || g.group_key != f.group_key {
+            return Err(bad(format!(
+                "share {} does not belong to the genesis threshold key",
+                f.index
+            )));
+        }
+    }
+    Ok(share)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dealt_shares_load_and_match_genesis() {
+        let dir = tempfile::tempdir().unwrap();
+        let homes: Vec<PathBuf> = (0..4)
+            .map(|i| dir.path().join(format!("node{i}")))
+            .collect();
+        let g = deal(&homes, 3).unwrap();
+        assert_eq!(g.public_shares.len(), 4);
+        for h in &homes {
+            load_share(&share_path(h), Some(&g)).unwrap();
+        }
+        let other = deal(&homes[..2], 2).unwrap();
+        assert!(load_share(&share_path(&homes[3]), Some(&other)).is_err());
+        assert!(deal(&homes, 5).is_err());
+    }
+}
