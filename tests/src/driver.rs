@@ -99,6 +99,7 @@ pub struct Net {
     /// App hash after each height (index = height - 1).
     pub hashes: Vec<Vec<u8>>,
     last_extensions: Vec<ExtendedVoteInfo>,
+    genesis: (i64, String),
 }
 
 fn ts(secs: i64) -> Option<Timestamp> {
@@ -138,16 +139,27 @@ impl Net {
             blocks: Vec::new(),
             hashes: Vec::new(),
             last_extensions: Vec::new(),
+            genesis: (now, String::new()),
         }
     }
 
     /// Runs Info and InitChain on every node with `app_state` JSON.
     pub fn init(&mut self, app_state: &str) -> Result<()> {
-        for (i, node) in self.nodes.iter().enumerate() {
+        self.genesis = (self.now, app_state.to_string());
+        for i in 0..self.nodes.len() {
+            self.init_node(i)?;
+        }
+        Ok(())
+    }
+
+    fn init_node(&self, i: usize) -> Result<()> {
+        let (time, app_state) = &self.genesis;
+        {
+            let node = &self.nodes[i];
             let info = node.app.info(RequestInfo::default());
             ensure!(info.last_block_height == 0, "node{i} is not fresh");
             let r = node.app.init_chain(RequestInitChain {
-                time: ts(self.now),
+                time: ts(*time),
                 chain_id: self.chain_id.clone(),
                 consensus_params: None,
                 validators: Vec::new(),
@@ -183,6 +195,26 @@ impl Net {
     /// Runs one height with `txs` offered by the proposer's mempool; the
     /// clock then moves by `step` seconds.
     pub fn block(&mut self, txs: Vec<Vec<u8>>, step: i64) -> Result<Outcome> {
+        self.block_inner(txs, step, None)
+    }
+
+    /// Like [`Net::block`], but node `crash` dies after its FinalizeBlock
+    /// and before its Commit, restarts from its files and replays the block.
+    pub fn block_crashing(
+        &mut self,
+        txs: Vec<Vec<u8>>,
+        step: i64,
+        crash: usize,
+    ) -> Result<Outcome> {
+        self.block_inner(txs, step, Some(crash))
+    }
+
+    fn block_inner(
+        &mut self,
+        txs: Vec<Vec<u8>>,
+        step: i64,
+        crash: Option<usize>,
+    ) -> Result<Outcome> {
         let height = self.height + 1;
         let time = self.now;
         let live: Vec<usize> = self.live().map(|(i, _)| i).collect();
@@ -287,7 +319,9 @@ impl Net {
             }
         }
         for &i in &live {
-            self.nodes[i].app.commit();
+            if Some(i) != crash {
+                self.nodes[i].app.commit();
+            }
         }
         let first = first.context("no live node")?;
         self.height = height;
@@ -295,6 +329,9 @@ impl Net {
         self.last_extensions = extensions;
         self.blocks.push(decided.clone());
         self.hashes.push(first.app_hash.to_vec());
+        if let Some(i) = crash {
+            self.restart(i)?;
+        }
         Ok(Outcome {
             block: decided,
             app_hash: first.app_hash.to_vec(),
@@ -327,6 +364,10 @@ impl Net {
         let info = self.nodes[i].app.info(RequestInfo::default());
         let from = info.last_block_height;
         ensure!(from <= self.height, "node{i} is ahead of the network");
+        if from == 0 {
+            // Nothing committed yet: CometBFT runs InitChain again.
+            self.init_node(i)?;
+        }
         if from > 0 {
             ensure!(
                 info.last_block_app_hash.as_ref() == self.hashes[from as usize - 1].as_slice(),

@@ -20,14 +20,22 @@ fn query(net: &Net, i: usize, path: &str) -> serde_json::Value {
     serde_json::from_slice(&r.value).expect("json")
 }
 
-fn setup() -> (Net, Traffic, PublicShares) {
+fn setup() -> (Net, Traffic, PublicShares, tempfile::TempDir) {
+    setup_with(serde_json::json!({}))
+}
+
+fn setup_with(extra_params: serde_json::Value) -> (Net, Traffic, PublicShares, tempfile::TempDir) {
     let key = gateway_key(3);
     let traffic = Traffic::new(5, key.clone(), CHAIN, [2, 2, 1, 1]);
     let coeffs: Vec<[u8; 64]> = (0..3u8).map(|i| [i + 11; 64]).collect();
     let (pubs, shares) = deal(4, 3, &coeffs).expect("deal");
     let hexkey = |k: &blst::min_pk::PublicKey| hex::encode(k.compress());
+    let mut params = serde_json::json!({"settlement_window_secs": 60, "hub_chain": "hub"});
+    for (k, v) in extra_params.as_object().cloned().unwrap_or_default() {
+        params[k] = v;
+    }
     let app_state = serde_json::json!({
-        "params": {"settlement_window_secs": 60, "hub_chain": "hub"},
+        "params": params,
         "gateways": [{"name": "gw", "pubkey": hex::encode(key.verifying_key().to_bytes())}],
         "balances": traffic.users.iter().map(|u| serde_json::json!({"user": u, "amount": 1_000_000})).collect::<Vec<_>>(),
         "dkg": {
@@ -36,10 +44,11 @@ fn setup() -> (Net, Traffic, PublicShares) {
             "public_shares": pubs.shares.iter().map(hexkey).collect::<Vec<_>>(),
         },
     });
-    let mut net = Net::in_memory(4, CHAIN, T0).expect("net");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut net = Net::on_rocksdb(4, dir.path(), CHAIN, T0).expect("net");
     net.init(&app_state.to_string()).expect("init");
     net.set_signers(shares);
-    (net, traffic, pubs)
+    (net, traffic, pubs, dir)
 }
 
 /// Well-formed partials signed with a key that is not the validator's share.
@@ -63,6 +72,7 @@ fn forge(ext: Vec<u8>) -> Vec<u8> {
     e.encode_to_vec()
 }
 
+/// Partial-signature keys left in node `i`'s RocksDB (read from the store).
 fn psig_keys(net: &Net, i: usize) -> usize {
     net.nodes[i]
         .app
@@ -76,7 +86,7 @@ use tally_store::KvRead;
 
 #[test]
 fn settlement_timeline_with_cooldown_expiry_and_faults() -> anyhow::Result<()> {
-    let (mut net, mut traffic, pubs) = setup();
+    let (mut net, mut traffic, pubs, _dir) = setup();
     // Validator 3 forges its partials; validator 2 will be down for a while.
     net.nodes[3].tamper = Some(forge);
 
@@ -224,5 +234,127 @@ fn settlement_timeline_with_cooldown_expiry_and_faults() -> anyhow::Result<()> {
     }
     let heads = net.heads();
     assert!(heads.iter().all(|h| h == &heads[0]), "{heads:?}");
+    Ok(())
+}
+
+/// Several windows, small batches, a relay stand-in that reports every
+/// signed batch settled, and a node crashing between FinalizeBlock and
+/// Commit in every block: each call lands in exactly one batch and is
+/// settled once; credits moved equal the usage charged.
+#[test]
+fn every_call_settles_exactly_once_across_crashes() -> anyhow::Result<()> {
+    let (mut net, mut traffic, _pubs, _dir) = setup_with(serde_json::json!({"max_batch_calls": 2}));
+    let mut charged = 0u64;
+    let mut h = 0u64;
+    while net.now < T0 + 400 {
+        h += 1;
+        let mut txs = Vec::new();
+        if net.now < T0 + 200 && h % 3 == 0 {
+            let recs: Vec<UsageRecord> = traffic.records(5, 7);
+            charged += recs.iter().map(|r| r.amount).sum::<u64>();
+            txs.push(traffic.report(recs, net.now as u64, 300));
+        }
+        // The relay stand-in: a signed batch is reported settled.
+        let s = query(&net, 0, "/sync/hub");
+        if let Some(nonce) = s["nonce"].as_u64() {
+            if query(&net, 0, &format!("/batch/hub/{nonce}"))["status"] == "signed" {
+                let r = HubResult {
+                    chain: "hub".into(),
+                    nonce,
+                    attempt: s["attempt"].as_u64().unwrap_or(0) as u32,
+                    settled: true,
+                };
+                for n in &net.nodes {
+                    n.app.hand_in(r.clone());
+                }
+            }
+        }
+        let out = net.block_crashing(txs, 4, (h % 4) as usize)?;
+        assert!(
+            out.tx_results.iter().all(|r| r.code == 0),
+            "{:?}",
+            out.tx_results
+        );
+    }
+    let mut ids = std::collections::BTreeSet::new();
+    let mut moved = 0u64;
+    let mut nonce = 1;
+    loop {
+        let r = net.nodes[1].app.query_path(&format!("/batch/hub/{nonce}"));
+        if r.code == Code::NotFound {
+            break;
+        }
+        let b: serde_json::Value = serde_json::from_slice(&r.value)?;
+        assert_eq!(b["status"], "settled", "{b}");
+        for c in b["calls"].as_array().expect("calls") {
+            assert!(
+                ids.insert(c["id"].as_u64().expect("id")),
+                "call in two batches: {c}"
+            );
+        }
+        moved += b["total"].as_u64().expect("total");
+        nonce += 1;
+    }
+    assert!(nonce > 3, "expected several batches, got {}", nonce - 1);
+    assert_eq!(
+        ids.len() as u64,
+        *ids.iter().max().expect("calls"),
+        "call ids 1..=n, none missing"
+    );
+    assert_eq!(moved, charged, "every charged credit settled exactly once");
+    assert!(query(&net, 0, "/hubcalls/hub")["calls"]
+        .as_array()
+        .expect("calls")
+        .is_empty());
+    for i in 0..4 {
+        assert_eq!(psig_keys(&net, i), 0);
+    }
+    Ok(())
+}
+
+/// Partials that never reach the threshold expire and are range-deleted;
+/// once enough signers are back the batch is signed.
+#[test]
+fn partials_below_threshold_expire() -> anyhow::Result<()> {
+    let (mut net, mut traffic, _pubs, _dir) =
+        setup_with(serde_json::json!({"partial_expiry_blocks": 4}));
+    net.nodes[3].tamper = Some(forge);
+    let recs: Vec<UsageRecord> = traffic
+        .records(4, 5)
+        .into_iter()
+        .map(|mut r| {
+            r.amount = 2;
+            r
+        })
+        .collect();
+    net.block(vec![traffic.report(recs, net.now as u64, 300)], 1)?;
+    net.stop(2);
+    // Two honest signers of four, threshold three: stored, never combined,
+    // deleted when they expire (then signed again, since the batch still
+    // waits).
+    let mut seen = 0;
+    let mut expired = 0;
+    let mut last = 0;
+    while net.now <= T0 + 160 {
+        net.block(vec![], 5)?;
+        let now = psig_keys(&net, 0);
+        seen = seen.max(now);
+        if last == 2 && now == 0 {
+            expired += 1;
+        }
+        last = now;
+        let b = net.nodes[0].app.query_path("/batch/hub/1");
+        assert!(
+            b.code == Code::NotFound || !String::from_utf8_lossy(&b.value).contains("\"signed\"")
+        );
+    }
+    assert_eq!(seen, 2, "two partials were stored while waiting");
+    assert!(expired >= 2, "partials expired {expired} times");
+    net.restart(2)?;
+    for _ in 0..3 {
+        net.block(vec![], 5)?;
+    }
+    assert_eq!(query(&net, 0, "/batch/hub/1")["status"], "signed");
+    assert_eq!(psig_keys(&net, 0), 0);
     Ok(())
 }
