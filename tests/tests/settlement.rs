@@ -249,7 +249,7 @@ fn every_call_settles_exactly_once_across_crashes() -> anyhow::Result<()> {
     while net.now < T0 + 400 {
         h += 1;
         let mut txs = Vec::new();
-        if net.now < T0 + 200 && h % 3 == 0 {
+        if net.now < T0 + 200 && h.is_multiple_of(3) {
             let recs: Vec<UsageRecord> = traffic.records(5, 7);
             charged += recs.iter().map(|r| r.amount).sum::<u64>();
             txs.push(traffic.report(recs, net.now as u64, 300));
