@@ -331,7 +331,25 @@ impl Application for TallyApp {
                 );
                 ProposalStatus::Reject
             }
-            None => ProposalStatus::Accept,
+            None => {
+                let block = Block {
+                    height: req.height.max(0) as u64,
+                    time: block_time(req.time.as_ref()),
+                };
+                let txs: Vec<&[u8]> = req.txs.iter().map(|t| t.as_ref()).collect();
+                let verdict = self
+                    .committed_pending()
+                    .map_err(settlement::Rejection::from)
+                    .and_then(|mut sim| settlement::verify_system(&mut sim, &block, &txs));
+                match verdict {
+                    Ok(()) => ProposalStatus::Accept,
+                    Err(e) if e.code == Code::Internal => fatal_store_error(block.height, &e.msg),
+                    Err(e) => {
+                        warn!(height = req.height, error = %e, "rejecting proposal: invalid system transaction");
+                        ProposalStatus::Reject
+                    }
+                }
+            }
         };
         ResponseProcessProposal {
             status: status as i32,

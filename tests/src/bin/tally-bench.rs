@@ -7,6 +7,10 @@
 //! percentiles and peak memory (VmHWM).
 //! `bls`: threshold combine + verify at n = 4, 16, 67, 100 (t = 2n/3 + 1),
 //! and batch verification of 67 partials against one-by-one.
+//! `range`: deleting 100 and 10,000 partials by RocksDB range delete
+//! against scan-and-delete.
+//! `proposal`: PrepareProposal and ProcessProposal latency with a full
+//! batch (100 hub calls) and with 67 validators' partials to verify.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -167,6 +171,207 @@ fn bls_bench() -> Result<()> {
     Ok(())
 }
 
+fn range_bench() -> Result<()> {
+    use tally_store::{Backend, Kv, KvRead, Pending};
+    println!("deleting partials from RocksDB (psig/<digest>/<index>), one commit each");
+    for n in [100u32, 10_000] {
+        let mut row = Vec::new();
+        for by_range in [true, false] {
+            let dir = tempfile::tempdir()?;
+            let backend: Arc<dyn Backend> = Arc::new(RocksBackend::open(dir.path())?);
+            let mut p = Pending::open(backend.clone())?;
+            let prefix = b"psig/0123456789abcdef0123456789abcdef/".to_vec();
+            for i in 0..n {
+                let mut k = prefix.clone();
+                k.extend_from_slice(&i.to_be_bytes());
+                p.put(k, vec![7u8; 96]);
+            }
+            p.commit(1)?;
+            let t0 = Instant::now();
+            if by_range {
+                p.delete_prefix(&prefix);
+            } else {
+                for (k, _) in p.scan_prefix(&prefix, usize::MAX)? {
+                    p.delete(k);
+                }
+            }
+            p.commit(2)?;
+            let ms = t0.elapsed().as_secs_f64() * 1e3;
+            let t1 = Instant::now();
+            let left = backend.scan_prefix(&prefix, 10)?.len();
+            let scan_after = t1.elapsed().as_secs_f64() * 1e3;
+            anyhow::ensure!(left == 0, "partials left after delete");
+            row.push((ms, scan_after));
+        }
+        println!(
+            "  {n:>6} partials: range delete {:>8.3} ms (prefix scan after {:.3} ms) | scan-and-delete {:>8.3} ms (scan after {:.3} ms)",
+            row[0].0, row[0].1, row[1].0, row[1].1
+        );
+    }
+    Ok(())
+}
+
+fn proposal_bench() -> Result<()> {
+    use rand::RngCore;
+    use tally_settlement::bls::deal;
+    use tally_settlement::proto::{tx, Outcome, SyncTxStart, UsageRecord};
+    use tendermint_proto::v0_38::abci::{
+        response_process_proposal::ProposalStatus, ExtendedCommitInfo, ExtendedVoteInfo,
+        RequestPrepareProposal, RequestProcessProposal,
+    };
+    const CHAIN: &str = "tally-bench";
+    const T0: i64 = 1_800_000_000;
+    let (n, t) = (67u32, 45u32);
+    let mut rng = rand::thread_rng();
+    let coeffs: Vec<[u8; 64]> = (0..t)
+        .map(|_| {
+            let mut b = [0u8; 64];
+            rng.fill_bytes(&mut b);
+            b
+        })
+        .collect();
+    let (pubs, shares) = deal(n, t, &coeffs)?;
+    let key = gateway_key(4);
+    let mut traffic = Traffic::new(2, key.clone(), CHAIN, [10, 10, 1, 1]);
+    let mut state: serde_json::Value =
+        serde_json::from_str(&app_state(&key, &traffic.users, 1 << 40, 60))?;
+    let hexkey = |k: &blst::min_pk::PublicKey| hex::encode(k.compress());
+    state["dkg"] = serde_json::json!({
+        "threshold": t,
+        "group_key": hexkey(&pubs.group),
+        "public_shares": pubs.shares.iter().map(hexkey).collect::<Vec<_>>(),
+    });
+    let dir = tempfile::tempdir()?;
+    let app = TallyApp::new(Arc::new(RocksBackend::open(dir.path())?))?;
+    app.init_chain(RequestInitChain {
+        time: Some(Timestamp {
+            seconds: T0,
+            nanos: 0,
+        }),
+        chain_id: CHAIN.into(),
+        app_state_bytes: Bytes::from(state.to_string()),
+        initial_height: 1,
+        ..Default::default()
+    });
+    let ts = |s: i64| {
+        Some(Timestamp {
+            seconds: s,
+            nanos: 0,
+        })
+    };
+    // 100 (user, provider) pairs with payments -> 100 hub calls at window close.
+    let mut recs = Vec::new();
+    for u in &traffic.users {
+        for p in &traffic.providers {
+            recs.push(UsageRecord {
+                user: u.clone(),
+                provider: p.clone(),
+                model: "m".into(),
+                route: "r".into(),
+                outcome: Outcome::Ok as i32,
+                units: 1,
+                amount: 5,
+            });
+        }
+    }
+    let report = Bytes::from(traffic.report(recs, T0 as u64, 300));
+    app.finalize_block(RequestFinalizeBlock {
+        txs: vec![report],
+        height: 1,
+        time: ts(T0),
+        ..Default::default()
+    });
+    app.commit();
+    let (h, time) = (2i64, T0 + 61);
+    let prep_req = |ext: Vec<ExtendedVoteInfo>, h: i64, time: i64| RequestPrepareProposal {
+        max_tx_bytes: 4 << 20,
+        local_last_commit: Some(ExtendedCommitInfo {
+            round: 0,
+            votes: ext,
+        }),
+        height: h,
+        time: ts(time),
+        ..Default::default()
+    };
+    let reps = 20;
+    let t0 = Instant::now();
+    let mut prep = Default::default();
+    for _ in 0..reps {
+        prep = app.prepare_proposal(prep_req(Vec::new(), h, time));
+    }
+    let prep_ms = t0.elapsed().as_secs_f64() * 1e3 / reps as f64;
+    let start: SyncTxStart = prep
+        .txs
+        .iter()
+        .find_map(|t| match tally_settlement::decode_tx(t).ok()?.sum {
+            Some(tx::Sum::SyncStart(s)) => Some(s),
+            _ => None,
+        })
+        .ok_or_else(|| anyhow::anyhow!("no SyncTxStart proposed"))?;
+    anyhow::ensure!(
+        start.call_ids.len() == 100,
+        "batch has {} calls",
+        start.call_ids.len()
+    );
+    let t0 = Instant::now();
+    for _ in 0..reps {
+        let r = app.process_proposal(RequestProcessProposal {
+            txs: prep.txs.clone(),
+            height: h,
+            time: ts(time),
+            ..Default::default()
+        });
+        anyhow::ensure!(
+            r.status == ProposalStatus::Accept as i32,
+            "own proposal rejected"
+        );
+    }
+    let proc_ms = t0.elapsed().as_secs_f64() * 1e3 / reps as f64;
+    println!("PrepareProposal / ProcessProposal, {n} validators (t = {t}), RocksDB state");
+    println!("  with a full batch (SyncTxStart of 100 hub calls): prepare {prep_ms:.2} ms, process {proc_ms:.2} ms");
+    app.finalize_block(RequestFinalizeBlock {
+        txs: prep.txs.clone(),
+        height: h,
+        time: ts(time),
+        ..Default::default()
+    });
+    app.commit();
+    // Every validator's extension: a partial over the batch digest.
+    let backend = tally_abci::read_committed(&app);
+    let exts: Vec<ExtendedVoteInfo> = shares
+        .iter()
+        .map(|s| {
+            let e =
+                tally_settlement::sync::extension(&backend, CHAIN, s, &[], &[]).unwrap_or_default();
+            ExtendedVoteInfo {
+                vote_extension: prost::Message::encode_to_vec(&e).into(),
+                ..Default::default()
+            }
+        })
+        .collect();
+    let t0 = Instant::now();
+    for _ in 0..reps {
+        prep = app.prepare_proposal(prep_req(exts.clone(), h + 1, time + 1));
+    }
+    let prep_ms = t0.elapsed().as_secs_f64() * 1e3 / reps as f64;
+    let t0 = Instant::now();
+    for _ in 0..reps {
+        let r = app.process_proposal(RequestProcessProposal {
+            txs: prep.txs.clone(),
+            height: h + 1,
+            time: ts(time + 1),
+            ..Default::default()
+        });
+        anyhow::ensure!(
+            r.status == ProposalStatus::Accept as i32,
+            "own proposal rejected"
+        );
+    }
+    let proc_ms = t0.elapsed().as_secs_f64() * 1e3 / reps as f64;
+    println!("  with {n} partials to verify and combine: prepare {prep_ms:.2} ms, process {proc_ms:.2} ms");
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut blocks = 30;
@@ -180,17 +385,24 @@ fn main() -> Result<()> {
                     .and_then(|v| v.parse().ok())
                     .ok_or_else(|| anyhow::anyhow!("--blocks needs a number"))?
             }
-            "finalize" | "bls" => which.push(a.clone()),
-            other => bail!("unknown argument {other:?}; benches: finalize, bls"),
+            "finalize" | "bls" | "range" | "proposal" => which.push(a.clone()),
+            other => bail!("unknown argument {other:?}; benches: finalize, bls, range, proposal"),
         }
     }
     if which.is_empty() {
-        which = vec!["finalize".into(), "bls".into()];
+        which = vec![
+            "finalize".into(),
+            "bls".into(),
+            "range".into(),
+            "proposal".into(),
+        ];
     }
     for w in which {
         match w.as_str() {
             "finalize" => finalize(blocks)?,
-            _ => bls_bench()?,
+            "bls" => bls_bench()?,
+            "range" => range_bench()?,
+            _ => proposal_bench()?,
         }
     }
     Ok(())
