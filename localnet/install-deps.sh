@@ -15,3 +15,9 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 command -v cargo >/dev/null || { echo "install-deps: Rust (cargo) is required: https://rustup.rs" >&2; exit 1; }
 "$here/install-cometbft.sh"
+# The interop test verifies batch signatures with py_ecc, the Ethereum
+# reference BLS library.
+if command -v python3 >/dev/null && ! python3 -c 'import py_ecc' 2>/dev/null; then
+  echo "installing py_ecc (PyPI)" >&2
+  python3 -m pip install -q py_ecc >&2 || echo "install-deps: could not install py_ecc; the interop test will fail" >&2
+fi
