@@ -1,0 +1,33 @@
+//! Tally's gateway SDK.
+//!
+//! - [`classify`]: the outcome class of one upstream call, with the same
+//!   precedence in every gateway (cancel, status, timeout, text, unknown).
+//! - [`Reporter`]: buffers usage records and gets every one of them onto the
+//!   chain exactly once, through node restarts and network failures.
+//! - [`retry`]: the workspace's one transport retry policy.
+//!
+//! ```no_run
+//! # async fn demo(key: ed25519_dalek::SigningKey) -> Result<(), Box<dyn std::error::Error>> {
+//! use tally_client::{classify, HttpTransport, Reporter, ReporterConfig, UpstreamCall};
+//! use tally_client::proto::UsageRecord;
+//! let cfg = ReporterConfig::new(vec!["http://127.0.0.1:26657".into()], "tally-localnet");
+//! let reporter = Reporter::start(cfg, key, HttpTransport::new(std::time::Duration::from_secs(15)))?;
+//! let outcome = classify(&UpstreamCall { status: Some(503), ..Default::default() });
+//! reporter.record(UsageRecord {
+//!     user: "alice".into(), provider: "acme-ai".into(), model: "llama/3-70b".into(),
+//!     route: "/v1/chat".into(), outcome: outcome as i32, units: 0, amount: 0,
+//! }).await?;
+//! let outcomes = reporter.shutdown().await; // flushes and waits
+//! # Ok(()) }
+//! ```
+
+pub mod classify;
+pub mod reporter;
+pub mod retry;
+pub mod transport;
+
+pub use classify::{classify, UpstreamCall};
+pub use reporter::{Metrics, ReportError, ReportOutcome, Reporter, ReporterConfig};
+pub use retry::{Failure, RetryError, RetryPolicy};
+pub use tally_settlement::proto;
+pub use transport::{Broadcast, HttpTransport, Transport};
