@@ -134,8 +134,8 @@ enum GenesisCmd {
         #[arg(long)]
         amount: u64,
     },
-    /// Set a chain parameter (e.g. settlement_window_secs 60).
-    SetParam { name: String, value: u64 },
+    /// Set a chain parameter (e.g. settlement_window_secs 60, hub_chain hub).
+    SetParam { name: String, value: String },
     /// Check the app_state.
     Validate,
 }
@@ -588,7 +588,11 @@ fn genesis_edit(g: &mut Genesis, path: &Path, home: &Path, cmd: GenesisCmd) -> R
                         .unwrap_or_default()
                 )
             })?;
-            *slot = Value::from(value);
+            *slot = match value.parse::<u64>() {
+                Ok(n) if slot.is_number() => Value::from(n),
+                _ if slot.is_string() => Value::from(value),
+                _ => bail!("parameter {name:?} takes a number, got {value:?}"),
+            };
             g.params = serde_json::from_value(params)?;
         }
         GenesisCmd::Validate => {

@@ -335,6 +335,7 @@ pub(crate) fn apply_start(
         st.current_nonce = tx.batch_nonce;
         st.next_nonce = tx.batch_nonce + 1;
         st.attempt = 0;
+        st.failed_attempt = 0;
     }
     st.attempt += 1;
     st.attempts_total += 1;
@@ -614,7 +615,22 @@ pub(crate) fn apply_partials(
     }
     let mut events = Vec::new();
     let mut stored = 0usize;
-    for (digest, (kind, msg, hub_result, parts)) in groups {
+    // Batches first, then results; each message is checked again against
+    // the state the previous ones left (acting on one can retire another).
+    let mut ordered: Vec<([u8; 32], Group)> = groups.into_iter().collect();
+    ordered.sort_by_key(|(d, g)| (g.0, *d));
+    for (digest, (kind, msg, hub_result, parts)) in ordered {
+        let rep = PartialSig {
+            index: 0,
+            kind: kind as u32,
+            digest: digest.to_vec(),
+            signature: Vec::new(),
+            hub_result: hub_result.clone(),
+        };
+        if recognize(kv, chain_id, &rep)?.is_none() {
+            ignored += parts.len();
+            continue;
+        }
         let bad = pubs.invalid_partials(&msg, &parts);
         if strict && !bad.is_empty() {
             return Err(bad_system(format!(
@@ -674,7 +690,7 @@ pub(crate) fn apply_partials(
         kv.delete(pmsg_key(&digest));
         kv.delete(pexp_key(pm.first_height + p.partial_expiry_blocks, &digest));
         match kind {
-            Kind::Batch => events.push(batch_signed(kv, &p, &digest, &sig.compress())?),
+            Kind::Batch => events.extend(batch_signed(kv, &p, &digest, &sig.compress())?),
             Kind::HubResult => {
                 if let Some(r) = hub_result {
                     events.push(hub_sync_end(kv, block, &p, &r)?);
@@ -695,23 +711,26 @@ fn batch_signed(
     p: &Params,
     digest: &[u8; 32],
     sig: &[u8],
-) -> Result<Event, Rejection> {
+) -> Result<Option<Event>, Rejection> {
     let st = sync_state(kv, &p.hub_chain)?;
+    if st.current_nonce == 0 {
+        return Ok(None);
+    }
     let mut b =
         batch(kv, &p.hub_chain, st.current_nonce)?.ok_or_else(|| corrupt("current batch"))?;
-    if b.digest != digest {
-        return Err(corrupt("batch digest"));
+    if b.digest != digest || b.status != BATCH_PENDING {
+        return Ok(None);
     }
     b.status = BATCH_SIGNED;
     b.signature = sig.to_vec();
     kv.put(batch_key(&p.hub_chain, b.nonce), b.encode_to_vec());
-    Ok(Event {
+    Ok(Some(Event {
         kind: "batch_signed".into(),
         attrs: vec![
             ("chain".into(), b.chain),
             ("nonce".into(), b.nonce.to_string()),
         ],
-    })
+    }))
 }
 
 /// HubSyncEnd(chain, ids, ok).

@@ -1,6 +1,6 @@
 //! Benchmarks that back the closing-note figures. Run:
 //!
-//!   scripts/bench.sh [finalize] [--blocks N]
+//!   scripts/bench.sh [finalize] [bls] [range] [proposal] [--blocks N]
 //!
 //! `finalize`: FinalizeBlock + Commit on RocksDB, blocks of 10,000 records
 //! (100 reports of 100) over 1,000 routes; prints records/s, latency

@@ -1,0 +1,112 @@
+//! A gateway simulator: reports usage records of every outcome class
+//! through the [`Reporter`] as fast as the chain takes them, then prints the
+//! rate and what landed. Used by the localnet demo and the benchmark.
+//!
+//! cargo run --release -p tally-client --example load -- \
+//!   --key localnet/.data/gateway.key --endpoints http://127.0.0.1:26657,http://127.0.0.1:26667 \
+//!   [--records 100000 | --seconds 60] [--provider load-prov]
+
+use std::time::{Duration, Instant};
+
+use ed25519_dalek::SigningKey;
+use tally_client::proto::{Outcome, UsageRecord};
+use tally_client::{HttpTransport, ReportOutcome, Reporter, ReporterConfig};
+
+fn arg(args: &[String], name: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+fn load_key(path: &str) -> Result<SigningKey, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{path}: {e}"))?;
+    let seed: [u8; 32] = hex::decode(v["secret_key"].as_str().unwrap_or(""))
+        .ok()
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(|| format!("{path}: secret_key must be 32 bytes of hex"))?;
+    Ok(SigningKey::from_bytes(&seed))
+}
+
+fn chain_id(endpoint: &str) -> Result<String, String> {
+    let v: serde_json::Value = ureq::get(&format!("{endpoint}/status"))
+        .call()
+        .map_err(|e| format!("{endpoint}: {e}"))?
+        .into_json()
+        .map_err(|e| e.to_string())?;
+    v["result"]["node_info"]["network"]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| "no chain id".into())
+}
+
+#[tokio::main]
+async fn main() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().collect();
+    let key = load_key(&arg(&args, "--key").ok_or("--key FILE is required")?)?;
+    let endpoints: Vec<String> = arg(&args, "--endpoints")
+        .unwrap_or_else(|| "http://127.0.0.1:26657".into())
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    let records: Option<u64> = arg(&args, "--records").and_then(|v| v.parse().ok());
+    let seconds: Option<u64> = arg(&args, "--seconds").and_then(|v| v.parse().ok());
+    let provider = arg(&args, "--provider").unwrap_or_else(|| "load-prov".into());
+    let chain = endpoints
+        .iter()
+        .find_map(|e| chain_id(e).ok())
+        .ok_or("no endpoint answers /status")?;
+    let cfg = ReporterConfig::new(endpoints, &chain);
+    let reporter = Reporter::start(cfg, key, HttpTransport::new(Duration::from_secs(15)))
+        .map_err(|e| e.to_string())?;
+    let start = Instant::now();
+    let mut sent = 0u64;
+    let mut per_class = [0u64; 7];
+    loop {
+        if records.is_some_and(|n| sent >= n)
+            || seconds.is_some_and(|s| start.elapsed() >= Duration::from_secs(s))
+        {
+            break;
+        }
+        if records.is_none() && seconds.is_none() && sent >= 10_000 {
+            break;
+        }
+        let class = (sent % 7) as usize;
+        per_class[class] += 1;
+        let r = UsageRecord {
+            user: format!("load-user-{}", sent % 5),
+            provider: provider.clone(),
+            model: "org/load-model".into(),
+            route: format!("/v1/load-{}", sent % 4),
+            outcome: Outcome::ALL[class] as i32,
+            units: 10,
+            amount: 0,
+        };
+        reporter.record(r).await.map_err(|e| e.to_string())?;
+        sent += 1;
+    }
+    let outcomes = reporter.shutdown().await;
+    let secs = start.elapsed().as_secs_f64();
+    let landed: usize = outcomes
+        .iter()
+        .map(|o| {
+            if let ReportOutcome::Landed { records, .. } = o {
+                *records
+            } else {
+                0
+            }
+        })
+        .sum();
+    let failed = outcomes
+        .iter()
+        .filter(|o| !matches!(o, ReportOutcome::Landed { .. }))
+        .count();
+    println!("sent {sent} records in {secs:.1} s: {:.0} records/s; landed {landed}; reports {} ({failed} not landed)", sent as f64 / secs, outcomes.len());
+    for (o, n) in Outcome::ALL.iter().zip(per_class) {
+        println!("  {:<11} {n}", o.name());
+    }
+    if landed as u64 != sent {
+        return Err(format!("{} records did not land", sent - landed as u64));
+    }
+    Ok(())
+}

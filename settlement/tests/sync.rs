@@ -1,0 +1,247 @@
+//! Settlement sync edge cases, on the in-memory store.
+
+use std::sync::Arc;
+
+use ed25519_dalek::SigningKey;
+use prost::Message;
+use tally_settlement::bls::{self, deal, Kind, SecretShare};
+use tally_settlement::proto::{
+    tx, HubResult, Outcome, PartialSig, ReportUsage, SubmitPartials, Tx, UsageRecord,
+};
+use tally_settlement::sync::{self, result_digest};
+use tally_settlement::{
+    begin_block, deliver_tx, init_chain, sign_report, Block, Code, DkgGenesis, GatewayEntry,
+    Genesis,
+};
+use tally_store::{MemBackend, Pending};
+
+const CHAIN: &str = "sync-test";
+const T0: u64 = 1_800_000_000;
+
+struct Env {
+    kv: Pending,
+    shares: Vec<SecretShare>,
+    gw: SigningKey,
+    height: u64,
+    now: u64,
+    next_id: u8,
+}
+
+impl Env {
+    fn new() -> Self {
+        let gw = SigningKey::from_bytes(&[5; 32]);
+        let coeffs: Vec<[u8; 64]> = (0..3u8).map(|i| [i + 40; 64]).collect();
+        let (pubs, shares) = deal(4, 3, &coeffs).unwrap();
+        let hexk = |k: &blst::min_pk::PublicKey| hex::encode(k.compress());
+        let g = Genesis {
+            gateways: vec![GatewayEntry {
+                name: "gw".into(),
+                pubkey: hex::encode(gw.verifying_key().to_bytes()),
+            }],
+            balances: vec![tally_settlement::BalanceEntry {
+                user: "alice".into(),
+                amount: 1000,
+            }],
+            dkg: Some(DkgGenesis {
+                threshold: 3,
+                group_key: hexk(&pubs.group),
+                public_shares: pubs.shares.iter().map(hexk).collect(),
+            }),
+            ..Genesis::default()
+        };
+        let mut kv = Pending::open(Arc::new(MemBackend::new())).unwrap();
+        init_chain(&mut kv, CHAIN, &g).unwrap();
+        Env {
+            kv,
+            shares,
+            gw,
+            height: 0,
+            now: T0,
+            next_id: 1,
+        }
+    }
+
+    fn block(&mut self, txs: Vec<Vec<u8>>, step: u64) -> Vec<(Code, String)> {
+        self.height += 1;
+        let b = Block {
+            height: self.height,
+            time: self.now,
+        };
+        begin_block(&mut self.kv, &b).unwrap();
+        let mut all = Vec::new();
+        if let Some(s) = sync::next_sync_start(&self.kv, self.now).unwrap() {
+            all.push(
+                Tx {
+                    sum: Some(tx::Sum::SyncStart(s)),
+                }
+                .encode_to_vec(),
+            );
+        }
+        all.extend(txs);
+        let out = all
+            .iter()
+            .map(|t| {
+                let r = deliver_tx(&mut self.kv, &b, t);
+                (r.code, r.log)
+            })
+            .collect();
+        self.now += step;
+        out
+    }
+
+    fn pay(&mut self, amount: u64) -> Vec<u8> {
+        self.next_id += 1;
+        sign_report(
+            &self.gw,
+            &ReportUsage {
+                chain_id: CHAIN.into(),
+                report_id: vec![self.next_id; 16],
+                expires_at: self.now + 100,
+                records: vec![UsageRecord {
+                    user: "alice".into(),
+                    provider: "p".into(),
+                    model: "m".into(),
+                    route: "r".into(),
+                    outcome: Outcome::Ok as i32,
+                    units: 1,
+                    amount,
+                }],
+            },
+        )
+    }
+
+    fn state(&self) -> tally_settlement::proto::SyncState {
+        sync::sync_state(&self.kv, "hub").unwrap()
+    }
+
+    fn batch_partials(&self, signers: &[usize]) -> Vec<PartialSig> {
+        let st = self.state();
+        let b = sync::batch(&self.kv, "hub", st.current_nonce)
+            .unwrap()
+            .unwrap();
+        let d: [u8; 32] = b.digest.as_slice().try_into().unwrap();
+        signers
+            .iter()
+            .map(|&i| PartialSig {
+                index: self.shares[i].index,
+                kind: 1,
+                digest: d.to_vec(),
+                signature: self.shares[i]
+                    .sign(&bls::message(CHAIN, Kind::Batch, &d))
+                    .sig_bytes()
+                    .to_vec(),
+                hub_result: None,
+            })
+            .collect()
+    }
+
+    fn result_partials(&self, r: &HubResult, signers: &[usize]) -> Vec<PartialSig> {
+        let d = result_digest(r);
+        signers
+            .iter()
+            .map(|&i| PartialSig {
+                index: self.shares[i].index,
+                kind: 2,
+                digest: d.to_vec(),
+                signature: self.shares[i]
+                    .sign(&bls::message(CHAIN, Kind::HubResult, &d))
+                    .sig_bytes()
+                    .to_vec(),
+                hub_result: Some(r.clone()),
+            })
+            .collect()
+    }
+}
+
+fn partials_tx(p: Vec<PartialSig>) -> Vec<u8> {
+    Tx {
+        sum: Some(tx::Sum::Partials(SubmitPartials { partials: p })),
+    }
+    .encode_to_vec()
+}
+
+/// Close the first window and form batch 1 (attempt 1).
+fn formed(env: &mut Env) {
+    let t = env.pay(7);
+    assert_eq!(env.block(vec![t], 61)[0].0, Code::Ok);
+    env.block(vec![], 1); // window closed: hub call, SyncTxStart
+    assert_eq!(env.state().attempt, 1);
+}
+
+#[test]
+fn batch_signature_and_settled_result_in_one_transaction() {
+    let mut env = Env::new();
+    formed(&mut env);
+    let settled = HubResult {
+        chain: "hub".into(),
+        nonce: 1,
+        attempt: 1,
+        settled: true,
+    };
+    let mut p = env.result_partials(&settled, &[0, 1, 2]);
+    p.extend(env.batch_partials(&[0, 1, 2]));
+    let out = env.block(vec![partials_tx(p)], 1);
+    assert!(out.iter().all(|(c, _)| *c == Code::Ok), "{out:?}");
+    let st = env.state();
+    assert_eq!(st.settled_batches, 1);
+    assert_eq!(
+        sync::batch(&env.kv, "hub", 1).unwrap().unwrap().status,
+        sync::BATCH_SETTLED
+    );
+    // A second settled result (another attempt) is no longer wanted.
+    let again = HubResult {
+        attempt: 2,
+        ..settled
+    };
+    let out = env.block(
+        vec![partials_tx(env.result_partials(&again, &[0, 1, 2]))],
+        1,
+    );
+    assert_eq!(out.last().unwrap().0, Code::Ok);
+    assert_eq!(env.state().settled_batches, 1);
+}
+
+#[test]
+fn a_new_batch_forgets_the_last_batchs_failed_attempt() {
+    let mut env = Env::new();
+    formed(&mut env);
+    let fail1 = HubResult {
+        chain: "hub".into(),
+        nonce: 1,
+        attempt: 1,
+        settled: false,
+    };
+    env.block(
+        vec![partials_tx(env.result_partials(&fail1, &[0, 1, 2]))],
+        61,
+    );
+    assert_eq!(env.state().failures, 1);
+    env.block(vec![], 1); // cooldown over: attempt 2
+    assert_eq!(env.state().attempt, 2);
+    let ok = HubResult {
+        chain: "hub".into(),
+        nonce: 1,
+        attempt: 2,
+        settled: true,
+    };
+    env.block(vec![partials_tx(env.result_partials(&ok, &[1, 2, 3]))], 1);
+    assert_eq!(env.state().settled_batches, 1);
+    // Batch 2, attempt 1 fails: the failure must count (60 s cooldown).
+    let t = env.pay(3);
+    env.block(vec![t], 61);
+    env.block(vec![], 1);
+    let st = env.state();
+    assert_eq!((st.current_nonce, st.attempt), (2, 1));
+    let fail = HubResult {
+        chain: "hub".into(),
+        nonce: 2,
+        attempt: 1,
+        settled: false,
+    };
+    env.block(vec![partials_tx(env.result_partials(&fail, &[0, 2, 3]))], 1);
+    assert_eq!(
+        env.state().failures,
+        2,
+        "batch 2's first failure was ignored"
+    );
+}
