@@ -604,13 +604,6 @@ fn genesis_edit(g: &mut Genesis, path: &Path, home: &Path, cmd: GenesisCmd) -> R
     Ok(true)
 }
 
-fn now_unix() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
 fn report(home: &Path, a: ReportArgs) -> Result<()> {
     let (_, key) = keyfile::load(&keyfile::resolve(home, &a.from))?;
     let recs = match &a.file {
@@ -642,40 +635,90 @@ fn report(home: &Path, a: ReportArgs) -> Result<()> {
     if a.expires_in == 0 || a.expires_in > 540 {
         bail!("--expires-in must be 1..=540 seconds (the chain allows 600 s after block time; 60 s are kept for clock skew)");
     }
-    let rpc = Rpc::new(&a.node.node);
+    // One reporting path in the workspace: the gateway SDK's reporter.
+    let endpoints: Vec<String> = a
+        .node
+        .node
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .collect();
+    let rpc = endpoints
+        .iter()
+        .map(|e| Rpc::new(e))
+        .find(|r| r.status().is_ok())
+        .with_context(|| format!("no node answers at {}", a.node.node))?;
     let chain_id = rpc.status()?.chain_id;
     let max = query_json(&rpc, "/params")?["max_report_records"]
         .as_u64()
         .unwrap_or(1000) as usize;
+    let mut cfg = tally_client::ReporterConfig::new(endpoints, &chain_id);
+    cfg.max_records = max.clamp(1, 1000);
+    cfg.ttl = std::time::Duration::from_secs(a.expires_in);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let outcomes = runtime.block_on(async move {
+        let transport = tally_client::HttpTransport::new(std::time::Duration::from_secs(15));
+        let reporter = tally_client::Reporter::start(cfg, key, transport)?;
+        for r in recs {
+            reporter.record(r).await?;
+        }
+        Ok::<_, anyhow::Error>(reporter.shutdown().await)
+    })?;
     let mut failed = 0;
-    for chunk in recs.chunks(max.max(1)) {
-        let built =
-            records::build_report(&key, &chain_id, chunk.to_vec(), now_unix() + a.expires_in);
-        let r = rpc.broadcast_tx_commit(&built.tx)?;
-        let code = r.final_code();
+    for o in outcomes {
+        let (id, n, code, height, log) = match o {
+            tally_client::ReportOutcome::Landed {
+                report_id,
+                records,
+                height,
+            } => (report_id, records, 0, height, String::new()),
+            tally_client::ReportOutcome::Rejected {
+                report_id,
+                records,
+                code,
+                log,
+            } => (report_id, records, code, 0, log),
+            tally_client::ReportOutcome::Expired {
+                report_id,
+                records,
+                last_error,
+            } => (
+                report_id,
+                records,
+                u32::MAX,
+                0,
+                format!("expired unconfirmed: {last_error}"),
+            ),
+        };
         if code != 0 {
             failed += 1;
         }
-        let name = Code::from_value(code).map(Code::name).unwrap_or("?");
+        let name = if code == u32::MAX {
+            "expired"
+        } else {
+            Code::from_value(code).map(Code::name).unwrap_or("?")
+        };
         match a.node.output {
             Output::Json => println!(
                 "{}",
                 serde_json::json!({
-                    "report_id": built.report_id, "records": built.records, "code": code,
-                    "code_name": name, "log": r.final_log(), "height": r.height, "hash": r.hash
+                    "report_id": id, "records": n, "code": code, "code_name": name, "log": log, "height": height
                 })
             ),
             Output::Table => println!(
-                "report {} records {} code {code} ({name}) height {} log: {}",
-                built.report_id,
-                built.records,
-                r.height,
-                r.final_log()
+                "report {id} records {n} code {code} ({name}) height {height}{}",
+                if log.is_empty() {
+                    String::new()
+                } else {
+                    format!(" log: {log}")
+                }
             ),
         }
     }
     if failed > 0 {
-        bail!("{failed} report(s) rejected");
+        bail!("{failed} report(s) not landed");
     }
     Ok(())
 }

@@ -17,6 +17,7 @@ use tally_settlement::bls::{self, Kind, PublicShares};
 use tally_settlement::proto::{Outcome, UsageRecord};
 use tally_settlement::RouteRecordView;
 use tally_tests::localnet::{tallyd_path, Localnet};
+use tally_tests::traffic::{totals, Traffic};
 
 const PORT_BASE: u16 = 36656;
 const WINDOW_SECS: u64 = 10;
@@ -314,6 +315,116 @@ fn localnet_reports_queries_and_crash_recovery() -> Result<()> {
             std::thread::sleep(Duration::from_millis(250));
         }
         ensure!(ok, "node{i} disagrees on the load totals");
+    }
+
+    // 4. 100,000 records of mixed classes through the gateway SDK's reporter
+    //    while validator 2 is SIGKILLed and restarted and one RPC endpoint is
+    //    unreachable: afterwards the chain's totals equal what was recorded.
+    reporter_exactly_once(&net, &key, &chain_id)?;
+    Ok(())
+}
+
+fn reporter_exactly_once(
+    net: &Localnet,
+    key: &ed25519_dalek::SigningKey,
+    chain_id: &str,
+) -> Result<()> {
+    use tally_client::{HttpTransport, ReportOutcome, Reporter, ReporterConfig};
+    const N: usize = 100_000;
+    let mut traffic = Traffic::new(99, key.clone(), chain_id, [5, 3, 2, 4]);
+    let records: Vec<UsageRecord> = (0..N / 1000)
+        .flat_map(|_| traffic.records(1000, 0))
+        .collect();
+    let want = totals(&records);
+    let endpoints = vec![
+        "http://127.0.0.1:1".to_string(),
+        net.rpc_url(2),
+        net.rpc_url(0),
+        net.rpc_url(1),
+    ];
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let started = Instant::now();
+    let outcomes = runtime.block_on(async {
+        let mut cfg = ReporterConfig::new(endpoints, chain_id);
+        cfg.ttl = Duration::from_secs(300);
+        let reporter = Reporter::start(
+            cfg,
+            key.clone(),
+            HttpTransport::new(Duration::from_secs(10)),
+        )?;
+        let mut killed = false;
+        let mut restarted = false;
+        for (i, r) in records.into_iter().enumerate() {
+            reporter.record(r).await?;
+            if !killed && i >= N / 4 {
+                net.node("kill", 2)?;
+                killed = true;
+            }
+            if !restarted && i >= N / 2 {
+                net.node("start", 2)?;
+                restarted = true;
+            }
+        }
+        Ok::<_, anyhow::Error>(reporter.shutdown().await)
+    })?;
+    let landed: usize = outcomes
+        .iter()
+        .map(|o| match o {
+            ReportOutcome::Landed { records, .. } => *records,
+            _ => 0,
+        })
+        .sum();
+    ensure!(
+        landed == N,
+        "landed {landed} of {N}: {:?}",
+        outcomes
+            .iter()
+            .find(|o| !matches!(o, ReportOutcome::Landed { .. }))
+    );
+    eprintln!(
+        "reporter: {N} records landed in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let h = net.height(0);
+    for i in 0..4 {
+        net.wait_height(i, h, Duration::from_secs(60))?;
+    }
+    for node in [0usize, 2] {
+        let rpc = net.rpc(node);
+        for (id, c) in &want {
+            let path = format!(
+                "/sla/route/{}/{}/{}/{}?limit=1000",
+                id.user,
+                id.provider,
+                id.model.replace('/', "%2F"),
+                id.route.replace('/', "%2F")
+            );
+            let a = rpc.abci_query(&path)?;
+            ensure!(a.code == 0, "node{node} {path}: {}", a.log);
+            let v: serde_json::Value = serde_json::from_slice(&a.value)?;
+            let recs: Vec<RouteRecordView> = serde_json::from_value(v["records"].clone())?;
+            let sum = |f: fn(&RouteRecordView) -> u64| recs.iter().map(f).sum::<u64>();
+            let got = [
+                sum(|r| r.requests),
+                sum(|r| r.ok),
+                sum(|r| r.fail_count),
+                sum(|r| r.cancel),
+                sum(|r| r.client),
+                sum(|r| r.units),
+            ];
+            let exp = [
+                c.requests,
+                c.ok,
+                c.fail_count(),
+                c.cancel,
+                c.client,
+                c.units,
+            ];
+            ensure!(got == exp, "node{node} {path}: got {got:?}, want {exp:?}");
+        }
     }
     Ok(())
 }
