@@ -18,7 +18,7 @@ use prost::Message;
 use tally_settlement::bls::SecretShare;
 use tally_settlement::proto::{tx, HubResult, SyncTxStart};
 use tally_settlement::{self as settlement, Block, Code, Genesis};
-use tally_store::{Backend, ChangeSet, CommitMeta, KvRead, Pending, StoreError};
+use tally_store::{Backend, ChangeSet, CommitMeta, Pending, StoreError};
 use tendermint_abci::Application;
 use tendermint_proto::v0_38::abci::{
     response_process_proposal::ProposalStatus, response_verify_vote_extension::VerifyStatus, Event,
@@ -125,8 +125,8 @@ impl TallyApp {
     }
 
     /// Committed state, for read-only use.
-    pub fn committed_state(&self) -> &dyn Backend {
-        self.inner.backend.as_ref()
+    pub fn committed_state(&self) -> &Arc<dyn Backend> {
+        &self.inner.backend
     }
 
     /// Gives the app this validator's threshold key share: from now on its
@@ -486,25 +486,4 @@ impl Application for TallyApp {
 fn fatal_store_error(height: u64, what: &str) -> ! {
     error!(height, error = %what, "FATAL: local store failure; stopping the app (CometBFT will replay from the last commit after restart)");
     std::process::exit(3);
-}
-
-/// Reads committed state through the backend (used by tools and tests).
-pub fn read_committed<'a>(app: &'a TallyApp) -> impl KvRead + 'a {
-    BackendRef(app.committed_state())
-}
-
-struct BackendRef<'a>(&'a dyn Backend);
-
-impl KvRead for BackendRef<'_> {
-    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        self.0.get(key)
-    }
-    fn for_each(
-        &self,
-        start: &[u8],
-        end: &[u8],
-        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-    ) -> Result<(), StoreError> {
-        self.0.for_each(start, end, f)
-    }
 }

@@ -466,37 +466,13 @@ async fn deliver<T: Transport>(
             .await;
         match r {
             Ok(Broadcast::Result { code, log, height }) => {
-                if code == Code::Ok.value() || code == Code::DuplicateReport.value() {
-                    return ReportOutcome::Landed {
-                        report_id: sealed.id,
-                        records: sealed.records,
-                        height,
-                    };
-                }
-                return ReportOutcome::Rejected {
-                    report_id: sealed.id,
-                    records: sealed.records,
-                    code,
-                    log,
-                };
+                return finished(sealed, code, log, height)
             }
             Ok(Broadcast::InCache) => {
                 // In some mempool or already in a block: find out which.
                 for e in &cfg.endpoints {
                     if let Ok(Some((height, code))) = transport.lookup(e.clone(), hash).await {
-                        if code == Code::Ok.value() || code == Code::DuplicateReport.value() {
-                            return ReportOutcome::Landed {
-                                report_id: sealed.id,
-                                records: sealed.records,
-                                height,
-                            };
-                        }
-                        return ReportOutcome::Rejected {
-                            report_id: sealed.id,
-                            records: sealed.records,
-                            code,
-                            log: "refused in its block".into(),
-                        };
+                        return finished(sealed, code, "refused in its block".into(), height);
                     }
                 }
                 last_error = "in a mempool, not yet in a block".into();
@@ -507,5 +483,24 @@ async fn deliver<T: Transport>(
         }
         // Settle down before the next attempt (same bytes).
         tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// A report the chain answered: accepted or already there (duplicate) is
+/// landed; any other code is a refusal.
+fn finished(sealed: Sealed, code: u32, log: String, height: u64) -> ReportOutcome {
+    if code == Code::Ok.value() || code == Code::DuplicateReport.value() {
+        ReportOutcome::Landed {
+            report_id: sealed.id,
+            records: sealed.records,
+            height,
+        }
+    } else {
+        ReportOutcome::Rejected {
+            report_id: sealed.id,
+            records: sealed.records,
+            code,
+            log,
+        }
     }
 }

@@ -115,3 +115,14 @@ pub fn totals(records: &[UsageRecord]) -> BTreeMap<RouteId, Counters> {
     }
     m
 }
+
+/// The query path of one route's records over all windows.
+pub fn route_path(id: &RouteId) -> String {
+    format!(
+        "/sla/route/{}/{}/{}/{}?limit=1000",
+        id.user,
+        id.provider,
+        id.model.replace('/', "%2F"),
+        id.route.replace('/', "%2F")
+    )
+}

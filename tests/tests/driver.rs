@@ -93,13 +93,7 @@ fn thousand_blocks_agree_across_restarts() -> anyhow::Result<()> {
     assert!(want.len() > 50, "traffic touched {} routes", want.len());
     for node in &net.nodes {
         for (id, c) in &want {
-            let path = format!(
-                "/sla/route/{}/{}/{}/{}?limit=1000",
-                id.user,
-                id.provider,
-                id.model.replace('/', "%2F"),
-                id.route.replace('/', "%2F")
-            );
+            let path = tally_tests::traffic::route_path(id);
             let r = node.app.query_path(&path);
             assert_eq!(r.code, Code::Ok, "{path}: {}", r.log);
             let v: serde_json::Value = serde_json::from_slice(&r.value)?;

@@ -395,13 +395,7 @@ fn reporter_exactly_once(
     for node in [0usize, 2] {
         let rpc = net.rpc(node);
         for (id, c) in &want {
-            let path = format!(
-                "/sla/route/{}/{}/{}/{}?limit=1000",
-                id.user,
-                id.provider,
-                id.model.replace('/', "%2F"),
-                id.route.replace('/', "%2F")
-            );
+            let path = tally_tests::traffic::route_path(id);
             let a = rpc.abci_query(&path)?;
             ensure!(a.code == 0, "node{node} {path}: {}", a.log);
             let v: serde_json::Value = serde_json::from_slice(&a.value)?;

@@ -337,12 +337,12 @@ fn proposal_bench() -> Result<()> {
     });
     app.commit();
     // Every validator's extension: a partial over the batch digest.
-    let backend = tally_abci::read_committed(&app);
+    let backend = app.committed_state();
     let exts: Vec<ExtendedVoteInfo> = shares
         .iter()
         .map(|s| {
             let e =
-                tally_settlement::sync::extension(&backend, CHAIN, s, &[], &[]).unwrap_or_default();
+                tally_settlement::sync::extension(backend, CHAIN, s, &[], &[]).unwrap_or_default();
             ExtendedVoteInfo {
                 vote_extension: prost::Message::encode_to_vec(&e).into(),
                 ..Default::default()
