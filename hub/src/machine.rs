@@ -1,0 +1,375 @@
+//! The hub's state machine (pure: state through `tally_store::Kv`, time
+//! from the block). A reference main chain: users deposit credits into
+//! escrow, and the settlement chain's batches, threshold-signed by its
+//! validators, pay providers out of that escrow, once per nonce.
+
+use prost::Message;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tally_settlement::bls::{self, Kind, PublicShares};
+use tally_settlement::proto::HubCall;
+use tally_settlement::sync::batch_digest;
+use tally_store::{prefix_end, Kv, KvRead, StoreError};
+
+/// Hub transactions.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct HubTx {
+    /// What the transaction does.
+    #[prost(oneof = "hub_tx::Sum", tags = "1, 2")]
+    pub sum: Option<hub_tx::Sum>,
+}
+
+/// The kinds of [`HubTx`].
+pub mod hub_tx {
+    /// The payload.
+    #[derive(Clone, PartialEq, prost::Oneof)]
+    pub enum Sum {
+        /// Escrow credits for a user (the localnet faucet).
+        #[prost(message, tag = "1")]
+        Deposit(super::Deposit),
+        /// Settle a batch of the settlement chain.
+        #[prost(message, tag = "2")]
+        SubmitBatch(super::SubmitBatch),
+    }
+}
+
+impl HubTx {
+    /// Whether `tx` decodes as a hub transaction.
+    pub fn decode_tx(tx: &[u8]) -> bool {
+        matches!(HubTx::decode(tx), Ok(HubTx { sum: Some(_) }))
+    }
+}
+
+/// A deposit into a user's escrow.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct Deposit {
+    /// The user (same identifier as on the settlement chain).
+    #[prost(string, tag = "1")]
+    pub user: String,
+    /// Credits.
+    #[prost(uint64, tag = "2")]
+    pub amount: u64,
+}
+
+/// A threshold-signed batch from the settlement chain.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct SubmitBatch {
+    /// The name the settlement chain gives this hub (its `hub_chain`).
+    #[prost(string, tag = "1")]
+    pub chain: String,
+    /// The batch nonce; must be the last settled + 1.
+    #[prost(uint64, tag = "2")]
+    pub nonce: u64,
+    /// The calls, ascending by id.
+    #[prost(message, repeated, tag = "3")]
+    pub calls: Vec<HubCall>,
+    /// The group signature (96 bytes).
+    #[prost(bytes = "vec", tag = "4")]
+    pub signature: Vec<u8>,
+}
+
+/// Hub result codes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum HubCode {
+    /// Accepted.
+    Ok = 0,
+    /// Not a hub transaction.
+    Malformed = 1,
+    /// The batch signature does not verify against the registered group key.
+    BadSignature = 2,
+    /// The nonce is not the next one.
+    BadNonce = 3,
+    /// This nonce is already settled: nothing is paid twice.
+    AlreadySettled = 4,
+    /// Calls empty, not ascending, or with a bad identifier.
+    BadBatch = 5,
+    /// The batch names another hub.
+    WrongChain = 6,
+    /// A deposit of zero, or one that would overflow.
+    BadDeposit = 7,
+    /// The node's store failed.
+    Internal = 16,
+    /// Query: no such path.
+    UnknownPath = 20,
+    /// Query: a bad argument.
+    BadArgument = 21,
+    /// Query: nothing there.
+    NotFound = 22,
+}
+
+/// The hub's genesis `app_state`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HubGenesis {
+    /// The settlement chain's CometBFT chain id (bound into its signatures).
+    pub settlement_chain_id: String,
+    /// The name the settlement chain uses for this hub (its `hub_chain`).
+    #[serde(default = "default_name")]
+    pub name: String,
+    /// Hex compressed G1 group key of the settlement chain's validators.
+    pub group_key: String,
+    /// Starting escrow balances.
+    #[serde(default)]
+    pub escrow: Vec<EscrowEntry>,
+}
+
+fn default_name() -> String {
+    "hub".into()
+}
+
+/// A starting escrow balance.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EscrowEntry {
+    /// User.
+    pub user: String,
+    /// Credits.
+    pub amount: u64,
+}
+
+/// The result of a transaction or query.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HubResult {
+    /// Code.
+    pub code: HubCode,
+    /// Message.
+    pub log: String,
+    /// Query value (JSON), or event attributes for transactions.
+    pub value: Vec<u8>,
+}
+
+fn reject(code: HubCode, log: impl Into<String>) -> HubResult {
+    HubResult {
+        code,
+        log: log.into(),
+        value: Vec::new(),
+    }
+}
+
+const GENESIS: &[u8] = b"meta/genesis";
+const DEPOSIT_SEQ: &[u8] = b"meta/deposit_seq";
+const ESCROW: &[u8] = b"escrow/";
+const PAYOUT: &[u8] = b"payout/";
+const RESULT: &[u8] = b"result/";
+const LAST_NONCE: &[u8] = b"last_nonce/";
+const DEPOSIT: &[u8] = b"dep/";
+
+fn key(parts: &[&[u8]]) -> Vec<u8> {
+    parts.concat()
+}
+
+fn get_u64(kv: &impl KvRead, k: &[u8]) -> Result<u64, StoreError> {
+    Ok(kv
+        .get(k)?
+        .and_then(|v| v.as_slice().try_into().ok().map(u64::from_be_bytes))
+        .unwrap_or(0))
+}
+
+/// Parses and validates genesis.
+pub fn parse_genesis(bytes: &[u8]) -> Result<(HubGenesis, PublicShares), String> {
+    let g: HubGenesis = serde_json::from_slice(bytes).map_err(|e| format!("hub genesis: {e}"))?;
+    let pk = hex::decode(&g.group_key).map_err(|_| "group_key is not hex".to_string())?;
+    let group = bls::parse_public_key(&pk).map_err(|e| format!("group_key: {e}"))?;
+    Ok((
+        g,
+        PublicShares {
+            threshold: 1,
+            group,
+            shares: Vec::new(),
+        },
+    ))
+}
+
+/// Writes genesis state.
+pub fn init(kv: &mut impl Kv, app_state: &[u8]) -> Result<(), String> {
+    let (g, _) = parse_genesis(app_state)?;
+    for e in &g.escrow {
+        kv.put(
+            key(&[ESCROW, e.user.as_bytes()]),
+            e.amount.to_be_bytes().to_vec(),
+        );
+    }
+    kv.put(GENESIS.to_vec(), app_state.to_vec());
+    Ok(())
+}
+
+/// Runs one transaction at `height`.
+pub fn deliver(kv: &mut impl Kv, height: u64, tx: &[u8]) -> HubResult {
+    match deliver_inner(kv, height, tx) {
+        Ok(r) => r,
+        Err(e) => reject(HubCode::Internal, e.to_string()),
+    }
+}
+
+fn deliver_inner(kv: &mut impl Kv, height: u64, tx: &[u8]) -> Result<HubResult, StoreError> {
+    let Ok(HubTx { sum: Some(sum) }) = HubTx::decode(tx) else {
+        return Ok(reject(HubCode::Malformed, "not a hub transaction"));
+    };
+    match sum {
+        hub_tx::Sum::Deposit(d) => {
+            if d.amount == 0 || tally_settlement::ident::check_party("user", &d.user).is_err() {
+                return Ok(reject(
+                    HubCode::BadDeposit,
+                    "deposit needs a valid user and an amount > 0",
+                ));
+            }
+            let k = key(&[ESCROW, d.user.as_bytes()]);
+            let Some(bal) = get_u64(kv, &k)?.checked_add(d.amount) else {
+                return Ok(reject(HubCode::BadDeposit, "escrow would overflow"));
+            };
+            let seq = get_u64(kv, DEPOSIT_SEQ)? + 1;
+            kv.put(k, bal.to_be_bytes().to_vec());
+            kv.put(DEPOSIT_SEQ.to_vec(), seq.to_be_bytes().to_vec());
+            let ev = json!({"seq": seq, "user": d.user, "amount": d.amount, "height": height});
+            kv.put(
+                key(&[DEPOSIT, &height.to_be_bytes(), &seq.to_be_bytes()]),
+                ev.to_string().into_bytes(),
+            );
+            Ok(HubResult {
+                code: HubCode::Ok,
+                log: format!("deposit {seq}: {} credits for {}", d.amount, d.user),
+                value: ev.to_string().into_bytes(),
+            })
+        }
+        hub_tx::Sum::SubmitBatch(b) => submit_batch(kv, height, &b),
+    }
+}
+
+fn submit_batch(kv: &mut impl Kv, height: u64, b: &SubmitBatch) -> Result<HubResult, StoreError> {
+    let Some(gbytes) = kv.get(GENESIS)? else {
+        return Ok(reject(HubCode::Internal, "no genesis"));
+    };
+    let Ok((g, group)) = parse_genesis(&gbytes) else {
+        return Ok(reject(HubCode::Internal, "stored genesis is corrupt"));
+    };
+    if b.chain != g.name {
+        return Ok(reject(
+            HubCode::WrongChain,
+            format!("batch is for hub {:?}, this is {:?}", b.chain, g.name),
+        ));
+    }
+    let last = get_u64(kv, &key(&[LAST_NONCE, b.chain.as_bytes()]))?;
+    if b.nonce <= last && b.nonce > 0 {
+        return Ok(reject(
+            HubCode::AlreadySettled,
+            format!("batch {} is already settled (last {last})", b.nonce),
+        ));
+    }
+    if b.nonce != last + 1 {
+        return Ok(reject(
+            HubCode::BadNonce,
+            format!("nonce {} is not the next one ({})", b.nonce, last + 1),
+        ));
+    }
+    if b.calls.is_empty() || b.calls.windows(2).any(|w| w[0].id >= w[1].id) {
+        return Ok(reject(
+            HubCode::BadBatch,
+            "calls must be non-empty and ascending by id",
+        ));
+    }
+    let digest = batch_digest(&b.chain, b.nonce, &b.calls);
+    let msg = bls::message(&g.settlement_chain_id, Kind::Batch, &digest);
+    let ok = bls::parse_signature(&b.signature).is_ok_and(|s| group.verify_group(&msg, &s));
+    if !ok {
+        return Ok(reject(
+            HubCode::BadSignature,
+            format!(
+                "batch {} signature does not verify against the group key",
+                b.nonce
+            ),
+        ));
+    }
+    let (mut paid, mut shortfall) = (0u64, 0u64);
+    for c in &b.calls {
+        let ek = key(&[ESCROW, c.user.as_bytes()]);
+        let have = get_u64(kv, &ek)?;
+        let pay = have.min(c.amount);
+        shortfall += c.amount - pay;
+        paid += pay;
+        kv.put(ek, (have - pay).to_be_bytes().to_vec());
+        let pk = key(&[PAYOUT, c.provider.as_bytes()]);
+        let got = get_u64(kv, &pk)?.saturating_add(pay);
+        kv.put(pk, got.to_be_bytes().to_vec());
+    }
+    let result = json!({"chain": b.chain, "nonce": b.nonce, "settled": true, "height": height, "calls": b.calls.len(), "paid": paid, "shortfall": shortfall});
+    kv.put(
+        key(&[RESULT, b.chain.as_bytes(), b"/", &b.nonce.to_be_bytes()]),
+        result.to_string().into_bytes(),
+    );
+    kv.put(
+        key(&[LAST_NONCE, b.chain.as_bytes()]),
+        b.nonce.to_be_bytes().to_vec(),
+    );
+    Ok(HubResult {
+        code: HubCode::Ok,
+        log: format!(
+            "batch {} settled: paid {paid}, shortfall {shortfall}",
+            b.nonce
+        ),
+        value: result.to_string().into_bytes(),
+    })
+}
+
+/// Answers a query path (JSON values).
+///
+/// `/batch/{chain}/{nonce}`, `/last_nonce/{chain}`, `/escrow/{user}`,
+/// `/payout/{provider}`, `/deposits/{from_height}/{to_height}` (inclusive,
+/// ordered by sequence number), `/genesis`.
+pub fn query(kv: &impl KvRead, path: &str) -> HubResult {
+    match query_inner(kv, path) {
+        Ok(r) => r,
+        Err(e) => reject(HubCode::Internal, e.to_string()),
+    }
+}
+
+fn num(s: &str) -> Option<u64> {
+    s.parse().ok()
+}
+
+fn query_inner(kv: &impl KvRead, path: &str) -> Result<HubResult, StoreError> {
+    let ok = |v: serde_json::Value| HubResult {
+        code: HubCode::Ok,
+        log: String::new(),
+        value: v.to_string().into_bytes(),
+    };
+    let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    Ok(match segs.as_slice() {
+        ["batch", chain, nonce] => {
+            let Some(n) = num(nonce) else { return Ok(reject(HubCode::BadArgument, "nonce must be an integer")) };
+            match kv.get(&key(&[RESULT, chain.as_bytes(), b"/", &n.to_be_bytes()]))? {
+                Some(v) => HubResult { code: HubCode::Ok, log: String::new(), value: v },
+                None => reject(HubCode::NotFound, format!("batch {n} of {chain} is not settled here")),
+            }
+        }
+        ["last_nonce", chain] => ok(json!({"chain": chain, "last_nonce": get_u64(kv, &key(&[LAST_NONCE, chain.as_bytes()]))?})),
+        ["escrow", user] => ok(json!({"user": user, "escrow": get_u64(kv, &key(&[ESCROW, user.as_bytes()]))?})),
+        ["payout", p] => ok(json!({"provider": p, "paid": get_u64(kv, &key(&[PAYOUT, p.as_bytes()]))?})),
+        ["deposits", from, to] => {
+            let (Some(f), Some(t)) = (num(from), num(to)) else {
+                return Ok(reject(HubCode::BadArgument, "heights must be integers"));
+            };
+            if t < f || t - f > 10_000 {
+                return Ok(reject(HubCode::BadArgument, "from <= to, at most 10000 heights"));
+            }
+            let start = key(&[DEPOSIT, &f.to_be_bytes()]);
+            let end = match t.checked_add(1) {
+                Some(e) => key(&[DEPOSIT, &e.to_be_bytes()]),
+                None => prefix_end(DEPOSIT),
+            };
+            let mut deps = Vec::new();
+            kv.for_each(&start, &end, &mut |_, v| {
+                if let Ok(d) = serde_json::from_slice::<serde_json::Value>(v) {
+                    deps.push(d);
+                }
+                true
+            })?;
+            ok(json!({"from": f, "to": t, "deposits": deps}))
+        }
+        ["genesis"] => match kv.get(GENESIS)? {
+            Some(v) => HubResult { code: HubCode::Ok, log: String::new(), value: v },
+            None => reject(HubCode::NotFound, "no genesis"),
+        },
+        _ => reject(HubCode::UnknownPath, format!("unknown path {path:?}; known: /batch/{{chain}}/{{nonce}}, /last_nonce/{{chain}}, /escrow/{{user}}, /payout/{{provider}}, /deposits/{{from}}/{{to}}, /genesis")),
+    })
+}

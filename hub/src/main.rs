@@ -1,0 +1,152 @@
+//! `tally-hub`: run the reference hub chain's app and talk to it.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use base64::Engine;
+use clap::{Parser, Subcommand};
+use prost::Message;
+use serde_json::{json, Value};
+use tally_hub::machine::{hub_tx, Deposit, HubTx};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "tally-hub",
+    version,
+    about = "Tally's reference hub chain (ABCI app)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Run the ABCI app for the CometBFT node of --home.
+    Start {
+        #[arg(long)]
+        home: PathBuf,
+        #[arg(long, default_value = "127.0.0.1:26758")]
+        abci_listen: String,
+    },
+    /// Write the hub's app_state into <home>/config/genesis.json.
+    Genesis {
+        #[arg(long)]
+        home: PathBuf,
+        /// The settlement chain's chain id.
+        #[arg(long)]
+        settlement_chain_id: String,
+        /// Take the group key from the settlement chain's genesis.json.
+        #[arg(long)]
+        settlement_genesis: PathBuf,
+        /// The name the settlement chain gives this hub.
+        #[arg(long, default_value = "hub")]
+        name: String,
+    },
+    /// Escrow credits for a user (faucet).
+    Deposit {
+        #[arg(long)]
+        user: String,
+        #[arg(long)]
+        amount: u64,
+        #[arg(long, default_value = "http://127.0.0.1:26757")]
+        node: String,
+    },
+    /// Query a path (JSON).
+    Query {
+        path: String,
+        #[arg(long, default_value = "http://127.0.0.1:26757")]
+        node: String,
+    },
+}
+
+fn rpc(node: &str, method: &str, params: Value) -> Result<Value> {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let v: Value = match ureq::post(node).send_json(body) {
+        Ok(r) => r.into_json()?,
+        Err(ureq::Error::Status(_, r)) => r.into_json()?,
+        Err(e) => bail!("cannot reach {node}: {e}"),
+    };
+    if let Some(e) = v.get("error") {
+        bail!("{method}: {e}");
+    }
+    Ok(v["result"].clone())
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Start { home, abci_listen } => {
+            tracing_subscriber::fmt()
+                .with_writer(std::io::stderr)
+                .init();
+            let db = home.join("data").join("hub.db");
+            std::fs::create_dir_all(&db)?;
+            let backend = tally_store::RocksBackend::open(&db)
+                .with_context(|| format!("opening {}", db.display()))?;
+            let app = tally_hub::HubApp::new(Arc::new(backend))?;
+            tracing::info!(height = app.last_commit().height, listen = %abci_listen, "tally-hub starting");
+            tendermint_abci::ServerBuilder::default()
+                .bind(abci_listen.as_str(), app)?
+                .listen()?;
+        }
+        Cmd::Genesis {
+            home,
+            settlement_chain_id,
+            settlement_genesis,
+            name,
+        } => {
+            let s: Value = serde_json::from_str(&std::fs::read_to_string(&settlement_genesis)?)?;
+            let group_key = s["app_state"]["dkg"]["group_key"]
+                .as_str()
+                .context(
+                    "the settlement genesis has no app_state.dkg.group_key (run tallyd dkg dealer)",
+                )?
+                .to_string();
+            let path = home.join("config").join("genesis.json");
+            let mut g: Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
+            let state = json!({"settlement_chain_id": settlement_chain_id, "name": name, "group_key": group_key, "escrow": []});
+            tally_hub::machine::parse_genesis(state.to_string().as_bytes())
+                .map_err(anyhow::Error::msg)?;
+            g["app_state"] = state;
+            std::fs::write(&path, serde_json::to_string_pretty(&g)? + "\n")?;
+        }
+        Cmd::Deposit { user, amount, node } => {
+            let tx = HubTx {
+                sum: Some(hub_tx::Sum::Deposit(Deposit { user, amount })),
+            }
+            .encode_to_vec();
+            let r = rpc(
+                &node,
+                "broadcast_tx_commit",
+                json!({"tx": base64::engine::general_purpose::STANDARD.encode(tx)}),
+            )?;
+            let code = r["check_tx"]["code"].as_u64().unwrap_or(0)
+                + r["tx_result"]["code"].as_u64().unwrap_or(0);
+            println!(
+                "code {code} height {} {}",
+                r["height"].as_str().unwrap_or("0"),
+                r["tx_result"]["log"].as_str().unwrap_or("")
+            );
+            if code != 0 {
+                bail!("deposit refused");
+            }
+        }
+        Cmd::Query { path, node } => {
+            let r = rpc(
+                &node,
+                "abci_query",
+                json!({"path": path, "data": "", "height": "0", "prove": false}),
+            )?;
+            let resp = &r["response"];
+            if resp["code"].as_u64().unwrap_or(0) != 0 {
+                bail!("{}", resp["log"].as_str().unwrap_or(""));
+            }
+            let v = base64::engine::general_purpose::STANDARD
+                .decode(resp["value"].as_str().unwrap_or(""))?;
+            println!("{}", String::from_utf8_lossy(&v));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,155 @@
+//! The hub's state machine: deposits, threshold-signed batches paid once
+//! per nonce, bad signatures and nonces refused without any change.
+
+use std::sync::Arc;
+
+use prost::Message;
+use tally_hub::machine::{self, hub_tx, Deposit, HubCode, HubTx, SubmitBatch};
+use tally_settlement::bls::{self, deal, Kind, PublicShares, SecretShare};
+use tally_settlement::proto::HubCall;
+use tally_settlement::sync::batch_digest;
+use tally_store::{MemBackend, Pending};
+
+const SETTLEMENT: &str = "tally-localnet";
+
+fn setup() -> (Pending, PublicShares, Vec<SecretShare>) {
+    let coeffs: Vec<[u8; 64]> = (0..3u8).map(|i| [i + 70; 64]).collect();
+    let (pubs, shares) = deal(4, 3, &coeffs).unwrap();
+    let mut kv = Pending::open(Arc::new(MemBackend::new())).unwrap();
+    let g = serde_json::json!({
+        "settlement_chain_id": SETTLEMENT,
+        "group_key": hex::encode(pubs.group.compress()),
+        "escrow": [{"user": "bob", "amount": 5}],
+    });
+    machine::init(&mut kv, g.to_string().as_bytes()).unwrap();
+    (kv, pubs, shares)
+}
+
+fn deposit(user: &str, amount: u64) -> Vec<u8> {
+    HubTx {
+        sum: Some(hub_tx::Sum::Deposit(Deposit {
+            user: user.into(),
+            amount,
+        })),
+    }
+    .encode_to_vec()
+}
+
+fn batch(pubs: &PublicShares, shares: &[SecretShare], nonce: u64, calls: Vec<HubCall>) -> Vec<u8> {
+    let d = batch_digest("hub", nonce, &calls);
+    let msg = bls::message(SETTLEMENT, Kind::Batch, &d);
+    let parts: Vec<_> = shares[..3].iter().map(|s| s.sign(&msg)).collect();
+    let sig = pubs.combine(&msg, &parts).unwrap();
+    HubTx {
+        sum: Some(hub_tx::Sum::SubmitBatch(SubmitBatch {
+            chain: "hub".into(),
+            nonce,
+            calls,
+            signature: sig.compress().to_vec(),
+        })),
+    }
+    .encode_to_vec()
+}
+
+fn call(id: u64, user: &str, amount: u64) -> HubCall {
+    HubCall {
+        id,
+        user: user.into(),
+        provider: "acme".into(),
+        amount,
+        window: 1,
+    }
+}
+
+fn q(kv: &Pending, path: &str) -> serde_json::Value {
+    let r = machine::query(kv, path);
+    assert_eq!(r.code, HubCode::Ok, "{path}: {}", r.log);
+    serde_json::from_slice(&r.value).unwrap()
+}
+
+#[test]
+fn deposits_then_a_batch_is_paid_once() {
+    let (mut kv, pubs, shares) = setup();
+    assert_eq!(
+        machine::deliver(&mut kv, 1, &deposit("alice", 100)).code,
+        HubCode::Ok
+    );
+    assert_eq!(
+        machine::deliver(&mut kv, 2, &deposit("alice", 20)).code,
+        HubCode::Ok
+    );
+    let d = q(&kv, "/deposits/1/2");
+    let seqs: Vec<u64> = d["deposits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, vec![1, 2]);
+    let b = batch(
+        &pubs,
+        &shares,
+        1,
+        vec![call(1, "alice", 30), call(2, "bob", 9)],
+    );
+    let r = machine::deliver(&mut kv, 3, &b);
+    assert_eq!(r.code, HubCode::Ok, "{}", r.log);
+    assert_eq!(q(&kv, "/escrow/alice")["escrow"], 90);
+    assert_eq!(q(&kv, "/payout/acme")["paid"], 35);
+    assert_eq!(q(&kv, "/batch/hub/1")["shortfall"], 4);
+    // Resubmitting the settled nonce pays nothing twice.
+    let before = kv.changes().clone();
+    assert_eq!(
+        machine::deliver(&mut kv, 4, &b).code,
+        HubCode::AlreadySettled
+    );
+    assert_eq!(kv.changes(), &before);
+    assert_eq!(q(&kv, "/last_nonce/hub")["last_nonce"], 1);
+}
+
+#[test]
+fn bad_signatures_nonces_and_batches_change_nothing() {
+    let (mut kv, pubs, shares) = setup();
+    let before = kv.changes().clone();
+    // Signed for nonce 1 but submitted as nonce 2: wrong nonce first.
+    let b2 = batch(&pubs, &shares, 2, vec![call(1, "bob", 1)]);
+    assert_eq!(machine::deliver(&mut kv, 1, &b2).code, HubCode::BadNonce);
+    // A signature by another key set.
+    let (other, other_shares) = deal(4, 3, &[[1u8; 64], [2; 64], [3; 64]]).unwrap();
+    let forged = batch(&other, &other_shares, 1, vec![call(1, "bob", 1)]);
+    assert_eq!(
+        machine::deliver(&mut kv, 1, &forged).code,
+        HubCode::BadSignature
+    );
+    // A valid signature over different calls.
+    let good = batch(&pubs, &shares, 1, vec![call(1, "bob", 1)]);
+    let mut tampered = HubTx::decode(good.as_slice()).unwrap();
+    if let Some(hub_tx::Sum::SubmitBatch(b)) = &mut tampered.sum {
+        b.calls[0].amount = 2;
+    }
+    assert_eq!(
+        machine::deliver(&mut kv, 1, &tampered.encode_to_vec()).code,
+        HubCode::BadSignature
+    );
+    let unordered = batch(
+        &pubs,
+        &shares,
+        1,
+        vec![call(2, "bob", 1), call(1, "bob", 1)],
+    );
+    assert_eq!(
+        machine::deliver(&mut kv, 1, &unordered).code,
+        HubCode::BadBatch
+    );
+    assert_eq!(
+        machine::deliver(&mut kv, 1, &[0xff, 0x00]).code,
+        HubCode::Malformed
+    );
+    assert_eq!(
+        machine::deliver(&mut kv, 1, &deposit("alice", 0)).code,
+        HubCode::BadDeposit
+    );
+    assert_eq!(kv.changes(), &before, "nothing changed");
+    assert_eq!(machine::query(&kv, "/batch/hub/1").code, HubCode::NotFound);
+    assert_eq!(machine::query(&kv, "/nope").code, HubCode::UnknownPath);
+}
