@@ -3,10 +3,11 @@
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 [ -d "$LOCALNET_DIR" ] || { log "nothing to stop ($LOCALNET_DIR does not exist)"; exit 0; }
-for d in "$LOCALNET_DIR"/node*; do
+for d in "$LOCALNET_DIR"/node* "$LOCALNET_DIR"/hub; do
   [ -d "$d" ] || continue
   stop_pid "$d/cometbft.pid" TERM
   stop_pid "$d/tallyd.pid" TERM
+  stop_pid "$d/tally-hub.pid" TERM
 done
 # Anything left that was started with a home in this dir (e.g. lost pid files).
 if pgrep -f -- "--home $LOCALNET_DIR/" >/dev/null 2>&1; then

@@ -12,6 +12,11 @@ WINDOW_SECS="${TALLY_WINDOW_SECS:-60}"
 THRESHOLD="${TALLY_THRESHOLD:-$((2 * NVAL / 3 + 1))}"   # partial signatures needed
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tally-target}"
 TALLYD="${TALLYD:-$CARGO_TARGET_DIR/release/tallyd}"
+TALLY_HUB_BIN="${TALLY_HUB_BIN:-$(dirname "$TALLYD")/tally-hub}"
+HUB="${TALLY_HUB:-1}"                      # 1: also run the 1-validator hub chain
+HUB_DIR="$LOCALNET_DIR/hub"
+HUB_PORT_BASE=$((PORT_BASE + 100))        # hub: p2p +0, rpc +1, abci +2, pprof +3, prometheus +4
+hub_rpc_url() { echo "http://127.0.0.1:$((HUB_PORT_BASE + 1))"; }
 export PATH="$PATH:$(go env GOPATH 2>/dev/null || echo "$HOME/go")/bin:/usr/local/go/bin"
 
 node_home() { echo "$LOCALNET_DIR/node$1"; }
@@ -62,6 +67,48 @@ start_node() {
     nohup cometbft node --home "$home" >>"$home/cometbft.log" 2>&1 &
     echo $! >"$home/cometbft.pid"
   }
+}
+
+# start_hub: start the hub chain's app and CometBFT.
+start_hub() {
+  pid_alive "$HUB_DIR/tally-hub.pid" || {
+    nohup "$TALLY_HUB_BIN" start --home "$HUB_DIR" --abci-listen "127.0.0.1:$((HUB_PORT_BASE + 2))" >>"$HUB_DIR/tally-hub.log" 2>&1 &
+    echo $! >"$HUB_DIR/tally-hub.pid"
+  }
+  local t
+  for t in $(seq 1 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$((HUB_PORT_BASE + 2))") 2>/dev/null && break
+    sleep 0.1
+  done
+  pid_alive "$HUB_DIR/cometbft.pid" || {
+    nohup cometbft node --home "$HUB_DIR" >>"$HUB_DIR/cometbft.log" 2>&1 &
+    echo $! >"$HUB_DIR/cometbft.pid"
+  }
+}
+
+# stop_hub [SIGNAL]
+stop_hub() {
+  stop_pid "$HUB_DIR/cometbft.pid" "${1:-TERM}"
+  stop_pid "$HUB_DIR/tally-hub.pid" "${1:-TERM}"
+}
+
+# configure_cometbft CONFIG BASE PEERS: ports from BASE, loopback, devnet settings.
+configure_cometbft() {
+  local c="$1" b="$2" peers="$3"
+  sed -i \
+    -e "s|^proxy_app = .*|proxy_app = \"tcp://127.0.0.1:$((b + 2))\"|" \
+    -e "/^\[rpc\]/,/^\[/ s|^laddr = .*|laddr = \"tcp://127.0.0.1:$((b + 1))\"|" \
+    -e "/^\[p2p\]/,/^\[/ s|^laddr = .*|laddr = \"tcp://127.0.0.1:$b\"|" \
+    -e "s|^pprof_laddr = .*|pprof_laddr = \"127.0.0.1:$((b + 3))\"|" \
+    -e "s|^prometheus_listen_addr = .*|prometheus_listen_addr = \"127.0.0.1:$((b + 4))\"|" \
+    -e "s|^prometheus = .*|prometheus = true|" \
+    -e "s|^persistent_peers = .*|persistent_peers = \"$peers\"|" \
+    -e "s|^allow_duplicate_ip = .*|allow_duplicate_ip = true|" \
+    -e "s|^addr_book_strict = .*|addr_book_strict = false|" \
+    -e "s|^create_empty_blocks = .*|create_empty_blocks = true|" \
+    -e "s|^timeout_commit = .*|timeout_commit = \"$TIMEOUT_COMMIT\"|" \
+    -e "s|^log_level = .*|log_level = \"info\"|" \
+    "$c"
 }
 
 # stop_node I [SIGNAL]: stop validator I (CometBFT first, then the app).

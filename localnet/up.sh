@@ -60,23 +60,25 @@ for i in $(seq 0 $((NVAL - 1))); do
   h="$(node_home "$i")"
   [ "$i" -eq 0 ] || cp "$g0/config/genesis.json" "$h/config/genesis.json"
   "$TALLYD" --home "$h" init --abci-listen "127.0.0.1:$(port "$i" 2)" --force >/dev/null
-  c="$h/config/config.toml"
-  sed -i \
-    -e "s|^proxy_app = .*|proxy_app = \"tcp://127.0.0.1:$(port "$i" 2)\"|" \
-    -e "s|^moniker = .*|moniker = \"validator$i\"|" \
-    -e "/^\[rpc\]/,/^\[/ s|^laddr = .*|laddr = \"tcp://127.0.0.1:$(port "$i" 1)\"|" \
-    -e "/^\[p2p\]/,/^\[/ s|^laddr = .*|laddr = \"tcp://127.0.0.1:$(port "$i" 0)\"|" \
-    -e "s|^pprof_laddr = .*|pprof_laddr = \"127.0.0.1:$(port "$i" 3)\"|" \
-    -e "s|^prometheus_listen_addr = .*|prometheus_listen_addr = \"127.0.0.1:$(port "$i" 4)\"|" \
-    -e "s|^prometheus = .*|prometheus = true|" \
-    -e "s|^persistent_peers = .*|persistent_peers = \"$peers\"|" \
-    -e "s|^allow_duplicate_ip = .*|allow_duplicate_ip = true|" \
-    -e "s|^addr_book_strict = .*|addr_book_strict = false|" \
-    -e "s|^create_empty_blocks = .*|create_empty_blocks = true|" \
-    -e "s|^timeout_commit = .*|timeout_commit = \"$TIMEOUT_COMMIT\"|" \
-    -e "s|^log_level = .*|log_level = \"info\"|" \
-    "$c"
+  configure_cometbft "$h/config/config.toml" "$(port "$i" 0)" "$peers"
+  sed -i "s|^moniker = .*|moniker = \"validator$i\"|" "$h/config/config.toml"
+  if [ "$HUB" = 1 ]; then
+    sed -i "s|^hub_endpoints = .*|hub_endpoints = [\"$(hub_rpc_url)\"]|" "$h/config/app.toml"
+  fi
 done
+
+if [ "$HUB" = 1 ]; then
+  [ -x "$TALLY_HUB_BIN" ] || die "no tally-hub binary at $TALLY_HUB_BIN (run localnet/build.sh)"
+  for off in 0 1 2; do
+    (exec 3<>"/dev/tcp/127.0.0.1/$((HUB_PORT_BASE + off))") 2>/dev/null && die "hub port $((HUB_PORT_BASE + off)) is in use"
+  done
+  log "creating the hub chain in $HUB_DIR (RPC $(hub_rpc_url))"
+  cometbft init --home "$HUB_DIR" >/dev/null 2>&1
+  sed -i "s/\"chain_id\": *\"[^\"]*\"/\"chain_id\": \"tally-hub\"/" "$HUB_DIR/config/genesis.json"
+  "$TALLY_HUB_BIN" genesis --home "$HUB_DIR" --settlement-chain-id "$CHAIN_ID" --settlement-genesis "$g0/config/genesis.json"
+  configure_cometbft "$HUB_DIR/config/config.toml" "$HUB_PORT_BASE" ""
+  start_hub
+fi
 
 for i in $(seq 0 $((NVAL - 1))); do start_node "$i"; done
 log "started; waiting for blocks"
@@ -98,6 +100,14 @@ if [ "$demo" = 1 ]; then
     printf '{"user":"carol","provider":"bolt-inference","model":"mistral/7b","route":"/v1/completions","outcome":"%s","units":40,"amount":%d}\n' \
       "$o" "$([ "$o" = ok ] && echo 4 || echo 0)" >>"$demo_file"
   done
+  if [ "$HUB" = 1 ]; then
+    wait_hub=0
+    until curl -s --max-time 1 "$(hub_rpc_url)/status" | grep -q '"latest_block_height":"[1-9]'; do
+      wait_hub=$((wait_hub + 1)); [ "$wait_hub" -gt 60 ] && die "hub made no blocks; see $HUB_DIR/*.log"; sleep 1
+    done
+    log "depositing on the hub: escrow for alice, bob and carol"
+    for u in alice bob carol; do "$TALLY_HUB_BIN" deposit --user "$u" --amount 1000000 --node "$(hub_rpc_url)" >/dev/null; done
+  fi
   log "sending demo traffic ($(wc -l <"$demo_file") records, every outcome class)"
   "$TALLYD" tx report --from "$LOCALNET_DIR/gateway.key" --file "$demo_file" --node "$(rpc_url 0)"
   echo
@@ -111,4 +121,5 @@ echo
 echo "localnet is up: $NVAL validators, chain $CHAIN_ID, data in $LOCALNET_DIR"
 echo "  status:  localnet/status.sh"
 echo "  report:  $TALLYD tx report --from $LOCALNET_DIR/gateway.key --user alice --provider acme-ai --model llama/3-70b --route /v1/chat --outcome ok --units 100 --amount 10 --node $(rpc_url 0)"
+[ "$HUB" = 1 ] && echo "  hub:     $(hub_rpc_url)   settlement: $TALLYD query sync; $TALLYD query batch --nonce 1 (after the ${WINDOW_SECS}s window closes)"
 echo "  stop:    localnet/down.sh"

@@ -40,6 +40,12 @@ pub struct AppConfig {
     /// This validator's threshold key share, relative to the home dir
     /// unless absolute; a node without it does not sign.
     pub bls_share: String,
+    /// Hub CometBFT RPC endpoints for the relay (empty: no relay).
+    pub hub_endpoints: Vec<String>,
+    /// Hub blocks a settlement must be under before the relay reports it.
+    pub hub_confirmations: u64,
+    /// Seconds between signer ranks when submitting a batch.
+    pub relay_stagger_secs: u64,
 }
 
 impl Default for AppConfig {
@@ -50,6 +56,9 @@ impl Default for AppConfig {
             log_format: "text".into(),
             log_level: "info".into(),
             bls_share: "config/bls_share.json".into(),
+            hub_endpoints: Vec::new(),
+            hub_confirmations: 1,
+            relay_stagger_secs: 2,
         }
     }
 }
@@ -99,8 +108,21 @@ impl AppConfig {
              # Log filter (tracing EnvFilter syntax), e.g. \"info\" or \"tally_abci=debug,info\".\n\
              log_level = {:?}\n\
              # This validator's threshold BLS key share (from `tallyd dkg dealer`).\n\
-             bls_share = {:?}\n",
-            self.abci_listen, self.db_dir, self.log_format, self.log_level, self.bls_share
+             bls_share = {:?}\n\
+             # Relay: hub CometBFT RPC endpoints (failover order); empty disables the relay.\n\
+             hub_endpoints = {:?}\n\
+             # Hub blocks a settlement must be under before it is reported.\n\
+             hub_confirmations = {}\n\
+             # Seconds between signer ranks when submitting a batch to the hub.\n\
+             relay_stagger_secs = {}\n",
+            self.abci_listen,
+            self.db_dir,
+            self.log_format,
+            self.log_level,
+            self.bls_share,
+            self.hub_endpoints,
+            self.hub_confirmations,
+            self.relay_stagger_secs
         );
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|source| ConfigError::Io {

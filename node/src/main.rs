@@ -416,6 +416,7 @@ fn start(home: &Path, log_format: Option<String>, log_level: Option<String>) -> 
         .with_context(|| format!("opening {}", db_path.display()))?;
     let app = tally_abci::TallyApp::new(Arc::new(backend))?;
     let share_path = cfg.share_path(home);
+    let mut rank = 0u32;
     if share_path.exists() {
         let dkg = if genesis_path.exists() {
             Genesis::parse(read_app_state(&genesis_path)?.to_string().as_bytes())?.dkg
@@ -424,10 +425,25 @@ fn start(home: &Path, log_format: Option<String>, log_level: Option<String>) -> 
         };
         let share = tally_node::dealer::load_share(&share_path, dkg.as_ref())?;
         tracing::info!(index = share.index, file = %share_path.display(), "threshold signer enabled");
+        rank = share.index.saturating_sub(1);
         app.set_signer(share);
     } else {
         tracing::info!(file = %share_path.display(), "no threshold key share: this node does not sign");
     }
+    // The relay runs on its own thread, never inside an ABCI call.
+    let _relay = if cfg.hub_endpoints.is_empty() {
+        None
+    } else {
+        let rc = tally_relay::RelayConfig {
+            hub_endpoints: cfg.hub_endpoints.clone(),
+            confirmations: cfg.hub_confirmations,
+            rank,
+            stagger: std::time::Duration::from_secs(cfg.relay_stagger_secs),
+            poll: std::time::Duration::from_millis(500),
+            policy: tally_client::RetryPolicy::default(),
+        };
+        Some(tally_relay::spawn(app.clone(), rc)?)
+    };
     let last = app.last_commit();
     tracing::info!(
         home = %home.display(),

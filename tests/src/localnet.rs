@@ -104,6 +104,11 @@ impl Localnet {
         format!("http://127.0.0.1:{}", self.port_base as usize + 10 * i + 1)
     }
 
+    /// RPC URL of the hub chain's node.
+    pub fn hub_rpc_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port_base as usize + 101)
+    }
+
     /// An RPC client of validator `i`.
     pub fn rpc(&self, i: usize) -> Rpc {
         Rpc::new(&self.rpc_url(i))

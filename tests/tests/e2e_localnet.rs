@@ -172,30 +172,11 @@ fn localnet_reports_queries_and_crash_recovery() -> Result<()> {
         }
     }
 
-    // 2. The window closes: its payments become a batch that t validators
-    //    sign through real vote extensions, visible with `tallyd query batch`.
-    let start = Instant::now();
-    let batch = loop {
-        let out = std::process::Command::new(tallyd_path()?)
-            .args([
-                "query", "batch", "--chain", "hub", "--nonce", "1", "--output", "json", "--node",
-            ])
-            .arg(net.rpc_url(2))
-            .output()?;
-        if out.status.success() {
-            let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
-            if v["status"] != "pending" {
-                break v;
-            }
-        }
-        ensure!(
-            start.elapsed() < Duration::from_secs(WINDOW_SECS * 3 + 30),
-            "no signed batch after {:?}\n{}",
-            start.elapsed(),
-            net.logs_tail()
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    };
+    // 2. Closed windows' payments (39 credits: 13 records x 3) become
+    //    batches that t validators sign through real vote extensions
+    //    (visible with `tallyd query batch`); the relays submit them to the
+    //    hub chain, which pays each once, and the chain ends each sync when
+    //    t validators sign the hub's answer.
     let dkg: serde_json::Value = serde_json::from_slice(&net.rpc(0).abci_query("/dkg")?.value)?;
     let group = bls::parse_public_key(&hex::decode(dkg["group_key"].as_str().unwrap_or(""))?)?;
     let pubs = PublicShares {
@@ -203,19 +184,75 @@ fn localnet_reports_queries_and_crash_recovery() -> Result<()> {
         group,
         shares: Vec::new(),
     };
-    let digest: [u8; 32] = hex::decode(batch["digest"].as_str().unwrap_or(""))?
-        .try_into()
-        .map_err(|_| anyhow::anyhow!("digest is not 32 bytes"))?;
-    let sig = bls::parse_signature(&hex::decode(batch["signature"].as_str().unwrap_or(""))?)?;
-    ensure!(
-        pubs.verify_group(&bls::message(&chain_id, Kind::Batch, &digest), &sig),
-        "batch signature does not verify against the group key: {batch}"
-    );
-    ensure!(
-        batch["total"] == 39,
-        "batch total {} (13 records x 3 credits)",
-        batch["total"]
-    );
+    let start = Instant::now();
+    let mut checked = std::collections::BTreeSet::new();
+    loop {
+        let s: serde_json::Value =
+            serde_json::from_slice(&net.rpc(1).abci_query("/sync/hub")?.value)?;
+        let formed = s["next_nonce"].as_u64().unwrap_or(1) - 1;
+        let mut signed_total = 0;
+        for nonce in 1..=formed {
+            let out = std::process::Command::new(tallyd_path()?)
+                .args([
+                    "query",
+                    "batch",
+                    "--chain",
+                    "hub",
+                    "--nonce",
+                    &nonce.to_string(),
+                    "--output",
+                    "json",
+                    "--node",
+                ])
+                .arg(net.rpc_url(2))
+                .output()?;
+            ensure!(
+                out.status.success(),
+                "tallyd query batch: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let b: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+            if b["status"] == "pending" {
+                continue;
+            }
+            signed_total += b["total"].as_u64().unwrap_or(0);
+            if checked.insert(nonce) {
+                let digest: [u8; 32] = hex::decode(b["digest"].as_str().unwrap_or(""))?
+                    .try_into()
+                    .map_err(|_| anyhow::anyhow!("digest is not 32 bytes"))?;
+                let sig =
+                    bls::parse_signature(&hex::decode(b["signature"].as_str().unwrap_or(""))?)?;
+                ensure!(
+                    pubs.verify_group(&bls::message(&chain_id, Kind::Batch, &digest), &sig),
+                    "batch {nonce} signature does not verify against the group key: {b}"
+                );
+            }
+        }
+        let settled = s["settled_batches"].as_u64().unwrap_or(0);
+        if signed_total == 39 && settled == formed {
+            // Every credit was paid once on the hub (escrow shortfall counted).
+            let mut hub_total = 0;
+            for nonce in 1..=formed {
+                let h = Rpc::new(&net.hub_rpc_url()).abci_query(&format!("/batch/hub/{nonce}"))?;
+                ensure!(
+                    h.code == 0,
+                    "hub has no result for batch {nonce}: {}",
+                    h.log
+                );
+                let h: serde_json::Value = serde_json::from_slice(&h.value)?;
+                hub_total += h["paid"].as_u64().unwrap_or(0) + h["shortfall"].as_u64().unwrap_or(0);
+            }
+            ensure!(hub_total == 39, "hub settled {hub_total} credits, want 39");
+            break;
+        }
+        ensure!(
+            start.elapsed() < Duration::from_secs(WINDOW_SECS * 3 + 60),
+            "batches not signed and settled after {:?}: {s}\n{}",
+            start.elapsed(),
+            net.logs_tail()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
 
     // 3. Load, and a validator killed with SIGKILL under it.
     let stop = Arc::new(AtomicBool::new(false));

@@ -1,0 +1,248 @@
+//! The relay: runs inside `tallyd`, beside consensus and never inside an
+//! ABCI call. After each commit it reads the chain's settlement state; it
+//! submits the signed batch of the current attempt to the hub (staggered by
+//! signer rank, transport retries per the client's policy, failover across
+//! hub endpoints), watches the hub, and hands what it saw to the node's
+//! signer: `settled` once the hub shows the nonce settled `confirmations`
+//! blocks deep, `failed` when the submission was refused, the transport
+//! budget was spent, or the attempt passed `attempt_deadline_secs`.
+//! The chain acts on either once t validators sign it.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine;
+use prost::Message;
+use rand::SeedableRng;
+use serde_json::{json, Value};
+use tally_abci::TallyApp;
+use tally_client::{Broadcast, HttpTransport, RetryPolicy, Transport};
+use tally_hub::machine::{hub_tx, HubCode, HubTx, SubmitBatch};
+use tally_settlement::proto::HubResult;
+use tally_settlement::sync;
+use tokio::sync::watch;
+
+/// How the relay behaves.
+#[derive(Clone, Debug)]
+pub struct RelayConfig {
+    /// Hub CometBFT RPC endpoints, in failover order.
+    pub hub_endpoints: Vec<String>,
+    /// Hub blocks a result must be under before it is reported.
+    pub confirmations: u64,
+    /// This validator's signer rank (share index - 1): it submits
+    /// `rank * stagger` after an attempt starts, so one hub tx is the norm.
+    pub rank: u32,
+    /// Delay between ranks.
+    pub stagger: Duration,
+    /// How often the chain and the hub are read.
+    pub poll: Duration,
+    /// Transport retry policy of one submission.
+    pub policy: RetryPolicy,
+}
+
+/// Why a hub read failed.
+#[derive(Debug, thiserror::Error)]
+#[error("hub: {0}")]
+pub struct HubError(String);
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Reads from the hub through its CometBFT RPC.
+#[derive(Clone, Debug)]
+struct Hub {
+    endpoints: Vec<String>,
+    agent: ureq::Agent,
+}
+
+impl Hub {
+    fn call(&self, method: &str, params: Value) -> Result<Value, HubError> {
+        let mut last = String::from("no endpoint");
+        for e in &self.endpoints {
+            let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+            match self.agent.post(e).send_json(body) {
+                Ok(r) => match r.into_json::<Value>() {
+                    Ok(v) => return Ok(v["result"].clone()),
+                    Err(err) => last = err.to_string(),
+                },
+                Err(err) => last = err.to_string(),
+            }
+        }
+        Err(HubError(last))
+    }
+
+    /// The hub's latest height.
+    fn tip(&self) -> Result<u64, HubError> {
+        let r = self.call("status", json!({}))?;
+        r["sync_info"]["latest_block_height"]
+            .as_str()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| HubError("no height in status".into()))
+    }
+
+    /// The height at which `nonce` of `chain` settled on the hub, if it did.
+    fn settled_at(&self, chain: &str, nonce: u64) -> Result<Option<u64>, HubError> {
+        let r = self.call(
+            "abci_query",
+            json!({"path": format!("/batch/{chain}/{nonce}"), "data": "", "height": "0", "prove": false}),
+        )?;
+        let resp = &r["response"];
+        if resp["code"].as_u64().unwrap_or(0) != 0 {
+            return Ok(None);
+        }
+        let raw = base64::engine::general_purpose::STANDARD
+            .decode(resp["value"].as_str().unwrap_or(""))
+            .map_err(|e| HubError(e.to_string()))?;
+        let v: Value = serde_json::from_slice(&raw).map_err(|e| HubError(e.to_string()))?;
+        Ok(v["height"].as_u64())
+    }
+}
+
+/// Starts the relay on its own thread; returns the sender that stops it.
+pub fn spawn(app: TallyApp, cfg: RelayConfig) -> std::io::Result<watch::Sender<bool>> {
+    let (stop, rx) = watch::channel(false);
+    std::thread::Builder::new()
+        .name("tally-relay".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    tracing::error!(error = %e, "relay runtime failed to start");
+                    return;
+                }
+            };
+            rt.block_on(run(app, cfg, rx));
+        })?;
+    Ok(stop)
+}
+
+async fn run(app: TallyApp, cfg: RelayConfig, mut stop: watch::Receiver<bool>) {
+    let hub = Hub {
+        endpoints: cfg.hub_endpoints.clone(),
+        agent: ureq::AgentBuilder::new()
+            .timeout(Duration::from_secs(5))
+            .build(),
+    };
+    let transport = HttpTransport::new(cfg.policy.per_try_timeout);
+    let mut rng = rand::rngs::StdRng::from_entropy();
+    let mut done: Option<(u64, u32)> = None; // (nonce, attempt) already submitted or failed
+    tracing::info!(hub = ?cfg.hub_endpoints, rank = cfg.rank, "relay started");
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(cfg.poll) => {}
+            _ = stop.changed() => return,
+        }
+        if *stop.borrow() {
+            return;
+        }
+        let kv = app.committed_state();
+        let Ok(p) = tally_settlement::params(kv) else {
+            continue;
+        };
+        let Ok(st) = sync::sync_state(kv, &p.hub_chain) else {
+            continue;
+        };
+        if st.current_nonce == 0 || st.attempt == 0 {
+            continue;
+        }
+        let (chain, nonce, attempt) = (p.hub_chain.clone(), st.current_nonce, st.attempt);
+        let result = |settled| HubResult {
+            chain: chain.clone(),
+            nonce,
+            attempt,
+            settled,
+        };
+        // Observe: settled on the hub, deep enough?
+        let h = hub.clone();
+        let c = chain.clone();
+        let seen = tokio::task::spawn_blocking(move || {
+            Ok::<_, HubError>((h.settled_at(&c, nonce)?, h.tip()?))
+        })
+        .await;
+        if let Ok(Ok((Some(at), tip))) = seen {
+            if tip >= at + cfg.confirmations {
+                app.hand_in(result(true));
+            }
+            continue;
+        }
+        if st.failed_attempt == attempt {
+            continue; // this attempt already ended in failure: the cooldown runs
+        }
+        let Ok(Some(batch)) = sync::batch(kv, &chain, nonce) else {
+            continue;
+        };
+        let elapsed = unix_now().saturating_sub(st.last_sync);
+        if elapsed >= p.attempt_deadline_secs {
+            tracing::warn!(
+                nonce,
+                attempt,
+                elapsed,
+                layer = "settlement",
+                "attempt deadline passed without settlement; signing failed"
+            );
+            app.hand_in(result(false));
+            continue;
+        }
+        if batch.status != sync::BATCH_SIGNED || done == Some((nonce, attempt)) {
+            continue;
+        }
+        if elapsed < u64::from(cfg.rank) * cfg.stagger.as_secs() {
+            continue; // a lower rank submits first
+        }
+        let calls: Vec<_> = batch
+            .call_ids
+            .iter()
+            .filter_map(|id| sync::hub_call(kv, *id).ok().flatten())
+            .collect();
+        if calls.len() != batch.call_ids.len() {
+            continue;
+        }
+        let tx = HubTx {
+            sum: Some(hub_tx::Sum::SubmitBatch(SubmitBatch {
+                chain: chain.clone(),
+                nonce,
+                calls,
+                signature: batch.signature.clone(),
+            })),
+        }
+        .encode_to_vec();
+        let mut rx = stop.clone();
+        let r = cfg
+            .policy
+            .run(&cfg.hub_endpoints, &mut rx, &mut rng, |e: &String, _| {
+                transport.broadcast_commit(e.clone(), tx.clone())
+            })
+            .await;
+        done = Some((nonce, attempt));
+        match r {
+            Ok(Broadcast::Result { code, log, .. })
+                if code == HubCode::Ok as u32 || code == HubCode::AlreadySettled as u32 =>
+            {
+                tracing::info!(nonce, attempt, code, log, "batch submitted to the hub");
+            }
+            Ok(Broadcast::InCache) => {
+                tracing::info!(nonce, attempt, "batch already in the hub's mempool")
+            }
+            Ok(Broadcast::Result { code, log, .. }) => {
+                tracing::warn!(
+                    nonce,
+                    attempt,
+                    code,
+                    log,
+                    "hub refused the batch; signing failed"
+                );
+                app.hand_in(result(false));
+            }
+            Err(e) => {
+                tracing::warn!(nonce, attempt, error = %e, layer = "transport", "submission failed; signing failed");
+                app.hand_in(result(false));
+            }
+        }
+    }
+}
