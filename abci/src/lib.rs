@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use bytes::Bytes;
 use prost::Message;
 use tally_settlement::bls::SecretShare;
-use tally_settlement::proto::{tx, HubResult, SyncTxStart};
+use tally_settlement::proto::{tx, HubBlock, HubResult, SyncTxStart};
 use tally_settlement::{self as settlement, Block, Code, Genesis};
 use tally_store::{Backend, ChangeSet, CommitMeta, Pending, StoreError};
 use tendermint_abci::Application;
@@ -58,6 +58,8 @@ struct Inner {
     signer: RwLock<Option<SecretShare>>,
     /// Hub results the relay observed, waiting to be signed in ExtendVote.
     observed: Mutex<Vec<HubResult>>,
+    /// Hub blocks (deposits) the relay observed, likewise.
+    blocks: Mutex<Vec<HubBlock>>,
 }
 
 /// Most hub observations kept for signing.
@@ -98,6 +100,7 @@ impl TallyApp {
                 committed,
                 signer: RwLock::new(None),
                 observed: Mutex::new(Vec::new()),
+                blocks: Mutex::new(Vec::new()),
             }),
         })
     }
@@ -148,6 +151,20 @@ impl TallyApp {
         }
         let excess = o.len().saturating_sub(MAX_OBSERVED);
         o.drain(..excess);
+    }
+
+    /// The relay's hand-in of a finalized hub block range with its deposits.
+    /// Ranges the chain has moved past are dropped.
+    pub fn hand_in_block(&self, block: HubBlock) {
+        let mut b = self.inner.blocks.lock().unwrap_or_else(|e| e.into_inner());
+        if let Ok((cursor, _)) = settlement::sync::hub_cursor(&self.inner.backend, &block.chain) {
+            b.retain(|x| x.from_height >= cursor);
+        }
+        if !b.contains(&block) {
+            b.push(block);
+        }
+        let excess = b.len().saturating_sub(MAX_OBSERVED);
+        b.drain(..excess);
     }
 
     fn committed_pending(&self) -> Result<Pending, StoreError> {
@@ -381,9 +398,15 @@ impl Application for TallyApp {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
+        let blocks = self
+            .inner
+            .blocks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         let backend = &self.inner.backend;
         let ext = settlement::chain_id(backend).and_then(|chain| {
-            settlement::sync::extension(backend, &chain, &share, &proposed, &observed)
+            settlement::sync::extension(backend, &chain, &share, &proposed, &observed, &blocks)
         });
         match ext {
             Ok(e) => ResponseExtendVote {

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use tally_abci::TallyApp;
 use tally_client::{Broadcast, HttpTransport, RetryPolicy, Transport};
 use tally_hub::machine::{hub_tx, HubCode, HubTx, SubmitBatch};
-use tally_settlement::proto::HubResult;
+use tally_settlement::proto::{HubBlock, HubDeposit, HubResult};
 use tally_settlement::sync;
 use tokio::sync::watch;
 
@@ -83,6 +83,36 @@ impl Hub {
             .ok_or_else(|| HubError("no height in status".into()))
     }
 
+    /// Deposits in hub heights `from..=to`, by sequence number.
+    fn deposits(&self, from: u64, to: u64) -> Result<Vec<HubDeposit>, HubError> {
+        let r = self.call(
+            "abci_query",
+            json!({"path": format!("/deposits/{from}/{to}"), "data": "", "height": "0", "prove": false}),
+        )?;
+        let resp = &r["response"];
+        if resp["code"].as_u64().unwrap_or(0) != 0 {
+            return Err(HubError(resp["log"].as_str().unwrap_or("").to_string()));
+        }
+        let raw = base64::engine::general_purpose::STANDARD
+            .decode(resp["value"].as_str().unwrap_or(""))
+            .map_err(|e| HubError(e.to_string()))?;
+        let v: Value = serde_json::from_slice(&raw).map_err(|e| HubError(e.to_string()))?;
+        let mut out: Vec<HubDeposit> = v["deposits"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|d| HubDeposit {
+                        seq: d["seq"].as_u64().unwrap_or(0),
+                        user: d["user"].as_str().unwrap_or("").to_string(),
+                        amount: d["amount"].as_u64().unwrap_or(0),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        out.sort_by_key(|d| d.seq);
+        Ok(out)
+    }
+
     /// The height at which `nonce` of `chain` settled on the hub, if it did.
     fn settled_at(&self, chain: &str, nonce: u64) -> Result<Option<u64>, HubError> {
         let r = self.call(
@@ -145,6 +175,30 @@ async fn run(app: TallyApp, cfg: RelayConfig, mut stop: watch::Receiver<bool>) {
         let Ok(p) = tally_settlement::params(kv) else {
             continue;
         };
+        // Deposits: the next fixed range of hub heights, once it is
+        // `confirmations` blocks deep, goes to the signer.
+        if let Ok((cursor, _)) = sync::hub_cursor(kv, &p.hub_chain) {
+            let to = cursor + p.hub_block_range - 1;
+            let h = hub.clone();
+            let confirmations = cfg.confirmations;
+            let got = tokio::task::spawn_blocking(
+                move || -> Result<Option<Vec<HubDeposit>>, HubError> {
+                    if h.tip()? < to + confirmations {
+                        return Ok(None);
+                    }
+                    h.deposits(cursor, to).map(Some)
+                },
+            )
+            .await;
+            if let Ok(Ok(Some(deposits))) = got {
+                app.hand_in_block(HubBlock {
+                    chain: p.hub_chain.clone(),
+                    from_height: cursor,
+                    to_height: to,
+                    deposits,
+                });
+            }
+        }
         let Ok(st) = sync::sync_state(kv, &p.hub_chain) else {
             continue;
         };

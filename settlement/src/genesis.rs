@@ -31,6 +31,8 @@ pub struct Params {
     /// Partials of a message that never reaches the threshold are deleted
     /// this many blocks after the first one arrived.
     pub partial_expiry_blocks: u64,
+    /// Hub heights covered by one signed HubBlock (deposits).
+    pub hub_block_range: u64,
 }
 
 impl Default for Params {
@@ -46,6 +48,7 @@ impl Default for Params {
             failure_backdate_secs: 300,
             attempt_deadline_secs: 30,
             partial_expiry_blocks: 50,
+            hub_block_range: 10,
         }
     }
 }
@@ -80,6 +83,9 @@ impl Params {
         }
         if !(1..=10_000).contains(&self.partial_expiry_blocks) {
             return bad("partial_expiry_blocks must be 1..=10000");
+        }
+        if !(1..=1000).contains(&self.hub_block_range) {
+            return bad("hub_block_range must be 1..=1000");
         }
         Ok(())
     }

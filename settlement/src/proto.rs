@@ -197,6 +197,40 @@ pub struct PartialSig {
     /// For hub results: the result itself, so the chain can act on it.
     #[prost(message, optional, tag = "5")]
     pub hub_result: Option<HubResult>,
+    /// For hub blocks: the range and its deposits.
+    #[prost(message, optional, tag = "6")]
+    pub hub_block: Option<HubBlock>,
+}
+
+/// The deposits of a fixed range of finalized hub heights.
+#[derive(Clone, PartialEq, Eq, Hash, prost::Message)]
+pub struct HubBlock {
+    /// Hub chain.
+    #[prost(string, tag = "1")]
+    pub chain: String,
+    /// First hub height covered (the chain's cursor).
+    #[prost(uint64, tag = "2")]
+    pub from_height: u64,
+    /// Last hub height covered (from + hub_block_range - 1).
+    #[prost(uint64, tag = "3")]
+    pub to_height: u64,
+    /// Deposits in those heights, by sequence number.
+    #[prost(message, repeated, tag = "4")]
+    pub deposits: Vec<HubDeposit>,
+}
+
+/// One deposit on the hub.
+#[derive(Clone, PartialEq, Eq, Hash, prost::Message)]
+pub struct HubDeposit {
+    /// Gap-free sequence number on the hub.
+    #[prost(uint64, tag = "1")]
+    pub seq: u64,
+    /// User credited.
+    #[prost(string, tag = "2")]
+    pub user: String,
+    /// Credits.
+    #[prost(uint64, tag = "3")]
+    pub amount: u64,
 }
 
 /// A hub's answer to one settlement attempt, as validators observed it.
@@ -312,4 +346,7 @@ pub struct PendingMessage {
     /// For hub results, the result.
     #[prost(message, optional, tag = "3")]
     pub hub_result: Option<HubResult>,
+    /// For hub blocks, the block.
+    #[prost(message, optional, tag = "4")]
+    pub hub_block: Option<HubBlock>,
 }

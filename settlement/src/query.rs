@@ -286,6 +286,8 @@ fn route_query(kv: &impl KvRead, full: &str) -> Result<serde_json::Value, Reject
                 "next_attempt_not_before": sync::next_attempt_not_before(&st, &p),
                 "pending_calls": pending,
                 "sync_window_secs": p.sync_window_secs,
+                "hub_cursor": sync::hub_cursor(kv, chain)?.0,
+                "next_deposit_seq": sync::hub_cursor(kv, chain)?.1,
                 "failure_backdate_secs": p.failure_backdate_secs,
             }))
         }

@@ -15,8 +15,8 @@ use crate::genesis::{DkgGenesis, Params};
 use crate::keys;
 use crate::machine::{params, Block, Event, TxResult};
 use crate::proto::{
-    BatchRecord, HubCall, HubResult, PartialSig, PendingMessage, SubmitPartials, SyncState,
-    SyncTxStart, VoteExtension,
+    BatchRecord, HubBlock, HubCall, HubResult, PartialSig, PendingMessage, SubmitPartials,
+    SyncState, SyncTxStart, VoteExtension,
 };
 
 /// Batch status values.
@@ -38,6 +38,40 @@ const SYNC: &[u8] = b"sync/";
 const PSIG: &[u8] = b"psig/";
 const PMSG: &[u8] = b"pmsg/";
 const PEXP: &[u8] = b"pexp/";
+const HUB_CURSOR: &[u8] = b"hubcur/";
+const DEPOSIT_SEQ: &[u8] = b"depseq/";
+
+fn u64_at(kv: &impl KvRead, key: &[u8], default: u64) -> Result<u64, StoreError> {
+    Ok(kv
+        .get(key)?
+        .and_then(|v| v.as_slice().try_into().ok().map(u64::from_be_bytes))
+        .unwrap_or(default))
+}
+
+/// The next hub height a HubBlock must start at, and the next deposit
+/// sequence number expected.
+pub fn hub_cursor(kv: &impl KvRead, chain: &str) -> Result<(u64, u64), Rejection> {
+    Ok((
+        u64_at(kv, &keys::cat(&[HUB_CURSOR, chain.as_bytes()]), 1)?,
+        u64_at(kv, &keys::cat(&[DEPOSIT_SEQ, chain.as_bytes()]), 1)?,
+    ))
+}
+
+/// The digest validators sign for a hub block.
+pub fn block_digest(b: &HubBlock) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(b"tally/hub-block/v1");
+    put_str(&mut h, &b.chain);
+    h.update(b.from_height.to_be_bytes());
+    h.update(b.to_height.to_be_bytes());
+    h.update((b.deposits.len() as u64).to_be_bytes());
+    for d in &b.deposits {
+        h.update(d.seq.to_be_bytes());
+        put_str(&mut h, &d.user);
+        h.update(d.amount.to_be_bytes());
+    }
+    h.finalize().into()
+}
 
 fn hub_call_key(id: u64) -> Vec<u8> {
     keys::cat(&[HUB_CALL, &id.to_be_bytes()])
@@ -367,7 +401,12 @@ type Known = (Kind, [u8; 32], Vec<u8>);
 
 /// Partials of one message being applied: kind, signed bytes, the hub
 /// result (for results) and the partials.
-type Group = (Kind, Vec<u8>, Option<HubResult>, Vec<Partial>);
+type Group = (
+    Kind,
+    Vec<u8>,
+    (Option<HubResult>, Option<HubBlock>),
+    Vec<Partial>,
+);
 
 /// A partial's message, if the chain is waiting for it.
 fn recognize(kv: &impl KvRead, chain_id: &str, p: &PartialSig) -> Result<Option<Known>, Rejection> {
@@ -404,6 +443,24 @@ fn recognize(kv: &impl KvRead, chain_id: &str, p: &PartialSig) -> Result<Option<
             }
             Kind::HubResult
         }
+        3 => {
+            let Some(b) = &p.hub_block else {
+                return Ok(None);
+            };
+            let (cursor, next_seq) = hub_cursor(kv, &params.hub_chain)?;
+            let fixed = b.chain == params.hub_chain
+                && b.from_height == cursor
+                && b.to_height == cursor + params.hub_block_range - 1;
+            let gap_free = b.deposits.iter().enumerate().all(|(i, d)| {
+                d.seq == next_seq + i as u64
+                    && d.amount > 0
+                    && crate::ident::check_party("user", &d.user).is_ok()
+            });
+            if !fixed || !gap_free || block_digest(b) != digest {
+                return Ok(None);
+            }
+            Kind::HubBlock
+        }
         _ => return Ok(None),
     };
     Ok(Some((kind, digest, bls::message(chain_id, kind, &digest))))
@@ -418,6 +475,7 @@ pub fn extension(
     share: &SecretShare,
     proposed: &[SyncTxStart],
     observed: &[HubResult],
+    blocks: &[HubBlock],
 ) -> Result<VoteExtension, Rejection> {
     let mut out = VoteExtension::default();
     let Some((_, pubs)) = dkg(kv)? else {
@@ -460,6 +518,26 @@ pub fn extension(
             digest: d.to_vec(),
             signature: sig.sig_bytes().to_vec(),
             hub_result: None,
+            hub_block: None,
+        });
+    }
+    for b in blocks {
+        let d = block_digest(b);
+        let p = PartialSig {
+            index: share.index,
+            kind: Kind::HubBlock as u32,
+            digest: d.to_vec(),
+            signature: Vec::new(),
+            hub_result: None,
+            hub_block: Some(b.clone()),
+        };
+        if recognize(kv, chain_id, &p)?.is_none() || kv.get(&psig_key(&d, share.index))?.is_some() {
+            continue;
+        }
+        let sig = share.sign(&bls::message(chain_id, Kind::HubBlock, &d));
+        out.partials.push(PartialSig {
+            signature: sig.sig_bytes().to_vec(),
+            ..p
         });
     }
     for r in observed {
@@ -470,6 +548,7 @@ pub fn extension(
             digest: d.to_vec(),
             signature: Vec::new(),
             hub_result: Some(r.clone()),
+            hub_block: None,
         };
         if recognize(kv, chain_id, &p)?.is_none() || kv.get(&psig_key(&d, share.index))?.is_some() {
             continue;
@@ -587,9 +666,14 @@ pub(crate) fn apply_partials(
         };
         match (known, parsed, fresh) {
             (Some((kind, d, msg)), Some(q), true) => {
-                let g = groups
-                    .entry(d)
-                    .or_insert_with(|| (kind, msg, ps.hub_result.clone(), Vec::new()));
+                let g = groups.entry(d).or_insert_with(|| {
+                    (
+                        kind,
+                        msg,
+                        (ps.hub_result.clone(), ps.hub_block.clone()),
+                        Vec::new(),
+                    )
+                });
                 if g.3.iter().any(|x| x.index == q.index) {
                     if strict {
                         return Err(bad_system(format!(
@@ -619,13 +703,14 @@ pub(crate) fn apply_partials(
     // the state the previous ones left (acting on one can retire another).
     let mut ordered: Vec<([u8; 32], Group)> = groups.into_iter().collect();
     ordered.sort_by_key(|(d, g)| (g.0, *d));
-    for (digest, (kind, msg, hub_result, parts)) in ordered {
+    for (digest, (kind, msg, (hub_result, hub_block), parts)) in ordered {
         let rep = PartialSig {
             index: 0,
             kind: kind as u32,
             digest: digest.to_vec(),
             signature: Vec::new(),
             hub_result: hub_result.clone(),
+            hub_block: hub_block.clone(),
         };
         if recognize(kv, chain_id, &rep)?.is_none() {
             ignored += parts.len();
@@ -650,6 +735,7 @@ pub(crate) fn apply_partials(
                 kind: kind as u32,
                 first_height: block.height,
                 hub_result: hub_result.clone(),
+                hub_block: hub_block.clone(),
             };
             kv.put(pmsg_key(&digest), m.encode_to_vec());
             kv.put(
@@ -696,7 +782,11 @@ pub(crate) fn apply_partials(
                     events.push(hub_sync_end(kv, block, &p, &r)?);
                 }
             }
-            Kind::HubBlock => {}
+            Kind::HubBlock => {
+                if let Some(b) = hub_block {
+                    events.push(credit_deposits(kv, &b)?);
+                }
+            }
         }
     }
     Ok(TxResult {
@@ -731,6 +821,39 @@ fn batch_signed(
             ("nonce".into(), b.nonce.to_string()),
         ],
     }))
+}
+
+/// A hub block signed by t validators: its deposits are credited once and
+/// the cursor moves past it (an empty range moves it too).
+fn credit_deposits(kv: &mut impl Kv, b: &HubBlock) -> Result<Event, Rejection> {
+    let mut credited = 0u64;
+    for d in &b.deposits {
+        let key = keys::balance(&d.user);
+        let bal = crate::machine::balance(kv, &d.user)?.saturating_add(d.amount);
+        kv.put(key, bal.to_be_bytes().to_vec());
+        credited = credited.saturating_add(d.amount);
+    }
+    let next_seq = b.deposits.last().map(|d| d.seq + 1);
+    kv.put(
+        keys::cat(&[HUB_CURSOR, b.chain.as_bytes()]),
+        (b.to_height + 1).to_be_bytes().to_vec(),
+    );
+    if let Some(n) = next_seq {
+        kv.put(
+            keys::cat(&[DEPOSIT_SEQ, b.chain.as_bytes()]),
+            n.to_be_bytes().to_vec(),
+        );
+    }
+    Ok(Event {
+        kind: "hub_deposits".into(),
+        attrs: vec![
+            ("chain".into(), b.chain.clone()),
+            ("from_height".into(), b.from_height.to_string()),
+            ("to_height".into(), b.to_height.to_string()),
+            ("deposits".into(), b.deposits.len().to_string()),
+            ("credited".into(), credited.to_string()),
+        ],
+    })
 }
 
 /// HubSyncEnd(chain, ids, ok).

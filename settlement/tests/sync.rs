@@ -6,7 +6,8 @@ use ed25519_dalek::SigningKey;
 use prost::Message;
 use tally_settlement::bls::{self, deal, Kind, SecretShare};
 use tally_settlement::proto::{
-    tx, HubResult, Outcome, PartialSig, ReportUsage, SubmitPartials, Tx, UsageRecord,
+    tx, HubBlock, HubDeposit, HubResult, Outcome, PartialSig, ReportUsage, SubmitPartials, Tx,
+    UsageRecord,
 };
 use tally_settlement::sync::{self, result_digest};
 use tally_settlement::{
@@ -131,6 +132,7 @@ impl Env {
                     .sig_bytes()
                     .to_vec(),
                 hub_result: None,
+                hub_block: None,
             })
             .collect()
     }
@@ -148,9 +150,89 @@ impl Env {
                     .sig_bytes()
                     .to_vec(),
                 hub_result: Some(r.clone()),
+                hub_block: None,
             })
             .collect()
     }
+}
+
+fn block_partials(env: &Env, b: &HubBlock, signers: &[usize]) -> Vec<PartialSig> {
+    let d = sync::block_digest(b);
+    signers
+        .iter()
+        .map(|&i| PartialSig {
+            index: env.shares[i].index,
+            kind: 3,
+            digest: d.to_vec(),
+            signature: env.shares[i]
+                .sign(&bls::message(CHAIN, Kind::HubBlock, &d))
+                .sig_bytes()
+                .to_vec(),
+            hub_result: None,
+            hub_block: Some(b.clone()),
+        })
+        .collect()
+}
+
+fn balance(env: &Env, user: &str) -> u64 {
+    tally_settlement::balance(&env.kv, user).unwrap()
+}
+
+#[test]
+fn hub_deposits_are_credited_once_over_consecutive_ranges() {
+    let mut env = Env::new();
+    let dep = |seq, user: &str, amount| HubDeposit {
+        seq,
+        user: user.into(),
+        amount,
+    };
+    let b1 = HubBlock {
+        chain: "hub".into(),
+        from_height: 1,
+        to_height: 10,
+        deposits: vec![dep(1, "alice", 50), dep(2, "carol", 7)],
+    };
+    env.block(vec![partials_tx(block_partials(&env, &b1, &[0, 1, 2]))], 1);
+    assert_eq!(balance(&env, "alice"), 1050);
+    assert_eq!(balance(&env, "carol"), 7);
+    assert_eq!(sync::hub_cursor(&env.kv, "hub").unwrap(), (11, 3));
+    // The same range again: not wanted any more, nothing credited twice.
+    env.block(vec![partials_tx(block_partials(&env, &b1, &[1, 2, 3]))], 1);
+    assert_eq!(balance(&env, "alice"), 1050);
+    // A range that skips a deposit (seq 4 instead of 3) or starts elsewhere is refused.
+    let gap = HubBlock {
+        chain: "hub".into(),
+        from_height: 11,
+        to_height: 20,
+        deposits: vec![dep(4, "alice", 1)],
+    };
+    let off = HubBlock {
+        chain: "hub".into(),
+        from_height: 12,
+        to_height: 21,
+        deposits: vec![],
+    };
+    env.block(
+        vec![
+            partials_tx(block_partials(&env, &gap, &[0, 1, 2])),
+            partials_tx(block_partials(&env, &off, &[0, 1, 2])),
+        ],
+        1,
+    );
+    assert_eq!(sync::hub_cursor(&env.kv, "hub").unwrap(), (11, 3));
+    // An empty range still moves the cursor.
+    let empty = HubBlock {
+        chain: "hub".into(),
+        from_height: 11,
+        to_height: 20,
+        deposits: vec![],
+    };
+    env.block(
+        vec![partials_tx(block_partials(&env, &empty, &[0, 1, 3]))],
+        1,
+    );
+    assert_eq!(sync::hub_cursor(&env.kv, "hub").unwrap(), (21, 3));
+    assert_eq!(balance(&env, "alice"), 1050);
 }
 
 fn partials_tx(p: Vec<PartialSig>) -> Vec<u8> {

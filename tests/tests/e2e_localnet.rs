@@ -254,6 +254,37 @@ fn localnet_reports_queries_and_crash_recovery() -> Result<()> {
         std::thread::sleep(Duration::from_millis(500));
     }
 
+    // 2b. A deposit on the hub is credited once on the chain, after its
+    //     range is `confirmations` hub blocks deep and t validators signed it.
+    let hub_bin = tallyd_path()?.with_file_name("tally-hub");
+    let out = std::process::Command::new(&hub_bin)
+        .args(["deposit", "--user", "dave", "--amount", "77", "--node"])
+        .arg(net.hub_rpc_url())
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "hub deposit: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let start = Instant::now();
+    let balance = |i: usize| -> Result<u64> {
+        let v: serde_json::Value =
+            serde_json::from_slice(&net.rpc(i).abci_query("/balance/dave")?.value)?;
+        Ok(v["balance"].as_u64().unwrap_or(0))
+    };
+    while balance(0)? != 77 {
+        ensure!(
+            start.elapsed() < Duration::from_secs(60),
+            "deposit not credited: {}",
+            balance(0)?
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    for i in 0..4 {
+        ensure!(balance(i)? == 77, "node{i}: dave has {}", balance(i)?);
+    }
+
     // 3. Load, and a validator killed with SIGKILL under it.
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));

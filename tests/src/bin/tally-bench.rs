@@ -341,8 +341,8 @@ fn proposal_bench() -> Result<()> {
     let exts: Vec<ExtendedVoteInfo> = shares
         .iter()
         .map(|s| {
-            let e =
-                tally_settlement::sync::extension(backend, CHAIN, s, &[], &[]).unwrap_or_default();
+            let e = tally_settlement::sync::extension(backend, CHAIN, s, &[], &[], &[])
+                .unwrap_or_default();
             ExtendedVoteInfo {
                 vote_extension: prost::Message::encode_to_vec(&e).into(),
                 ..Default::default()
