@@ -63,7 +63,8 @@ for i in $(seq 0 $((NVAL - 1))); do
   configure_cometbft "$h/config/config.toml" "$(port "$i" 0)" "$peers"
   sed -i "s|^moniker = .*|moniker = \"validator$i\"|" "$h/config/config.toml"
   if [ "$HUB" = 1 ]; then
-    sed -i "s|^hub_endpoints = .*|hub_endpoints = [\"$(hub_rpc_url)\"]|" "$h/config/app.toml"
+    sed -i -e "s|^hub_endpoints = .*|hub_endpoints = [\"$(hub_rpc_url)\"]|" \
+      -e "s|^metrics_listen = .*|metrics_listen = \"127.0.0.1:$(port "$i" 5)\"|" "$h/config/app.toml"
   fi
 done
 

@@ -21,11 +21,13 @@
 //! # Ok(()) }
 //! ```
 
+pub mod breaker;
 pub mod classify;
 pub mod reporter;
 pub mod retry;
 pub mod transport;
 
+pub use breaker::{Breaker, BreakerState};
 pub use classify::{classify, UpstreamCall};
 pub use reporter::{Metrics, ReportError, ReportOutcome, Reporter, ReporterConfig};
 pub use retry::{Failure, RetryError, RetryPolicy};

@@ -46,6 +46,10 @@ pub struct AppConfig {
     pub hub_confirmations: u64,
     /// Seconds between signer ranks when submitting a batch.
     pub relay_stagger_secs: u64,
+    /// Where the relay serves Prometheus metrics (empty: not served).
+    pub metrics_listen: String,
+    /// Prefix of metric names.
+    pub metrics_prefix: String,
 }
 
 impl Default for AppConfig {
@@ -59,6 +63,8 @@ impl Default for AppConfig {
             hub_endpoints: Vec::new(),
             hub_confirmations: 1,
             relay_stagger_secs: 2,
+            metrics_listen: String::new(),
+            metrics_prefix: "tally".into(),
         }
     }
 }
@@ -114,7 +120,10 @@ impl AppConfig {
              # Hub blocks a settlement must be under before it is reported.\n\
              hub_confirmations = {}\n\
              # Seconds between signer ranks when submitting a batch to the hub.\n\
-             relay_stagger_secs = {}\n",
+             relay_stagger_secs = {}\n\
+             # Prometheus metrics of the relay (empty: off), and the name prefix.\n\
+             metrics_listen = {:?}\n\
+             metrics_prefix = {:?}\n",
             self.abci_listen,
             self.db_dir,
             self.log_format,
@@ -122,7 +131,9 @@ impl AppConfig {
             self.bls_share,
             self.hub_endpoints,
             self.hub_confirmations,
-            self.relay_stagger_secs
+            self.relay_stagger_secs,
+            self.metrics_listen,
+            self.metrics_prefix
         );
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|source| ConfigError::Io {

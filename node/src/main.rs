@@ -441,6 +441,8 @@ fn start(home: &Path, log_format: Option<String>, log_level: Option<String>) -> 
             stagger: std::time::Duration::from_secs(cfg.relay_stagger_secs),
             poll: std::time::Duration::from_millis(500),
             policy: tally_client::RetryPolicy::default(),
+            metrics_listen: (!cfg.metrics_listen.is_empty()).then(|| cfg.metrics_listen.clone()),
+            metrics_prefix: cfg.metrics_prefix.clone(),
         };
         Some(tally_relay::spawn(app.clone(), rc)?)
     };

@@ -8,6 +8,9 @@
 //! budget was spent, or the attempt passed `attempt_deadline_secs`.
 //! The chain acts on either once t validators sign it.
 
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
@@ -15,10 +18,11 @@ use prost::Message;
 use rand::SeedableRng;
 use serde_json::{json, Value};
 use tally_abci::TallyApp;
-use tally_client::{Broadcast, HttpTransport, RetryPolicy, Transport};
+use tally_client::{Breaker, Broadcast, HttpTransport, RetryPolicy, Transport};
 use tally_hub::machine::{hub_tx, HubCode, HubTx, SubmitBatch};
 use tally_settlement::proto::{HubBlock, HubDeposit, HubResult};
 use tally_settlement::sync;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
 /// How the relay behaves.
@@ -37,6 +41,63 @@ pub struct RelayConfig {
     pub poll: Duration,
     /// Transport retry policy of one submission.
     pub policy: RetryPolicy,
+    /// Where to serve Prometheus metrics (`None`: not served).
+    pub metrics_listen: Option<String>,
+    /// Metric name prefix.
+    pub metrics_prefix: String,
+}
+
+/// The relay's counters and gauges.
+#[derive(Debug, Default)]
+pub struct RelayMetrics {
+    submissions: Mutex<BTreeMap<&'static str, u64>>,
+    transport_retries: AtomicU64,
+    gauges: Mutex<BTreeMap<String, f64>>,
+}
+
+impl RelayMetrics {
+    fn submitted(&self, outcome: &'static str) {
+        *self
+            .submissions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(outcome)
+            .or_default() += 1;
+    }
+
+    fn gauge(&self, name: &str, v: f64) {
+        self.gauges
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.to_string(), v);
+    }
+
+    /// Prometheus text exposition with `prefix`.
+    pub fn render(&self, prefix: &str) -> String {
+        let mut out = String::new();
+        out.push_str(&format!(
+            "# TYPE {prefix}_relay_submissions_total counter\n"
+        ));
+        for (outcome, n) in self
+            .submissions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            out.push_str(&format!(
+                "{prefix}_relay_submissions_total{{outcome=\"{outcome}\"}} {n}\n"
+            ));
+        }
+        out.push_str(&format!("# TYPE {prefix}_retries_total counter\n"));
+        out.push_str(&format!(
+            "{prefix}_retries_total{{layer=\"transport\"}} {}\n",
+            self.transport_retries.load(Ordering::Relaxed)
+        ));
+        for (name, v) in self.gauges.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            out.push_str(&format!("{prefix}_{name} {v}\n"));
+        }
+        out
+    }
 }
 
 /// Why a hub read failed.
@@ -152,7 +213,46 @@ pub fn spawn(app: TallyApp, cfg: RelayConfig) -> std::io::Result<watch::Sender<b
     Ok(stop)
 }
 
+async fn serve_metrics(addr: String, prefix: String, metrics: Arc<RelayMetrics>) {
+    let listener = match tokio::net::TcpListener::bind(&addr).await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(addr, error = %e, "metrics endpoint not served");
+            return;
+        }
+    };
+    tracing::info!(addr, "Prometheus metrics at /metrics");
+    loop {
+        let Ok((mut sock, _)) = listener.accept().await else {
+            continue;
+        };
+        let body = metrics.render(&prefix);
+        tokio::spawn(async move {
+            let mut buf = [0u8; 1024];
+            let _ = sock.read(&mut buf).await;
+            let resp = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = sock.write_all(resp.as_bytes()).await;
+        });
+    }
+}
+
 async fn run(app: TallyApp, cfg: RelayConfig, mut stop: watch::Receiver<bool>) {
+    let metrics = Arc::new(RelayMetrics::default());
+    if let Some(addr) = cfg.metrics_listen.clone() {
+        tokio::spawn(serve_metrics(
+            addr,
+            cfg.metrics_prefix.clone(),
+            metrics.clone(),
+        ));
+    }
+    let breakers: Vec<Breaker> = cfg
+        .hub_endpoints
+        .iter()
+        .map(|_| Breaker::new(3, Duration::from_secs(10), 1))
+        .collect();
     let hub = Hub {
         endpoints: cfg.hub_endpoints.clone(),
         agent: ureq::AgentBuilder::new()
@@ -182,14 +282,25 @@ async fn run(app: TallyApp, cfg: RelayConfig, mut stop: watch::Receiver<bool>) {
             let h = hub.clone();
             let confirmations = cfg.confirmations;
             let got = tokio::task::spawn_blocking(
-                move || -> Result<Option<Vec<HubDeposit>>, HubError> {
-                    if h.tip()? < to + confirmations {
-                        return Ok(None);
+                move || -> Result<(u64, Option<Vec<HubDeposit>>), HubError> {
+                    let tip = h.tip()?;
+                    if tip < to + confirmations {
+                        return Ok((tip, None));
                     }
-                    h.deposits(cursor, to).map(Some)
+                    Ok((tip, Some(h.deposits(cursor, to)?)))
                 },
             )
             .await;
+            let got = match got {
+                Ok(Ok((tip, d))) => {
+                    metrics.gauge(
+                        "hub_cursor_lag_blocks",
+                        tip.saturating_sub(cursor.saturating_sub(1)) as f64,
+                    );
+                    Ok(Ok(d))
+                }
+                other => other.map(|r| r.map(|(_, d)| d)),
+            };
             if let Ok(Ok(Some(deposits))) = got {
                 app.hand_in_block(HubBlock {
                     chain: p.hub_chain.clone(),
@@ -202,6 +313,26 @@ async fn run(app: TallyApp, cfg: RelayConfig, mut stop: watch::Receiver<bool>) {
         let Ok(st) = sync::sync_state(kv, &p.hub_chain) else {
             continue;
         };
+        metrics.gauge("sync_attempts_total", st.attempts_total as f64);
+        metrics.gauge("sync_failures_total", st.failures as f64);
+        metrics.gauge(
+            "retries_total{layer=\"settlement\"}",
+            st.attempts_total.saturating_sub(st.next_nonce.max(1) - 1) as f64,
+        );
+        if let Ok(pending) = sync::pending_calls(kv, &p.hub_chain, None, 1000) {
+            metrics.gauge("pending_hub_calls", pending.len() as f64);
+            let oldest = pending
+                .first()
+                .map(|c| unix_now().saturating_sub((c.window + 1) * p.settlement_window_secs))
+                .unwrap_or(0);
+            metrics.gauge("oldest_pending_call_age_seconds", oldest as f64);
+        }
+        for (e, b) in cfg.hub_endpoints.iter().zip(&breakers) {
+            metrics.gauge(
+                &format!("hub_circuit_state{{endpoint=\"{e}\"}}"),
+                f64::from(b.state().gauge()),
+            );
+        }
         if st.current_nonce == 0 || st.attempt == 0 {
             continue;
         }
@@ -267,10 +398,30 @@ async fn run(app: TallyApp, cfg: RelayConfig, mut stop: watch::Receiver<bool>) {
         }
         .encode_to_vec();
         let mut rx = stop.clone();
+        // Endpoints whose breaker is open are skipped (all, if every one is).
+        let mut usable: Vec<usize> = (0..cfg.hub_endpoints.len())
+            .filter(|i| breakers[*i].allow())
+            .collect();
+        if usable.is_empty() {
+            usable = (0..cfg.hub_endpoints.len()).collect();
+        }
+        let (breakers, metrics_ref, transport_ref, tx_ref) = (&breakers, &metrics, &transport, &tx);
         let r = cfg
             .policy
-            .run(&cfg.hub_endpoints, &mut rx, &mut rng, |e: &String, _| {
-                transport.broadcast_commit(e.clone(), tx.clone())
+            .run(&usable, &mut rx, &mut rng, |i: &usize, n| {
+                let i = *i;
+                if n > 1 {
+                    metrics_ref
+                        .transport_retries
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                let fut =
+                    transport_ref.broadcast_commit(cfg.hub_endpoints[i].clone(), tx_ref.clone());
+                async move {
+                    let r = fut.await;
+                    breakers[i].record(r.is_ok());
+                    r
+                }
             })
             .await;
         done = Some((nonce, attempt));
@@ -278,6 +429,7 @@ async fn run(app: TallyApp, cfg: RelayConfig, mut stop: watch::Receiver<bool>) {
             Ok(Broadcast::Result { code, log, .. })
                 if code == HubCode::Ok as u32 || code == HubCode::AlreadySettled as u32 =>
             {
+                metrics.submitted(if code == 0 { "ok" } else { "already_settled" });
                 tracing::info!(nonce, attempt, code, log, "batch submitted to the hub");
             }
             Ok(Broadcast::InCache) => {
@@ -291,10 +443,12 @@ async fn run(app: TallyApp, cfg: RelayConfig, mut stop: watch::Receiver<bool>) {
                     log,
                     "hub refused the batch; signing failed"
                 );
+                metrics.submitted("refused");
                 app.hand_in(result(false));
             }
             Err(e) => {
                 tracing::warn!(nonce, attempt, error = %e, layer = "transport", "submission failed; signing failed");
+                metrics.submitted("failed");
                 app.hand_in(result(false));
             }
         }

@@ -83,6 +83,20 @@ impl Localnet {
         Ok(net)
     }
 
+    /// The environment the localnet scripts need for this network.
+    pub fn script_env(&self) -> Vec<(String, String)> {
+        vec![
+            (
+                "TALLY_LOCALNET_DIR".into(),
+                self.dir.path().display().to_string(),
+            ),
+            ("TALLY_PORT_BASE".into(), self.port_base.to_string()),
+            ("TALLY_VALIDATORS".into(), self.validators.to_string()),
+            ("TALLY_WINDOW_SECS".into(), self.window_secs.to_string()),
+            ("TALLYD".into(), self.tallyd.display().to_string()),
+        ]
+    }
+
     fn script(&self, name: &str) -> Command {
         let mut c = Command::new("bash");
         c.arg(repo_root().join("localnet").join(name))

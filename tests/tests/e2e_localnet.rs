@@ -385,6 +385,10 @@ fn localnet_reports_queries_and_crash_recovery() -> Result<()> {
         ensure!(ok, "node{i} disagrees on the load totals");
     }
 
+    // 5. The hub down for 3 minutes: each attempt fails and the next comes
+    //    about 60 s later; the batch settles after the hub returns, paid once.
+    hub_outage(&net, &key, &chain_id)?;
+
     // 4. 100,000 records of mixed classes through the gateway SDK's reporter
     //    while validator 2 is SIGKILLed and restarted and one RPC endpoint is
     //    unreachable: afterwards the chain's totals equal what was recorded.
@@ -487,6 +491,98 @@ fn reporter_exactly_once(
             ];
             ensure!(got == exp, "node{node} {path}: got {got:?}, want {exp:?}");
         }
+    }
+    Ok(())
+}
+
+fn sync_state(net: &Localnet) -> Result<serde_json::Value> {
+    Ok(serde_json::from_slice(
+        &net.rpc(0).abci_query("/sync/hub")?.value,
+    )?)
+}
+
+fn hub_outage(net: &Localnet, key: &ed25519_dalek::SigningKey, chain_id: &str) -> Result<()> {
+    let before = sync_state(net)?;
+    let settled_before = before["settled_batches"].as_u64().unwrap_or(0);
+    let failures_before = before["failures"].as_u64().unwrap_or(0);
+    // Metrics of the relay are served beside each node.
+    let metrics = ureq::get(&format!("http://127.0.0.1:{}/metrics", PORT_BASE + 5))
+        .call()?
+        .into_string()?;
+    ensure!(
+        metrics.contains("tally_relay_submissions_total")
+            && metrics.contains("tally_hub_circuit_state"),
+        "{metrics}"
+    );
+
+    let out = std::process::Command::new("bash")
+        .arg(tally_tests::localnet::repo_root().join("localnet/node.sh"))
+        .args(["stop", "hub"])
+        .envs(net.script_env())
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "stopping the hub: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let down_at = Instant::now();
+    let built = build_report(
+        key,
+        chain_id,
+        vec![rec("alice", "/v1/outage", Outcome::Ok, 5)],
+        now() + 300,
+    );
+    let r = net.rpc(0).broadcast_tx_commit(&built.tx)?;
+    ensure!(r.final_code() == 0, "{}", r.final_log());
+    let mut attempts_seen = Vec::new();
+    while down_at.elapsed() < Duration::from_secs(180) {
+        let s = sync_state(net)?;
+        let a = s["attempts"].as_u64().unwrap_or(0);
+        if attempts_seen.last().map(|(n, _)| *n) != Some(a) {
+            attempts_seen.push((a, down_at.elapsed()));
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let s = sync_state(net)?;
+    let failures = s["failures"].as_u64().unwrap_or(0) - failures_before;
+    ensure!(
+        failures >= 2,
+        "expected failed attempts while the hub was down: {s}"
+    );
+    // Attempts came about every 60 s, not every 360 s.
+    let gaps: Vec<u64> = attempts_seen
+        .windows(2)
+        .map(|w| (w[1].1 - w[0].1).as_secs())
+        .collect();
+    ensure!(
+        gaps.iter().skip(1).all(|g| (50..=100).contains(g)),
+        "attempt spacing {gaps:?} ({attempts_seen:?})"
+    );
+    let out = std::process::Command::new("bash")
+        .arg(tally_tests::localnet::repo_root().join("localnet/node.sh"))
+        .args(["start", "hub"])
+        .envs(net.script_env())
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "starting the hub: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let back = Instant::now();
+    loop {
+        let s = sync_state(net)?;
+        if s["settled_batches"].as_u64().unwrap_or(0) > settled_before {
+            eprintln!(
+                "hub outage: settled {:.1} s after the hub came back; attempts {attempts_seen:?}",
+                back.elapsed().as_secs_f64()
+            );
+            break;
+        }
+        ensure!(
+            back.elapsed() < Duration::from_secs(75),
+            "not settled 75 s after the hub came back: {s}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
     }
     Ok(())
 }
