@@ -63,7 +63,13 @@ for i in $(seq 0 $((NVAL - 1))); do
   configure_cometbft "$h/config/config.toml" "$(port "$i" 0)" "$peers"
   sed -i "s|^moniker = .*|moniker = \"validator$i\"|" "$h/config/config.toml"
   if [ "$HUB" = 1 ]; then
-    sed -i -e "s|^hub_endpoints = .*|hub_endpoints = [\"$(hub_rpc_url)\"]|" \
+    # TALLY_HUB_ENDPOINTS_<i>, else TALLY_HUB_ENDPOINTS (comma-separated), replaces
+    # the hub endpoint list of validator i's relay (tests put fault proxies there).
+    hub_list="\"$(hub_rpc_url)\""
+    override_var="TALLY_HUB_ENDPOINTS_$i"
+    override="${!override_var:-${TALLY_HUB_ENDPOINTS:-}}"
+    [ -n "$override" ] && hub_list="\"${override//,/\", \"}\""
+    sed -i -e "s|^hub_endpoints = .*|hub_endpoints = [$hub_list]|" \
       -e "s|^metrics_listen = .*|metrics_listen = \"127.0.0.1:$(port "$i" 5)\"|" "$h/config/app.toml"
   fi
 done

@@ -75,10 +75,14 @@ impl HttpTransport {
             Err(ureq::Error::Status(code, r)) => {
                 let retry_after = r.header("Retry-After").map(str::to_string);
                 let text = r.into_string().unwrap_or_default();
-                // CometBFT answers JSON-RPC errors with HTTP 500 and a JSON body.
-                if let Ok(v) = serde_json::from_str::<Value>(&text) {
-                    if v.get("error").is_some() {
-                        return Ok(v);
+                // CometBFT answers JSON-RPC errors with HTTP 500 and a
+                // JSON-RPC body; anything else (a proxy's 429 or 503) keeps
+                // its status, Retry-After and body for the retry policy.
+                if code == 500 {
+                    if let Ok(v) = serde_json::from_str::<Value>(&text) {
+                        if v.get("jsonrpc").is_some() && v.get("error").is_some() {
+                            return Ok(v);
+                        }
                     }
                 }
                 return Err(Failure::Status {

@@ -4,4 +4,5 @@
 
 pub mod driver;
 pub mod localnet;
+pub mod proxy;
 pub mod traffic;

@@ -58,6 +58,18 @@ impl Localnet {
         timeout_commit: &str,
         window_secs: u64,
     ) -> Result<Self> {
+        Self::start_with(validators, port_base, timeout_commit, window_secs, &[])
+    }
+
+    /// Like [`Localnet::start`] with extra environment for `up.sh` (e.g.
+    /// `TALLY_HUB_ENDPOINTS`).
+    pub fn start_with(
+        validators: usize,
+        port_base: u16,
+        timeout_commit: &str,
+        window_secs: u64,
+        env: &[(&str, &str)],
+    ) -> Result<Self> {
         let net = Self {
             dir: tempfile::Builder::new().prefix("tally-e2e-").tempdir()?,
             port_base,
@@ -70,6 +82,7 @@ impl Localnet {
             .script("up.sh")
             .args(["--no-build", "--no-demo"])
             .env("TALLY_TIMEOUT_COMMIT", timeout_commit)
+            .envs(env.iter().copied())
             .output()
             .context("running localnet/up.sh")?;
         if !out.status.success() {
