@@ -49,7 +49,11 @@ done
 g0="$(node_home 0)"
 "$TALLYD" keys add gateway --out "$LOCALNET_DIR/gateway.key" --force >/dev/null
 "$TALLYD" --home "$g0" genesis add-gateway --name demo-gateway --key "$LOCALNET_DIR/gateway.key"
-for u in alice bob carol; do "$TALLYD" --home "$g0" genesis fund --user "$u" --amount 1000000; done
+# With the hub, the demo users' credits come from hub deposits (synced down
+# as signed hub blocks); without it, or for --no-demo tests, from genesis.
+if [ "$HUB" != 1 ] || [ "$demo" != 1 ]; then
+  for u in alice bob carol; do "$TALLYD" --home "$g0" genesis fund --user "$u" --amount 1000000; done
+fi
 "$TALLYD" --home "$g0" genesis set-param settlement_window_secs "$WINDOW_SECS"
 # Threshold key for settlement batches: a dealer stands in for the DKG.
 "$TALLYD" dkg dealer --validators "$NVAL" --threshold "$THRESHOLD" --testnet-dir "$LOCALNET_DIR" >/dev/null
@@ -114,6 +118,12 @@ if [ "$demo" = 1 ]; then
     done
     log "depositing on the hub: escrow for alice, bob and carol"
     for u in alice bob carol; do "$TALLY_HUB_BIN" deposit --user "$u" --amount 1000000 --node "$(hub_rpc_url)" >/dev/null; done
+    log "waiting for the deposits to be credited on the chain (signed hub blocks, after confirmations)"
+    start_wait=$(date +%s)
+    until "$TALLYD" query raw /balance/carol --node "$(rpc_url 0)" 2>/dev/null | grep -q '"balance":1000000'; do
+      [ $(( $(date +%s) - start_wait )) -gt 120 ] && die "deposits not credited after 120 s; see $(node_home 0)/tallyd.log"
+      sleep 1
+    done
   fi
   log "sending demo traffic ($(wc -l <"$demo_file") records, every outcome class)"
   "$TALLYD" tx report --from "$LOCALNET_DIR/gateway.key" --file "$demo_file" --node "$(rpc_url 0)"
@@ -123,6 +133,24 @@ if [ "$demo" = 1 ]; then
   echo
   echo "SLA records of provider bolt-inference:"
   "$TALLYD" query sla provider --provider bolt-inference --node "$(rpc_url 2)"
+  if [ "$HUB" = 1 ]; then
+    echo
+    log "waiting for the ${WINDOW_SECS}s settlement window to close and its batch to settle on the hub"
+    start_wait=$(date +%s)
+    until "$TALLYD" query raw /sync/hub --node "$(rpc_url 0)" 2>/dev/null | grep -q '"settled_batches":[1-9]'; do
+      waited=$(( $(date +%s) - start_wait ))
+      [ "$waited" -gt $((WINDOW_SECS * 2 + 90)) ] && die "no batch settled after ${waited}s; see $(node_home 0)/tallyd.log"
+      [ $((waited % 10)) -eq 0 ] && log "still waiting (${waited}s)"
+      sleep 1
+    done
+    echo "Settlement chain: batch 1 (threshold-signed, settled):"
+    "$TALLYD" query batch --nonce 1 --node "$(rpc_url 0)"
+    echo
+    echo "Hub chain: batch 1 result, provider payouts, alice's escrow:"
+    "$TALLY_HUB_BIN" query /batch/hub/1 --node "$(hub_rpc_url)"
+    "$TALLY_HUB_BIN" query /payout/acme-ai --node "$(hub_rpc_url)"
+    "$TALLY_HUB_BIN" query /escrow/alice --node "$(hub_rpc_url)"
+  fi
 fi
 echo
 echo "localnet is up: $NVAL validators, chain $CHAIN_ID, data in $LOCALNET_DIR"

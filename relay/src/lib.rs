@@ -52,6 +52,7 @@ pub struct RelayConfig {
 pub struct RelayMetrics {
     submissions: Mutex<BTreeMap<&'static str, u64>>,
     transport_retries: AtomicU64,
+    settlement_retries: AtomicU64,
     gauges: Mutex<BTreeMap<String, f64>>,
 }
 
@@ -93,7 +94,22 @@ impl RelayMetrics {
             "{prefix}_retries_total{{layer=\"transport\"}} {}\n",
             self.transport_retries.load(Ordering::Relaxed)
         ));
+        out.push_str(&format!(
+            "{prefix}_retries_total{{layer=\"settlement\"}} {}\n",
+            self.settlement_retries.load(Ordering::Relaxed)
+        ));
+        let mut last_family = String::new();
         for (name, v) in self.gauges.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            let family = name.split('{').next().unwrap_or(name).to_string();
+            if family != last_family {
+                let kind = if family.ends_with("_total") {
+                    "counter"
+                } else {
+                    "gauge"
+                };
+                out.push_str(&format!("# TYPE {prefix}_{family} {kind}\n"));
+                last_family = family;
+            }
             out.push_str(&format!("{prefix}_{name} {v}\n"));
         }
         out
@@ -315,9 +331,10 @@ async fn run(app: TallyApp, cfg: RelayConfig, mut stop: watch::Receiver<bool>) {
         };
         metrics.gauge("sync_attempts_total", st.attempts_total as f64);
         metrics.gauge("sync_failures_total", st.failures as f64);
-        metrics.gauge(
-            "retries_total{layer=\"settlement\"}",
-            st.attempts_total.saturating_sub(st.next_nonce.max(1) - 1) as f64,
+        // Attempts beyond each batch's first: the chain's settlement retries.
+        metrics.settlement_retries.store(
+            st.attempts_total.saturating_sub(st.next_nonce.max(1) - 1),
+            Ordering::Relaxed,
         );
         if let Ok(pending) = sync::pending_calls(kv, &p.hub_chain, None, 1000) {
             metrics.gauge("pending_hub_calls", pending.len() as f64);
@@ -398,9 +415,10 @@ async fn run(app: TallyApp, cfg: RelayConfig, mut stop: watch::Receiver<bool>) {
         }
         .encode_to_vec();
         let mut rx = stop.clone();
-        // Endpoints whose breaker is open are skipped (all, if every one is).
+        // Endpoints whose breaker is open are skipped (all, if every one is);
+        // a half-open one takes a probe only when it is actually tried.
         let mut usable: Vec<usize> = (0..cfg.hub_endpoints.len())
-            .filter(|i| breakers[*i].allow())
+            .filter(|i| breakers[*i].state() != tally_client::BreakerState::Open)
             .collect();
         if usable.is_empty() {
             usable = (0..cfg.hub_endpoints.len()).collect();
@@ -415,9 +433,13 @@ async fn run(app: TallyApp, cfg: RelayConfig, mut stop: watch::Receiver<bool>) {
                         .transport_retries
                         .fetch_add(1, Ordering::Relaxed);
                 }
+                let allowed = breakers[i].allow();
                 let fut =
                     transport_ref.broadcast_commit(cfg.hub_endpoints[i].clone(), tx_ref.clone());
                 async move {
+                    if !allowed {
+                        return Err(tally_client::Failure::Transport("circuit open".into()));
+                    }
                     let r = fut.await;
                     breakers[i].record(r.is_ok());
                     r

@@ -124,5 +124,6 @@ fn relay_honours_retry_delay_and_fails_over() -> Result<()> {
             != 0,
         "a second batch settled"
     );
+
     Ok(())
 }
