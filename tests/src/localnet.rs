@@ -186,9 +186,15 @@ impl Localnet {
     /// The last lines of every node's logs, for failure messages.
     pub fn logs_tail(&self) -> String {
         let mut s = String::new();
-        for i in 0..self.validators {
-            for f in ["tallyd.log", "cometbft.log"] {
-                let p = self.dir().join(format!("node{i}")).join(f);
+        let dirs = (0..self.validators)
+            .map(|i| (format!("node{i}"), ["tallyd.log", "cometbft.log"]))
+            .chain(std::iter::once((
+                "hub".to_string(),
+                ["tally-hub.log", "cometbft.log"],
+            )));
+        for (d, files) in dirs {
+            for f in files {
+                let p = self.dir().join(&d).join(f);
                 if let Ok(t) = std::fs::read_to_string(&p) {
                     let lines: Vec<_> = t.lines().rev().take(8).collect();
                     s.push_str(&format!("--- {}\n", p.display()));
