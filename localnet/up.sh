@@ -73,8 +73,13 @@ for i in $(seq 0 $((NVAL - 1))); do
     override_var="TALLY_HUB_ENDPOINTS_$i"
     override="${!override_var:-${TALLY_HUB_ENDPOINTS:-}}"
     [ -n "$override" ] && hub_list="\"${override//,/\", \"}\""
+    # TALLY_HUB_CONFIRMATIONS and TALLY_RELAY_STAGGER_SECS override the
+    # app.toml defaults of every relay.
     sed -i -e "s|^hub_endpoints = .*|hub_endpoints = [$hub_list]|" \
-      -e "s|^metrics_listen = .*|metrics_listen = \"127.0.0.1:$(port "$i" 5)\"|" "$h/config/app.toml"
+      -e "s|^metrics_listen = .*|metrics_listen = \"127.0.0.1:$(port "$i" 5)\"|" \
+      ${TALLY_HUB_CONFIRMATIONS:+-e "s|^hub_confirmations = .*|hub_confirmations = $TALLY_HUB_CONFIRMATIONS|"} \
+      ${TALLY_RELAY_STAGGER_SECS:+-e "s|^relay_stagger_secs = .*|relay_stagger_secs = $TALLY_RELAY_STAGGER_SECS|"} \
+      "$h/config/app.toml"
   fi
 done
 

@@ -416,7 +416,7 @@ fn start(home: &Path, log_format: Option<String>, log_level: Option<String>) -> 
         .with_context(|| format!("opening {}", db_path.display()))?;
     let app = tally_abci::TallyApp::new(Arc::new(backend))?;
     let share_path = cfg.share_path(home);
-    let mut rank = 0u32;
+    let mut rank = None;
     if share_path.exists() {
         let dkg = if genesis_path.exists() {
             Genesis::parse(read_app_state(&genesis_path)?.to_string().as_bytes())?.dkg
@@ -425,7 +425,7 @@ fn start(home: &Path, log_format: Option<String>, log_level: Option<String>) -> 
         };
         let share = tally_node::dealer::load_share(&share_path, dkg.as_ref())?;
         tracing::info!(index = share.index, file = %share_path.display(), "threshold signer enabled");
-        rank = share.index.saturating_sub(1);
+        rank = Some(share.index.saturating_sub(1));
         app.set_signer(share);
     } else {
         tracing::info!(file = %share_path.display(), "no threshold key share: this node does not sign");

@@ -18,7 +18,9 @@ use prost::Message;
 use rand::SeedableRng;
 use serde_json::{json, Value};
 use tally_abci::TallyApp;
-use tally_client::{Breaker, Broadcast, HttpTransport, RetryPolicy, Transport};
+use tally_client::{
+    Breaker, BreakerState, Broadcast, Failure, HttpTransport, RetryError, RetryPolicy, Transport,
+};
 use tally_hub::machine::{hub_tx, HubCode, HubTx, SubmitBatch};
 use tally_settlement::proto::{HubBlock, HubDeposit, HubResult};
 use tally_settlement::sync;
@@ -33,8 +35,9 @@ pub struct RelayConfig {
     /// Hub blocks a result must be under before it is reported.
     pub confirmations: u64,
     /// This validator's signer rank (share index - 1): it submits
-    /// `rank * stagger` after an attempt starts, so one hub tx is the norm.
-    pub rank: u32,
+    /// `rank * stagger` after it first sees an attempt's batch signed, so
+    /// one hub tx is the norm. `None` (no key share): never submits.
+    pub rank: Option<u32>,
     /// Delay between ranks.
     pub stagger: Duration,
     /// How often the chain and the hub are read.
@@ -128,24 +131,47 @@ fn unix_now() -> u64 {
         .unwrap_or(0)
 }
 
-/// Reads from the hub through its CometBFT RPC.
+/// Reads from the hub through its CometBFT RPC. Every read goes through
+/// the endpoints' circuit breakers (shared with submissions): an endpoint
+/// whose breaker is open is skipped unless every one is.
 #[derive(Clone, Debug)]
 struct Hub {
     endpoints: Vec<String>,
+    breakers: Arc<Vec<Breaker>>,
     agent: ureq::Agent,
+}
+
+/// Endpoint indexes to try, in failover order: those whose breaker is not
+/// open, or all of them if every breaker is open.
+fn usable(breakers: &[Breaker]) -> Vec<usize> {
+    let open = |i: &usize| breakers[*i].state() == BreakerState::Open;
+    let mut v: Vec<usize> = (0..breakers.len()).filter(|i| !open(i)).collect();
+    if v.is_empty() {
+        v = (0..breakers.len()).collect();
+    }
+    v
 }
 
 impl Hub {
     fn call(&self, method: &str, params: Value) -> Result<Value, HubError> {
         let mut last = String::from("no endpoint");
-        for e in &self.endpoints {
+        for i in usable(&self.breakers) {
+            let b = &self.breakers[i];
+            if !b.allow() {
+                last = format!("{}: circuit open", self.endpoints[i]);
+                continue;
+            }
             let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-            match self.agent.post(e).send_json(body) {
-                Ok(r) => match r.into_json::<Value>() {
-                    Ok(v) => return Ok(v["result"].clone()),
-                    Err(err) => last = err.to_string(),
-                },
-                Err(err) => last = err.to_string(),
+            let got = self
+                .agent
+                .post(&self.endpoints[i])
+                .send_json(body)
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.into_json::<Value>().map_err(|e| e.to_string()));
+            b.record(got.is_ok());
+            match got {
+                Ok(v) => return Ok(v["result"].clone()),
+                Err(e) => last = format!("{}: {e}", self.endpoints[i]),
             }
         }
         Err(HubError(last))
@@ -255,6 +281,115 @@ async fn serve_metrics(addr: String, prefix: String, metrics: Arc<RelayMetrics>)
     }
 }
 
+/// A submission running as its own task, so the loop keeps observing the
+/// hub (and can stop it once the nonce settled or the attempt ended).
+struct InFlight {
+    key: (u64, u32),
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Everything one submission needs, owned so it can run as a task.
+struct Submission {
+    app: TallyApp,
+    endpoints: Vec<String>,
+    breakers: Arc<Vec<Breaker>>,
+    metrics: Arc<RelayMetrics>,
+    transport: HttpTransport,
+    policy: RetryPolicy,
+    shutdown: watch::Receiver<bool>,
+    chain: String,
+    nonce: u64,
+    attempt: u32,
+    tx: Vec<u8>,
+}
+
+impl Submission {
+    async fn run(mut self) {
+        let (nonce, attempt) = (self.nonce, self.attempt);
+        let usable = usable(&self.breakers);
+        let mut rng = rand::rngs::StdRng::from_entropy();
+        let (breakers, metrics, transport, tx, endpoints) = (
+            &self.breakers,
+            &self.metrics,
+            &self.transport,
+            &self.tx,
+            &self.endpoints,
+        );
+        let r = self
+            .policy
+            .run(&usable, &mut self.shutdown, &mut rng, |i: &usize, n| {
+                let i = *i;
+                if n > 1 {
+                    metrics.transport_retries.fetch_add(1, Ordering::Relaxed);
+                }
+                // A half-open breaker takes a probe only when it is tried.
+                let allowed = breakers[i].allow();
+                let fut = transport.broadcast_commit(endpoints[i].clone(), tx.clone());
+                let endpoint = endpoints[i].clone();
+                async move {
+                    if !allowed {
+                        return Err(Failure::Transport(format!("{endpoint}: circuit open")));
+                    }
+                    tracing::debug!(nonce, attempt, endpoint, try_no = n, "submitting to the hub");
+                    let r = fut.await;
+                    breakers[i].record(r.is_ok());
+                    if let Err(e) = &r {
+                        tracing::info!(nonce, attempt, endpoint, try_no = n, error = %e, "hub submission try failed");
+                    }
+                    r
+                }
+            })
+            .await;
+        let result = |settled| HubResult {
+            chain: self.chain.clone(),
+            nonce,
+            attempt,
+            settled,
+        };
+        match r {
+            Ok(Broadcast::Result { code, log, height })
+                if code == HubCode::Ok as u32 || code == HubCode::AlreadySettled as u32 =>
+            {
+                self.metrics
+                    .submitted(if code == 0 { "ok" } else { "already_settled" });
+                tracing::info!(
+                    nonce,
+                    attempt,
+                    code,
+                    log,
+                    height,
+                    "batch submitted to the hub"
+                );
+            }
+            Ok(Broadcast::InCache) => {
+                self.metrics.submitted("in_cache");
+                tracing::info!(
+                    nonce,
+                    attempt,
+                    "batch already in the hub's mempool or a block"
+                )
+            }
+            Ok(Broadcast::Result { code, log, .. }) => {
+                tracing::warn!(
+                    nonce,
+                    attempt,
+                    code,
+                    log,
+                    "hub refused the batch; signing failed"
+                );
+                self.metrics.submitted("refused");
+                self.app.hand_in(result(false));
+            }
+            Err(RetryError::Shutdown) => {}
+            Err(e) => {
+                tracing::warn!(nonce, attempt, error = %e, layer = "transport", "submission failed; signing failed");
+                self.metrics.submitted("failed");
+                self.app.hand_in(result(false));
+            }
+        }
+    }
+}
+
 async fn run(app: TallyApp, cfg: RelayConfig, mut stop: watch::Receiver<bool>) {
     let metrics = Arc::new(RelayMetrics::default());
     if let Some(addr) = cfg.metrics_listen.clone() {
@@ -264,28 +399,48 @@ async fn run(app: TallyApp, cfg: RelayConfig, mut stop: watch::Receiver<bool>) {
             metrics.clone(),
         ));
     }
-    let breakers: Vec<Breaker> = cfg
-        .hub_endpoints
-        .iter()
-        .map(|_| Breaker::new(3, Duration::from_secs(10), 1))
-        .collect();
+    let breakers: Arc<Vec<Breaker>> = Arc::new(
+        cfg.hub_endpoints
+            .iter()
+            .map(|_| Breaker::new(3, Duration::from_secs(10), 1))
+            .collect(),
+    );
     let hub = Hub {
         endpoints: cfg.hub_endpoints.clone(),
+        breakers: breakers.clone(),
         agent: ureq::AgentBuilder::new()
+            .timeout_connect(Duration::from_secs(2))
             .timeout(Duration::from_secs(5))
             .build(),
     };
     let transport = HttpTransport::new(cfg.policy.per_try_timeout);
-    let mut rng = rand::rngs::StdRng::from_entropy();
-    let mut done: Option<(u64, u32)> = None; // (nonce, attempt) already submitted or failed
-    tracing::info!(hub = ?cfg.hub_endpoints, rank = cfg.rank, "relay started");
+    // (nonce, attempt) whose submission already started here.
+    let mut done: Option<(u64, u32)> = None;
+    // When this relay first saw (nonce, attempt) signed: ranks are
+    // staggered from there, so a slow signing round does not let every
+    // relay submit at once.
+    let mut signed_seen: Option<((u64, u32), tokio::time::Instant)> = None;
+    let mut in_flight: Option<InFlight> = None;
+    match cfg.rank {
+        Some(rank) => tracing::info!(hub = ?cfg.hub_endpoints, rank, "relay started"),
+        None => tracing::info!(
+            hub = ?cfg.hub_endpoints,
+            "relay started without a key share: observes the hub, never submits"
+        ),
+    }
     loop {
         tokio::select! {
             _ = tokio::time::sleep(cfg.poll) => {}
-            _ = stop.changed() => return,
+            _ = stop.changed() => {}
         }
         if *stop.borrow() {
+            if let Some(f) = in_flight.take() {
+                f.task.abort();
+            }
             return;
+        }
+        if in_flight.as_ref().is_some_and(|f| f.task.is_finished()) {
+            in_flight = None;
         }
         let kv = app.committed_state();
         let Ok(p) = tally_settlement::params(kv) else {
@@ -307,23 +462,23 @@ async fn run(app: TallyApp, cfg: RelayConfig, mut stop: watch::Receiver<bool>) {
                 },
             )
             .await;
-            let got = match got {
-                Ok(Ok((tip, d))) => {
+            match got {
+                Ok(Ok((tip, deposits))) => {
                     metrics.gauge(
                         "hub_cursor_lag_blocks",
                         tip.saturating_sub(cursor.saturating_sub(1)) as f64,
                     );
-                    Ok(Ok(d))
+                    if let Some(deposits) = deposits {
+                        app.hand_in_block(HubBlock {
+                            chain: p.hub_chain.clone(),
+                            from_height: cursor,
+                            to_height: to,
+                            deposits,
+                        });
+                    }
                 }
-                other => other.map(|r| r.map(|(_, d)| d)),
-            };
-            if let Ok(Ok(Some(deposits))) = got {
-                app.hand_in_block(HubBlock {
-                    chain: p.hub_chain.clone(),
-                    from_height: cursor,
-                    to_height: to,
-                    deposits,
-                });
+                Ok(Err(e)) => tracing::debug!(error = %e, "hub not readable"),
+                Err(e) => tracing::warn!(error = %e, "hub read task failed"),
             }
         }
         let Ok(st) = sync::sync_state(kv, &p.hub_chain) else {
@@ -344,11 +499,16 @@ async fn run(app: TallyApp, cfg: RelayConfig, mut stop: watch::Receiver<bool>) {
                 .unwrap_or(0);
             metrics.gauge("oldest_pending_call_age_seconds", oldest as f64);
         }
-        for (e, b) in cfg.hub_endpoints.iter().zip(&breakers) {
+        for (e, b) in cfg.hub_endpoints.iter().zip(breakers.iter()) {
             metrics.gauge(
                 &format!("hub_circuit_state{{endpoint=\"{e}\"}}"),
                 f64::from(b.state().gauge()),
             );
+        }
+        let key = (st.current_nonce, st.attempt);
+        // A submission for an attempt that is no longer current is moot.
+        if let Some(f) = in_flight.take_if(|f| f.key != key) {
+            f.task.abort();
         }
         if st.current_nonce == 0 || st.attempt == 0 {
             continue;
@@ -368,6 +528,10 @@ async fn run(app: TallyApp, cfg: RelayConfig, mut stop: watch::Receiver<bool>) {
         })
         .await;
         if let Ok(Ok((Some(at), tip))) = seen {
+            // Settled: whatever this relay still had in flight is moot.
+            if let Some(f) = in_flight.take() {
+                f.task.abort();
+            }
             if tip >= at + cfg.confirmations {
                 app.hand_in(result(true));
             }
@@ -381,6 +545,9 @@ async fn run(app: TallyApp, cfg: RelayConfig, mut stop: watch::Receiver<bool>) {
         };
         let elapsed = unix_now().saturating_sub(st.last_sync);
         if elapsed >= p.attempt_deadline_secs {
+            if let Some(f) = in_flight.take() {
+                f.task.abort();
+            }
             tracing::warn!(
                 nonce,
                 attempt,
@@ -391,11 +558,22 @@ async fn run(app: TallyApp, cfg: RelayConfig, mut stop: watch::Receiver<bool>) {
             app.hand_in(result(false));
             continue;
         }
-        if batch.status != sync::BATCH_SIGNED || done == Some((nonce, attempt)) {
+        if batch.status != sync::BATCH_SIGNED {
             continue;
         }
-        if elapsed < u64::from(cfg.rank) * cfg.stagger.as_secs() {
-            continue; // a lower rank submits first
+        let now = tokio::time::Instant::now();
+        let first_seen = match signed_seen {
+            Some((k, t)) if k == key => t,
+            _ => {
+                signed_seen = Some((key, now));
+                now
+            }
+        };
+        let Some(rank) = cfg.rank else {
+            continue;
+        };
+        if done == Some(key) || now.duration_since(first_seen) < cfg.stagger * rank {
+            continue; // submitted already, or a lower rank goes first
         }
         let calls: Vec<_> = batch
             .call_ids
@@ -414,65 +592,29 @@ async fn run(app: TallyApp, cfg: RelayConfig, mut stop: watch::Receiver<bool>) {
             })),
         }
         .encode_to_vec();
-        let mut rx = stop.clone();
-        // Endpoints whose breaker is open are skipped (all, if every one is);
-        // a half-open one takes a probe only when it is actually tried.
-        let mut usable: Vec<usize> = (0..cfg.hub_endpoints.len())
-            .filter(|i| breakers[*i].state() != tally_client::BreakerState::Open)
-            .collect();
-        if usable.is_empty() {
-            usable = (0..cfg.hub_endpoints.len()).collect();
-        }
-        let (breakers, metrics_ref, transport_ref, tx_ref) = (&breakers, &metrics, &transport, &tx);
-        let r = cfg
-            .policy
-            .run(&usable, &mut rx, &mut rng, |i: &usize, n| {
-                let i = *i;
-                if n > 1 {
-                    metrics_ref
-                        .transport_retries
-                        .fetch_add(1, Ordering::Relaxed);
-                }
-                let allowed = breakers[i].allow();
-                let fut =
-                    transport_ref.broadcast_commit(cfg.hub_endpoints[i].clone(), tx_ref.clone());
-                async move {
-                    if !allowed {
-                        return Err(tally_client::Failure::Transport("circuit open".into()));
-                    }
-                    let r = fut.await;
-                    breakers[i].record(r.is_ok());
-                    r
-                }
-            })
-            .await;
-        done = Some((nonce, attempt));
-        match r {
-            Ok(Broadcast::Result { code, log, .. })
-                if code == HubCode::Ok as u32 || code == HubCode::AlreadySettled as u32 =>
-            {
-                metrics.submitted(if code == 0 { "ok" } else { "already_settled" });
-                tracing::info!(nonce, attempt, code, log, "batch submitted to the hub");
-            }
-            Ok(Broadcast::InCache) => {
-                tracing::info!(nonce, attempt, "batch already in the hub's mempool")
-            }
-            Ok(Broadcast::Result { code, log, .. }) => {
-                tracing::warn!(
-                    nonce,
-                    attempt,
-                    code,
-                    log,
-                    "hub refused the batch; signing failed"
-                );
-                metrics.submitted("refused");
-                app.hand_in(result(false));
-            }
-            Err(e) => {
-                tracing::warn!(nonce, attempt, error = %e, layer = "transport", "submission failed; signing failed");
-                metrics.submitted("failed");
-                app.hand_in(result(false));
-            }
-        }
+        done = Some(key);
+        tracing::info!(
+            nonce,
+            attempt,
+            rank,
+            "submitting the signed batch to the hub"
+        );
+        let sub = Submission {
+            app: app.clone(),
+            endpoints: cfg.hub_endpoints.clone(),
+            breakers: breakers.clone(),
+            metrics: metrics.clone(),
+            transport: transport.clone(),
+            policy: cfg.policy.clone(),
+            shutdown: stop.clone(),
+            chain,
+            nonce,
+            attempt,
+            tx,
+        };
+        in_flight = Some(InFlight {
+            key,
+            task: tokio::spawn(sub.run()),
+        });
     }
 }

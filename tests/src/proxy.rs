@@ -1,23 +1,112 @@
-//! A fault-injection HTTP proxy on loopback, between a relay and the hub:
-//! answers the first N `broadcast_tx_commit` requests with 429 and a body
-//! `RetryInfo.retryDelay`, forwards everything else, and logs when each
-//! broadcast arrived. Stopped (and its port freed) on drop.
+//! A fault-injection HTTP proxy on loopback, between a relay (or any
+//! JSON-RPC client) and a CometBFT node. Each `broadcast_tx_commit` request
+//! takes the next [`Fault`] from a script (forwarded untouched once the
+//! script is empty); every other request is forwarded. The proxy logs when
+//! each broadcast arrived and what it did to it. Stopped (and its port
+//! freed) on drop.
 
+use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// What the proxy does to one broadcast.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Answer with `code` (e.g. 429, 503), a `Retry-After` header if given,
+    /// and a body `google.rpc.RetryInfo.retryDelay` of that many seconds if
+    /// given. Nothing reaches the upstream.
+    Status {
+        /// HTTP status.
+        code: u16,
+        /// `Retry-After` value (seconds or an HTTP date), verbatim.
+        retry_after: Option<String>,
+        /// Body `retryDelay`, seconds.
+        body_delay_secs: Option<u32>,
+    },
+    /// Read the request, then close the connection without an answer.
+    Reset,
+    /// Wait, then forward.
+    Delay(Duration),
+    /// Forward (the upstream gets the transaction), then hold the answer
+    /// this long before passing it back: the caller is left waiting.
+    HoldAnswer(Duration),
+}
+
+impl Fault {
+    /// A 429 with `Retry-After: 0` and a body retry delay.
+    pub fn too_many(body_delay_secs: u32) -> Self {
+        Fault::Status {
+            code: 429,
+            retry_after: Some("0".into()),
+            body_delay_secs: Some(body_delay_secs),
+        }
+    }
+
+    /// A 503 with `Retry-After: secs`.
+    pub fn unavailable(retry_after_secs: u32) -> Self {
+        Fault::Status {
+            code: 503,
+            retry_after: Some(retry_after_secs.to_string()),
+            body_delay_secs: None,
+        }
+    }
+
+    /// The label the log records for it.
+    pub fn label(&self) -> String {
+        match self {
+            Fault::Status { code, .. } => code.to_string(),
+            Fault::Reset => "reset".into(),
+            Fault::Delay(_) => "delayed".into(),
+            Fault::HoldAnswer(_) => "held".into(),
+        }
+    }
+}
+
+/// One broadcast the proxy saw.
+#[derive(Clone, Debug)]
+pub struct Seen {
+    /// When it arrived.
+    pub at: Instant,
+    /// What was done: a fault's [`Fault::label`], or `"forwarded"`.
+    pub what: String,
+}
+
 /// What the proxy does and saw.
 #[derive(Debug, Default)]
 pub struct ProxyState {
-    /// Broadcasts still to answer with 429.
-    pub fail_429: u32,
-    /// The body's `retryDelay`, seconds.
-    pub retry_delay_secs: u32,
-    /// When each broadcast arrived, and the status it got (0: forwarded).
-    pub broadcasts: Vec<(Instant, u16)>,
+    /// Faults for the next broadcasts, in order.
+    pub script: VecDeque<Fault>,
+    /// Every broadcast, in arrival order.
+    pub broadcasts: Vec<Seen>,
+}
+
+impl ProxyState {
+    /// A state that applies `faults` to the first broadcasts.
+    pub fn with(faults: impl IntoIterator<Item = Fault>) -> Self {
+        Self {
+            script: faults.into_iter().collect(),
+            broadcasts: Vec::new(),
+        }
+    }
+
+    /// What was done to each broadcast, in order.
+    pub fn labels(&self) -> Vec<String> {
+        self.broadcasts.iter().map(|s| s.what.clone()).collect()
+    }
+
+    /// Arrival times relative to the first broadcast, with labels.
+    pub fn timeline(&self) -> Vec<(u128, String)> {
+        let Some(t0) = self.broadcasts.first().map(|s| s.at) else {
+            return Vec::new();
+        };
+        self.broadcasts
+            .iter()
+            .map(|s| (s.at.duration_since(t0).as_millis(), s.what.clone()))
+            .collect()
+    }
 }
 
 /// A running proxy.
@@ -25,7 +114,7 @@ pub struct ProxyState {
 pub struct FaultProxy {
     /// Its address.
     pub addr: SocketAddr,
-    /// Shared state.
+    /// Shared state (the script may be changed while it runs).
     pub state: Arc<Mutex<ProxyState>>,
     stop: Arc<AtomicBool>,
 }
@@ -58,6 +147,11 @@ impl FaultProxy {
     /// `http://addr`.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// Locks the state.
+    pub fn state(&self) -> std::sync::MutexGuard<'_, ProxyState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -103,23 +197,49 @@ fn read_request(sock: &mut TcpStream) -> std::io::Result<(String, Vec<u8>)> {
 
 fn handle(mut sock: TcpStream, upstream: &str, state: &Mutex<ProxyState>) -> std::io::Result<()> {
     let (head, body) = read_request(&mut sock)?;
+    let mut hold = None;
     if String::from_utf8_lossy(&body).contains("broadcast_tx_commit") {
-        let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
-        if st.fail_429 > 0 {
-            st.fail_429 -= 1;
-            st.broadcasts.push((Instant::now(), 429));
-            let b = format!(
-                r#"{{"error":{{"code":429,"details":[{{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"{}s"}}]}}}}"#,
-                st.retry_delay_secs
-            );
-            let resp = format!(
-                "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 0\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{b}",
-                b.len()
-            );
-            sock.write_all(resp.as_bytes())?;
-            return sock.shutdown(Shutdown::Both);
+        let fault = {
+            let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
+            let fault = st.script.pop_front();
+            let what = fault.as_ref().map_or("forwarded".into(), Fault::label);
+            st.broadcasts.push(Seen {
+                at: Instant::now(),
+                what,
+            });
+            fault
+        };
+        match fault {
+            None => {}
+            Some(Fault::Status {
+                code,
+                retry_after,
+                body_delay_secs,
+            }) => {
+                let b = match body_delay_secs {
+                    Some(d) => format!(
+                        r#"{{"error":{{"code":{code},"details":[{{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"{d}s"}}]}}}}"#
+                    ),
+                    None => format!(r#"{{"error":{{"code":{code}}}}}"#),
+                };
+                let ra = retry_after
+                    .map(|v| format!("Retry-After: {v}\r\n"))
+                    .unwrap_or_default();
+                let resp = format!(
+                    "HTTP/1.1 {code} Fault\r\n{ra}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{b}",
+                    b.len()
+                );
+                sock.write_all(resp.as_bytes())?;
+                return sock.shutdown(Shutdown::Both);
+            }
+            Some(Fault::Reset) => {
+                // SO_LINGER 0 would send an RST; a bare close without an
+                // answer is what a crashed upstream looks like to HTTP.
+                return sock.shutdown(Shutdown::Both);
+            }
+            Some(Fault::Delay(d)) => std::thread::sleep(d),
+            Some(Fault::HoldAnswer(d)) => hold = Some(d),
         }
-        st.broadcasts.push((Instant::now(), 0));
     }
     // Forward with Connection: close, then copy the answer back.
     let mut up = TcpStream::connect(upstream)?;
@@ -133,6 +253,9 @@ fn handle(mut sock: TcpStream, upstream: &str, state: &Mutex<ProxyState>) -> std
     up.write_all(&body)?;
     let mut resp = Vec::new();
     up.read_to_end(&mut resp)?;
+    if let Some(d) = hold {
+        std::thread::sleep(d);
+    }
     sock.write_all(&resp)?;
     sock.shutdown(Shutdown::Both)
 }
