@@ -27,6 +27,8 @@ use tally_settlement::sync;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
+pub mod decide;
+
 /// How the relay behaves.
 #[derive(Clone, Debug)]
 pub struct RelayConfig {
@@ -449,30 +451,27 @@ async fn run(app: TallyApp, cfg: RelayConfig, mut stop: watch::Receiver<bool>) {
         // Deposits: the next fixed range of hub heights, once it is
         // `confirmations` blocks deep, goes to the signer.
         if let Ok((cursor, _)) = sync::hub_cursor(kv, &p.hub_chain) {
-            let to = cursor + p.hub_block_range - 1;
             let h = hub.clone();
-            let confirmations = cfg.confirmations;
-            let got = tokio::task::spawn_blocking(
-                move || -> Result<(u64, Option<Vec<HubDeposit>>), HubError> {
-                    let tip = h.tip()?;
-                    if tip < to + confirmations {
-                        return Ok((tip, None));
-                    }
-                    Ok((tip, Some(h.deposits(cursor, to)?)))
-                },
-            )
+            let (range, confirmations) = (p.hub_block_range, cfg.confirmations);
+            let got = tokio::task::spawn_blocking(move || {
+                let tip = h.tip()?;
+                match decide::deposit_range(cursor, range, tip, confirmations) {
+                    Some((from, to)) => Ok((tip, Some((from, to, h.deposits(from, to)?)))),
+                    None => Ok::<_, HubError>((tip, None)),
+                }
+            })
             .await;
             match got {
-                Ok(Ok((tip, deposits))) => {
+                Ok(Ok((tip, range))) => {
                     metrics.gauge(
                         "hub_cursor_lag_blocks",
                         tip.saturating_sub(cursor.saturating_sub(1)) as f64,
                     );
-                    if let Some(deposits) = deposits {
+                    if let Some((from_height, to_height, deposits)) = range {
                         app.hand_in_block(HubBlock {
                             chain: p.hub_chain.clone(),
-                            from_height: cursor,
-                            to_height: to,
+                            from_height,
+                            to_height,
                             deposits,
                         });
                     }
@@ -510,71 +509,81 @@ async fn run(app: TallyApp, cfg: RelayConfig, mut stop: watch::Receiver<bool>) {
         if let Some(f) = in_flight.take_if(|f| f.key != key) {
             f.task.abort();
         }
-        if st.current_nonce == 0 || st.attempt == 0 {
+        let (chain, nonce, attempt) = (p.hub_chain.clone(), st.current_nonce, st.attempt);
+        if nonce == 0 || attempt == 0 {
             continue;
         }
-        let (chain, nonce, attempt) = (p.hub_chain.clone(), st.current_nonce, st.attempt);
+        let batch = sync::batch(kv, &chain, nonce).ok().flatten();
+        // Observe the hub: has it settled this nonce, and how deep?
+        let (h, c) = (hub.clone(), chain.clone());
+        let view = tokio::task::spawn_blocking(move || {
+            Ok::<_, HubError>(decide::HubView {
+                settled_at: h.settled_at(&c, nonce)?,
+                tip: h.tip()?,
+            })
+        })
+        .await
+        .ok()
+        .and_then(Result::ok);
+        let now = tokio::time::Instant::now();
+        let since_signed = match (&batch, signed_seen) {
+            (Some(b), Some((k, t))) if b.status == sync::BATCH_SIGNED && k == key => {
+                Some(now.duration_since(t))
+            }
+            (Some(b), _) if b.status == sync::BATCH_SIGNED => {
+                signed_seen = Some((key, now));
+                Some(Duration::ZERO)
+            }
+            _ => None,
+        };
+        let step = decide::decide(&decide::Inputs {
+            state: &st,
+            batch: batch.as_ref(),
+            hub: view,
+            confirmations: cfg.confirmations,
+            now_unix: unix_now(),
+            attempt_deadline_secs: p.attempt_deadline_secs,
+            since_signed,
+            rank: cfg.rank,
+            stagger: cfg.stagger,
+            submitted: done == Some(key),
+        });
         let result = |settled| HubResult {
             chain: chain.clone(),
             nonce,
             attempt,
             settled,
         };
-        // Observe: settled on the hub, deep enough?
-        let h = hub.clone();
-        let c = chain.clone();
-        let seen = tokio::task::spawn_blocking(move || {
-            Ok::<_, HubError>((h.settled_at(&c, nonce)?, h.tip()?))
-        })
-        .await;
-        if let Ok(Ok((Some(at), tip))) = seen {
-            // Settled: whatever this relay still had in flight is moot.
-            if let Some(f) = in_flight.take() {
-                f.task.abort();
+        let batch = match (step, batch) {
+            (decide::Step::Idle, _) => continue,
+            (decide::Step::SettledShallow | decide::Step::Settled, _) => {
+                // Whatever this relay still had in flight is moot.
+                if let Some(f) = in_flight.take() {
+                    f.task.abort();
+                }
+                if step == decide::Step::Settled {
+                    app.hand_in(result(true));
+                }
+                continue;
             }
-            if tip >= at + cfg.confirmations {
-                app.hand_in(result(true));
+            (decide::Step::DeadlinePassed { elapsed }, _) => {
+                if let Some(f) = in_flight.take() {
+                    f.task.abort();
+                }
+                tracing::warn!(
+                    nonce,
+                    attempt,
+                    elapsed,
+                    layer = "settlement",
+                    "attempt deadline passed without settlement; signing failed"
+                );
+                app.hand_in(result(false));
+                continue;
             }
-            continue;
-        }
-        if st.failed_attempt == attempt {
-            continue; // this attempt already ended in failure: the cooldown runs
-        }
-        let Ok(Some(batch)) = sync::batch(kv, &chain, nonce) else {
-            continue;
+            (decide::Step::Submit, Some(b)) => b,
+            (decide::Step::Submit, None) => continue,
         };
-        let elapsed = unix_now().saturating_sub(st.last_sync);
-        if elapsed >= p.attempt_deadline_secs {
-            if let Some(f) = in_flight.take() {
-                f.task.abort();
-            }
-            tracing::warn!(
-                nonce,
-                attempt,
-                elapsed,
-                layer = "settlement",
-                "attempt deadline passed without settlement; signing failed"
-            );
-            app.hand_in(result(false));
-            continue;
-        }
-        if batch.status != sync::BATCH_SIGNED {
-            continue;
-        }
-        let now = tokio::time::Instant::now();
-        let first_seen = match signed_seen {
-            Some((k, t)) if k == key => t,
-            _ => {
-                signed_seen = Some((key, now));
-                now
-            }
-        };
-        let Some(rank) = cfg.rank else {
-            continue;
-        };
-        if done == Some(key) || now.duration_since(first_seen) < cfg.stagger * rank {
-            continue; // submitted already, or a lower rank goes first
-        }
+        let rank = cfg.rank.unwrap_or_default();
         let calls: Vec<_> = batch
             .call_ids
             .iter()
