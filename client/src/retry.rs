@@ -268,7 +268,11 @@ impl RetryPolicy {
             }
             next += 1;
             if next < endpoints.len() {
-                // Failover: another endpoint's first try, no budget spent.
+                // Failover: another endpoint's first try, no budget spent
+                // (unless shutdown was asked for meanwhile).
+                if *shutdown.borrow() {
+                    return Err(RetryError::Shutdown);
+                }
                 continue;
             }
             if retries >= self.budget {
@@ -568,5 +572,32 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(1)).await;
         tx.send(true).unwrap();
         assert_eq!(h.await.unwrap(), Err(RetryError::Shutdown));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_during_a_try_stops_failover_and_lets_a_success_through() {
+        // Cancelled while the first try is on the wire: a failure does not
+        // fail over to the next endpoint...
+        let (tx, mut rx) = watch::channel(false);
+        let tries = Arc::new(Mutex::new(0));
+        let t = tries.clone();
+        let r = RetryPolicy::default()
+            .run(&["a", "b"], &mut rx, &mut rng(), |_: &&str, _| {
+                *t.lock().unwrap() += 1;
+                let _ = tx.send(true);
+                async { Err::<(), _>(Failure::Transport("reset".into())) }
+            })
+            .await;
+        assert_eq!(r, Err(RetryError::Shutdown));
+        assert_eq!(*tries.lock().unwrap(), 1);
+        // ...and a success still counts.
+        let (tx, mut rx) = watch::channel(false);
+        let r = RetryPolicy::default()
+            .run(&["a", "b"], &mut rx, &mut rng(), |_: &&str, n| {
+                let _ = tx.send(true);
+                async move { Ok::<_, Failure>(n) }
+            })
+            .await;
+        assert_eq!(r, Ok(1));
     }
 }

@@ -288,6 +288,15 @@ async fn serve_metrics(addr: String, prefix: String, metrics: Arc<RelayMetrics>)
 struct InFlight {
     key: (u64, u32),
     task: tokio::task::JoinHandle<()>,
+    cancel: watch::Sender<bool>,
+}
+
+impl InFlight {
+    /// No further tries: a try on the wire still completes (and its
+    /// outcome is recorded), a wait before the next one ends at once.
+    fn cancel(self) {
+        let _ = self.cancel.send(true);
+    }
 }
 
 /// Everything one submission needs, owned so it can run as a task.
@@ -382,7 +391,16 @@ impl Submission {
                 self.metrics.submitted("refused");
                 self.app.hand_in(result(false));
             }
-            Err(RetryError::Shutdown) => {}
+            Err(RetryError::Shutdown) => {
+                // The hub settled the nonce, the attempt ended, or the node
+                // is stopping: no further tries.
+                self.metrics.submitted("cancelled");
+                tracing::info!(
+                    nonce,
+                    attempt,
+                    "submission stopped before its retries were spent"
+                );
+            }
             Err(e) => {
                 tracing::warn!(nonce, attempt, error = %e, layer = "transport", "submission failed; signing failed");
                 self.metrics.submitted("failed");
@@ -439,7 +457,7 @@ async fn run(app: TallyApp, cfg: RelayConfig, mut stop: watch::Receiver<bool>) {
             if let Some(f) = in_flight.take() {
                 f.task.abort();
             }
-            return;
+            return; // the runtime, and any cancelled task, ends with the thread
         }
         if in_flight.as_ref().is_some_and(|f| f.task.is_finished()) {
             in_flight = None;
@@ -507,7 +525,7 @@ async fn run(app: TallyApp, cfg: RelayConfig, mut stop: watch::Receiver<bool>) {
         let key = (st.current_nonce, st.attempt);
         // A submission for an attempt that is no longer current is moot.
         if let Some(f) = in_flight.take_if(|f| f.key != key) {
-            f.task.abort();
+            f.cancel();
         }
         let (chain, nonce, attempt) = (p.hub_chain.clone(), st.current_nonce, st.attempt);
         if nonce == 0 || attempt == 0 {
@@ -559,7 +577,7 @@ async fn run(app: TallyApp, cfg: RelayConfig, mut stop: watch::Receiver<bool>) {
             (decide::Step::SettledShallow | decide::Step::Settled, _) => {
                 // Whatever this relay still had in flight is moot.
                 if let Some(f) = in_flight.take() {
-                    f.task.abort();
+                    f.cancel();
                 }
                 if step == decide::Step::Settled {
                     app.hand_in(result(true));
@@ -568,7 +586,7 @@ async fn run(app: TallyApp, cfg: RelayConfig, mut stop: watch::Receiver<bool>) {
             }
             (decide::Step::DeadlinePassed { elapsed }, _) => {
                 if let Some(f) = in_flight.take() {
-                    f.task.abort();
+                    f.cancel();
                 }
                 tracing::warn!(
                     nonce,
@@ -608,6 +626,7 @@ async fn run(app: TallyApp, cfg: RelayConfig, mut stop: watch::Receiver<bool>) {
             rank,
             "submitting the signed batch to the hub"
         );
+        let (cancel, cancel_rx) = watch::channel(false);
         let sub = Submission {
             app: app.clone(),
             endpoints: cfg.hub_endpoints.clone(),
@@ -615,7 +634,7 @@ async fn run(app: TallyApp, cfg: RelayConfig, mut stop: watch::Receiver<bool>) {
             metrics: metrics.clone(),
             transport: transport.clone(),
             policy: cfg.policy.clone(),
-            shutdown: stop.clone(),
+            shutdown: cancel_rx,
             chain,
             nonce,
             attempt,
@@ -624,6 +643,7 @@ async fn run(app: TallyApp, cfg: RelayConfig, mut stop: watch::Receiver<bool>) {
         in_flight = Some(InFlight {
             key,
             task: tokio::spawn(sub.run()),
+            cancel,
         });
     }
 }

@@ -147,6 +147,27 @@ impl Localnet {
         Ok(k)
     }
 
+    /// Deposits `amount` for `user` through the hub's faucet
+    /// (`tally-hub deposit`, the binary beside `tallyd`).
+    pub fn hub_deposit(&self, user: &str, amount: u64) -> Result<()> {
+        let out = Command::new(self.tallyd.with_file_name("tally-hub"))
+            .args(["deposit", "--user", user, "--amount", &amount.to_string()])
+            .args(["--node", &self.hub_rpc_url()])
+            .output()
+            .context("running tally-hub deposit")?;
+        if !out.status.success() {
+            bail!("hub deposit: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(())
+    }
+
+    /// `user`'s balance on validator `i`.
+    pub fn balance(&self, i: usize, user: &str) -> Result<u64> {
+        let r = self.rpc(i).abci_query(&format!("/balance/{user}"))?;
+        let v: serde_json::Value = serde_json::from_slice(&r.value)?;
+        Ok(v["balance"].as_u64().unwrap_or(0))
+    }
+
     /// Runs `localnet/node.sh ACTION i` (start, stop, kill).
     pub fn node(&self, action: &str, i: usize) -> Result<()> {
         let out = self

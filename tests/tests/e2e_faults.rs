@@ -22,7 +22,7 @@ use serde_json::Value;
 use tally_node::records::build_report;
 use tally_node::rpc::Rpc;
 use tally_settlement::proto::{Outcome, UsageRecord};
-use tally_tests::localnet::{tallyd_path, Localnet};
+use tally_tests::localnet::Localnet;
 use tally_tests::proxy::{Fault, FaultProxy, ProxyState};
 
 const PORT_BASE: u16 = 38656;
@@ -232,20 +232,8 @@ fn relay_faults_end_to_end() -> Result<()> {
     );
 
     // 3. A deposit: credited once, only once its range is CONFIRMATIONS deep.
-    let out = std::process::Command::new(tallyd_path()?.with_file_name("tally-hub"))
-        .args(["deposit", "--user", "erin", "--amount", "55", "--node"])
-        .arg(net.hub_rpc_url())
-        .output()?;
-    ensure!(
-        out.status.success(),
-        "hub deposit: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let balance = |i: usize| -> Result<u64> {
-        Ok(query(&net.rpc(i), "/balance/erin")?["balance"]
-            .as_u64()
-            .unwrap_or(0))
-    };
+    net.hub_deposit("erin", 55)?;
+    let balance = |i: usize| net.balance(i, "erin");
     let start = Instant::now();
     while balance(1)? == 0 {
         ensure!(

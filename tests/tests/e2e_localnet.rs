@@ -256,22 +256,9 @@ fn localnet_reports_queries_and_crash_recovery() -> Result<()> {
 
     // 2b. A deposit on the hub is credited once on the chain, after its
     //     range is `confirmations` hub blocks deep and t validators signed it.
-    let hub_bin = tallyd_path()?.with_file_name("tally-hub");
-    let out = std::process::Command::new(&hub_bin)
-        .args(["deposit", "--user", "dave", "--amount", "77", "--node"])
-        .arg(net.hub_rpc_url())
-        .output()?;
-    ensure!(
-        out.status.success(),
-        "hub deposit: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    net.hub_deposit("dave", 77)?;
     let start = Instant::now();
-    let balance = |i: usize| -> Result<u64> {
-        let v: serde_json::Value =
-            serde_json::from_slice(&net.rpc(i).abci_query("/balance/dave")?.value)?;
-        Ok(v["balance"].as_u64().unwrap_or(0))
-    };
+    let balance = |i: usize| net.balance(i, "dave");
     while balance(0)? != 77 {
         ensure!(
             start.elapsed() < Duration::from_secs(60),
