@@ -188,20 +188,32 @@ impl Hub {
             .ok_or_else(|| HubError("no height in status".into()))
     }
 
-    /// Deposits in hub heights `from..=to`, by sequence number.
-    fn deposits(&self, from: u64, to: u64) -> Result<Vec<HubDeposit>, HubError> {
+    /// The JSON value of the hub's query `path`; `None` if the hub answered
+    /// it with an error code (logged at debug level).
+    fn query(&self, path: &str) -> Result<Option<Value>, HubError> {
         let r = self.call(
             "abci_query",
-            json!({"path": format!("/deposits/{from}/{to}"), "data": "", "height": "0", "prove": false}),
+            json!({"path": path, "data": "", "height": "0", "prove": false}),
         )?;
         let resp = &r["response"];
         if resp["code"].as_u64().unwrap_or(0) != 0 {
-            return Err(HubError(resp["log"].as_str().unwrap_or("").to_string()));
+            tracing::debug!(path, code = %resp["code"], log = %resp["log"], "hub query refused");
+            return Ok(None);
         }
         let raw = base64::engine::general_purpose::STANDARD
             .decode(resp["value"].as_str().unwrap_or(""))
-            .map_err(|e| HubError(e.to_string()))?;
-        let v: Value = serde_json::from_slice(&raw).map_err(|e| HubError(e.to_string()))?;
+            .map_err(|e| HubError(format!("{path}: {e}")))?;
+        serde_json::from_slice(&raw)
+            .map(Some)
+            .map_err(|e| HubError(format!("{path}: {e}")))
+    }
+
+    /// Deposits in hub heights `from..=to`, by sequence number.
+    fn deposits(&self, from: u64, to: u64) -> Result<Vec<HubDeposit>, HubError> {
+        let path = format!("/deposits/{from}/{to}");
+        let v = self
+            .query(&path)?
+            .ok_or_else(|| HubError(format!("{path} refused")))?;
         let mut out: Vec<HubDeposit> = v["deposits"]
             .as_array()
             .map(|a| {
@@ -220,19 +232,17 @@ impl Hub {
 
     /// The height at which `nonce` of `chain` settled on the hub, if it did.
     fn settled_at(&self, chain: &str, nonce: u64) -> Result<Option<u64>, HubError> {
-        let r = self.call(
-            "abci_query",
-            json!({"path": format!("/batch/{chain}/{nonce}"), "data": "", "height": "0", "prove": false}),
-        )?;
-        let resp = &r["response"];
-        if resp["code"].as_u64().unwrap_or(0) != 0 {
-            return Ok(None);
-        }
-        let raw = base64::engine::general_purpose::STANDARD
-            .decode(resp["value"].as_str().unwrap_or(""))
-            .map_err(|e| HubError(e.to_string()))?;
-        let v: Value = serde_json::from_slice(&raw).map_err(|e| HubError(e.to_string()))?;
-        Ok(v["height"].as_u64())
+        Ok(self
+            .query(&format!("/batch/{chain}/{nonce}"))?
+            .and_then(|v| v["height"].as_u64()))
+    }
+
+    /// The last nonce of `chain` the hub settled (0: none yet).
+    fn last_nonce(&self, chain: &str) -> Result<u64, HubError> {
+        let path = format!("/last_nonce/{chain}");
+        self.query(&path)?
+            .and_then(|v| v["last_nonce"].as_u64())
+            .ok_or_else(|| HubError(format!("{path}: no last_nonce")))
     }
 }
 
@@ -302,6 +312,7 @@ impl InFlight {
 /// Everything one submission needs, owned so it can run as a task.
 struct Submission {
     app: TallyApp,
+    hub: Hub,
     endpoints: Vec<String>,
     breakers: Arc<Vec<Breaker>>,
     metrics: Arc<RelayMetrics>,
@@ -317,6 +328,28 @@ struct Submission {
 impl Submission {
     async fn run(mut self) {
         let (nonce, attempt) = (self.nonce, self.attempt);
+        // The hub's last settled nonce first: a nonce it already settled
+        // needs no transaction (an unreadable hub is left to the tries).
+        let (hub, chain) = (self.hub.clone(), self.chain.clone());
+        match tokio::task::spawn_blocking(move || hub.last_nonce(&chain)).await {
+            Ok(Ok(last)) if last >= nonce => {
+                self.metrics.submitted("already_settled");
+                tracing::info!(
+                    nonce,
+                    attempt,
+                    last,
+                    "the hub already settled this nonce; nothing to submit"
+                );
+                return;
+            }
+            Ok(Ok(last)) if last + 1 < nonce => tracing::warn!(
+                nonce,
+                attempt,
+                last,
+                "the hub is behind the chain's nonces; submitting anyway (it will refuse a gap)"
+            ),
+            _ => {}
+        }
         let usable = usable(&self.breakers);
         let mut rng = rand::rngs::StdRng::from_entropy();
         let (breakers, metrics, transport, tx, endpoints) = (
@@ -629,6 +662,7 @@ async fn run(app: TallyApp, cfg: RelayConfig, mut stop: watch::Receiver<bool>) {
         let (cancel, cancel_rx) = watch::channel(false);
         let sub = Submission {
             app: app.clone(),
+            hub: hub.clone(),
             endpoints: cfg.hub_endpoints.clone(),
             breakers: breakers.clone(),
             metrics: metrics.clone(),
