@@ -121,12 +121,28 @@ fn load<M: Message + Default>(
 pub fn dkg(kv: &impl KvRead) -> Result<Option<(DkgGenesis, PublicShares)>, Rejection> {
     match kv.get(DKG)? {
         None => Ok(None),
-        Some(b) => {
-            let d: DkgGenesis = serde_json::from_slice(&b).map_err(|_| corrupt("dkg"))?;
-            let p = d.public_shares().map_err(|_| corrupt("dkg keys"))?;
-            Ok(Some((d, p)))
+        Some(b) => parse_dkg(&b).map(Some),
+    }
+}
+
+/// Parses the stored threshold key, remembering the last one parsed: the
+/// key is written once at genesis and read on every proposal and vote
+/// extension, and checking n public keys (curve points) costs milliseconds
+/// each time. A pure memo of the stored bytes, so every node still derives
+/// the same result from the same state.
+fn parse_dkg(b: &[u8]) -> Result<(DkgGenesis, PublicShares), Rejection> {
+    type Memo = Option<(Vec<u8>, DkgGenesis, PublicShares)>;
+    static MEMO: std::sync::Mutex<Memo> = std::sync::Mutex::new(None);
+    let mut memo = MEMO.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((bytes, d, p)) = memo.as_ref() {
+        if bytes.as_slice() == b {
+            return Ok((d.clone(), p.clone()));
         }
     }
+    let d: DkgGenesis = serde_json::from_slice(b).map_err(|_| corrupt("dkg"))?;
+    let p = d.public_shares().map_err(|_| corrupt("dkg keys"))?;
+    *memo = Some((b.to_vec(), d.clone(), p.clone()));
+    Ok((d, p))
 }
 
 /// A hub chain's sync state (zeroes before the first attempt).
@@ -900,4 +916,42 @@ fn hub_sync_end(
             ("retry_layer".into(), "settlement".into()),
         ],
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored_dkg(seed: u8) -> (Vec<u8>, PublicShares) {
+        let randomness: Vec<[u8; 64]> = (0..2).map(|i| [seed.wrapping_add(i); 64]).collect();
+        let (pubs, _) = crate::bls::deal(3, 2, &randomness).unwrap();
+        let d = DkgGenesis {
+            threshold: 2,
+            group_key: hex::encode(pubs.group.compress()),
+            public_shares: pubs
+                .shares
+                .iter()
+                .map(|k| hex::encode(k.compress()))
+                .collect(),
+        };
+        (serde_json::to_vec(&d).unwrap(), pubs)
+    }
+
+    #[test]
+    fn the_dkg_memo_follows_the_stored_bytes() {
+        let (a, pubs_a) = stored_dkg(1);
+        let (b, pubs_b) = stored_dkg(2);
+        assert_ne!(pubs_a, pubs_b);
+        for _ in 0..2 {
+            assert_eq!(parse_dkg(&a).unwrap().1, pubs_a);
+            assert_eq!(parse_dkg(&b).unwrap().1, pubs_b);
+        }
+        // Corrupt bytes are refused and do not poison the memo.
+        assert!(parse_dkg(b"{}").is_err());
+        let mut bad = a.clone();
+        let at = bad.len() / 2;
+        bad[at] ^= 1;
+        assert!(parse_dkg(&bad).is_err() || parse_dkg(&bad).unwrap().1 != pubs_a);
+        assert_eq!(parse_dkg(&a).unwrap().1, pubs_a);
+    }
 }
