@@ -312,9 +312,8 @@ impl InFlight {
 /// Everything one submission needs, owned so it can run as a task.
 struct Submission {
     app: TallyApp,
+    /// Its endpoints and breakers are the submission's too.
     hub: Hub,
-    endpoints: Vec<String>,
-    breakers: Arc<Vec<Breaker>>,
     metrics: Arc<RelayMetrics>,
     transport: HttpTransport,
     policy: RetryPolicy,
@@ -350,14 +349,14 @@ impl Submission {
             ),
             _ => {}
         }
-        let usable = usable(&self.breakers);
+        let usable = usable(&self.hub.breakers);
         let mut rng = rand::rngs::StdRng::from_entropy();
         let (breakers, metrics, transport, tx, endpoints) = (
-            &self.breakers,
+            &self.hub.breakers,
             &self.metrics,
             &self.transport,
             &self.tx,
-            &self.endpoints,
+            &self.hub.endpoints,
         );
         let r = self
             .policy
@@ -663,8 +662,6 @@ async fn run(app: TallyApp, cfg: RelayConfig, mut stop: watch::Receiver<bool>) {
         let sub = Submission {
             app: app.clone(),
             hub: hub.clone(),
-            endpoints: cfg.hub_endpoints.clone(),
-            breakers: breakers.clone(),
             metrics: metrics.clone(),
             transport: transport.clone(),
             policy: cfg.policy.clone(),
