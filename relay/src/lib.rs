@@ -498,36 +498,40 @@ async fn run(app: TallyApp, cfg: RelayConfig, mut stop: watch::Receiver<bool>) {
         let Ok(p) = tally_settlement::params(kv) else {
             continue;
         };
+        // The hub's tip, read once per poll for deposits and settlement.
+        let h = hub.clone();
+        let tip = match tokio::task::spawn_blocking(move || h.tip()).await {
+            Ok(Ok(tip)) => Some(tip),
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "hub not readable");
+                None
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "hub read task failed");
+                None
+            }
+        };
         // Deposits: the next fixed range of hub heights, once it is
         // `confirmations` blocks deep, goes to the signer.
-        if let Ok((cursor, _)) = sync::hub_cursor(kv, &p.hub_chain) {
-            let h = hub.clone();
-            let (range, confirmations) = (p.hub_block_range, cfg.confirmations);
-            let got = tokio::task::spawn_blocking(move || {
-                let tip = h.tip()?;
-                match decide::deposit_range(cursor, range, tip, confirmations) {
-                    Some((from, to)) => Ok((tip, Some((from, to, h.deposits(from, to)?)))),
-                    None => Ok::<_, HubError>((tip, None)),
+        if let (Ok((cursor, _)), Some(tip)) = (sync::hub_cursor(kv, &p.hub_chain), tip) {
+            metrics.gauge(
+                "hub_cursor_lag_blocks",
+                tip.saturating_sub(cursor.saturating_sub(1)) as f64,
+            );
+            if let Some((from, to)) =
+                decide::deposit_range(cursor, p.hub_block_range, tip, cfg.confirmations)
+            {
+                let h = hub.clone();
+                match tokio::task::spawn_blocking(move || h.deposits(from, to)).await {
+                    Ok(Ok(deposits)) => app.hand_in_block(HubBlock {
+                        chain: p.hub_chain.clone(),
+                        from_height: from,
+                        to_height: to,
+                        deposits,
+                    }),
+                    Ok(Err(e)) => tracing::debug!(error = %e, "hub deposits not readable"),
+                    Err(e) => tracing::warn!(error = %e, "hub read task failed"),
                 }
-            })
-            .await;
-            match got {
-                Ok(Ok((tip, range))) => {
-                    metrics.gauge(
-                        "hub_cursor_lag_blocks",
-                        tip.saturating_sub(cursor.saturating_sub(1)) as f64,
-                    );
-                    if let Some((from_height, to_height, deposits)) = range {
-                        app.hand_in_block(HubBlock {
-                            chain: p.hub_chain.clone(),
-                            from_height,
-                            to_height,
-                            deposits,
-                        });
-                    }
-                }
-                Ok(Err(e)) => tracing::debug!(error = %e, "hub not readable"),
-                Err(e) => tracing::warn!(error = %e, "hub read task failed"),
             }
         }
         let Ok(st) = sync::sync_state(kv, &p.hub_chain) else {
@@ -565,16 +569,17 @@ async fn run(app: TallyApp, cfg: RelayConfig, mut stop: watch::Receiver<bool>) {
         }
         let batch = sync::batch(kv, &chain, nonce).ok().flatten();
         // Observe the hub: has it settled this nonce, and how deep?
-        let (h, c) = (hub.clone(), chain.clone());
-        let view = tokio::task::spawn_blocking(move || {
-            Ok::<_, HubError>(decide::HubView {
-                settled_at: h.settled_at(&c, nonce)?,
-                tip: h.tip()?,
-            })
-        })
-        .await
-        .ok()
-        .and_then(Result::ok);
+        let view = match tip {
+            Some(tip) => {
+                let (h, c) = (hub.clone(), chain.clone());
+                tokio::task::spawn_blocking(move || h.settled_at(&c, nonce))
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .map(|settled_at| decide::HubView { settled_at, tip })
+            }
+            None => None,
+        };
         let now = tokio::time::Instant::now();
         let since_signed = match (&batch, signed_seen) {
             (Some(b), Some((k, t))) if b.status == sync::BATCH_SIGNED && k == key => {
