@@ -1,8 +1,10 @@
 //! Test support for Tally: an in-process ABCI driver that runs several app
-//! instances through CometBFT's call sequence with a controllable clock, and
-//! a harness that runs a real CometBFT localnet on loopback.
+//! instances through CometBFT's call sequence with a controllable clock, a
+//! real CometBFT localnet on loopback, a fault-injecting proxy, and the runner
+//! of the end-to-end tests that use them.
 
 pub mod driver;
+pub mod harness;
 pub mod localnet;
 pub mod proxy;
 pub mod traffic;

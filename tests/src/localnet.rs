@@ -1,8 +1,10 @@
 //! A real CometBFT localnet on loopback for end-to-end tests, driven by the
-//! same `localnet/` scripts operators use. Dropping it stops every process.
+//! same `localnet/` scripts operators use. Dropping it stops every process;
+//! a watchdog process stops them too when the test process dies without
+//! dropping it (killed, or interrupted with Ctrl-C).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -17,7 +19,9 @@ pub struct Localnet {
     /// Number of validators.
     pub validators: usize,
     tallyd: PathBuf,
+    hub_bin: PathBuf,
     window_secs: u64,
+    watchdog: Option<Child>,
 }
 
 /// The repository root.
@@ -49,6 +53,31 @@ pub fn tallyd_path() -> Result<PathBuf> {
     Ok(p)
 }
 
+/// The `tally-hub` binary: `$TALLY_HUB_BIN` (the variable the localnet
+/// scripts read), or beside `tallyd`.
+pub fn hub_path() -> Result<PathBuf> {
+    let p = match std::env::var_os("TALLY_HUB_BIN") {
+        Some(p) => PathBuf::from(p),
+        None => tallyd_path()?.with_file_name("tally-hub"),
+    };
+    if !p.exists() {
+        bail!(
+            "{} does not exist: build it first (cargo build --release --workspace --all-targets) or set TALLY_HUB_BIN",
+            p.display()
+        );
+    }
+    Ok(p)
+}
+
+/// Runs in the background beside a localnet: once the test process is gone
+/// (however it ended), stops the network and removes its directory. It
+/// ignores the terminal's Ctrl-C, which the test process's group receives.
+const WATCHDOG: &str = r#"trap '' INT TERM HUP
+while kill -0 "$1" 2>/dev/null; do sleep 1; done
+bash "$2" >/dev/null 2>&1
+case "$TALLY_LOCALNET_DIR" in */tally-e2e-*) rm -rf -- "$TALLY_LOCALNET_DIR" ;; esac
+"#;
+
 impl Localnet {
     /// Starts `validators` validators with ports from `port_base` and
     /// `timeout_commit`, without demo traffic.
@@ -70,14 +99,31 @@ impl Localnet {
         window_secs: u64,
         env: &[(&str, &str)],
     ) -> Result<Self> {
-        let net = Self {
+        let mut net = Self {
             dir: tempfile::Builder::new().prefix("tally-e2e-").tempdir()?,
             port_base,
             validators,
             tallyd: tallyd_path()?,
+            hub_bin: hub_path()?,
             window_secs,
+            watchdog: None,
         };
-        // From here on, Drop stops whatever the script started.
+        // From here on, Drop (or the watchdog, if Drop never runs) stops
+        // whatever the script started.
+        net.watchdog = Some(
+            Command::new("bash")
+                .arg("-c")
+                .arg(WATCHDOG)
+                .arg("tally-e2e-watchdog")
+                .arg(std::process::id().to_string())
+                .arg(repo_root().join("localnet").join("down.sh"))
+                .envs(net.script_env())
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .context("starting the localnet watchdog")?,
+        );
         let out = net
             .script("up.sh")
             .args(["--no-build", "--no-demo"])
@@ -107,17 +153,14 @@ impl Localnet {
             ("TALLY_VALIDATORS".into(), self.validators.to_string()),
             ("TALLY_WINDOW_SECS".into(), self.window_secs.to_string()),
             ("TALLYD".into(), self.tallyd.display().to_string()),
+            ("TALLY_HUB_BIN".into(), self.hub_bin.display().to_string()),
         ]
     }
 
     fn script(&self, name: &str) -> Command {
         let mut c = Command::new("bash");
         c.arg(repo_root().join("localnet").join(name))
-            .env("TALLY_LOCALNET_DIR", self.dir.path())
-            .env("TALLY_PORT_BASE", self.port_base.to_string())
-            .env("TALLY_VALIDATORS", self.validators.to_string())
-            .env("TALLY_WINDOW_SECS", self.window_secs.to_string())
-            .env("TALLYD", &self.tallyd);
+            .envs(self.script_env());
         c
     }
 
@@ -148,9 +191,9 @@ impl Localnet {
     }
 
     /// Deposits `amount` for `user` through the hub's faucet
-    /// (`tally-hub deposit`, the binary beside `tallyd`).
+    /// (`tally-hub deposit`, see [`hub_path`]).
     pub fn hub_deposit(&self, user: &str, amount: u64) -> Result<()> {
-        let out = Command::new(self.tallyd.with_file_name("tally-hub"))
+        let out = Command::new(&self.hub_bin)
             .args(["deposit", "--user", user, "--amount", &amount.to_string()])
             .args(["--node", &self.hub_rpc_url()])
             .output()
@@ -170,17 +213,37 @@ impl Localnet {
 
     /// Runs `localnet/node.sh ACTION i` (start, stop, kill).
     pub fn node(&self, action: &str, i: usize) -> Result<()> {
-        let out = self
-            .script("node.sh")
-            .args([action, &i.to_string()])
-            .output()?;
+        self.node_sh(action, &i.to_string())
+    }
+
+    /// Runs `localnet/node.sh ACTION hub` (start, stop, kill the hub chain).
+    pub fn hub(&self, action: &str) -> Result<()> {
+        self.node_sh(action, "hub")
+    }
+
+    fn node_sh(&self, action: &str, who: &str) -> Result<()> {
+        let out = self.script("node.sh").args([action, who]).output()?;
         if !out.status.success() {
             bail!(
-                "node.sh {action} {i}: {}",
+                "node.sh {action} {who}: {}",
                 String::from_utf8_lossy(&out.stderr)
             );
         }
         Ok(())
+    }
+
+    /// Stops (`action` "stop" or "kill") validator `i`, or the hub for
+    /// `None`, and returns a guard that starts it again when dropped, unless
+    /// [`Restart::now`] already did: a test that fails while a node is down
+    /// leaves the network whole for the next test.
+    pub fn take_down(&self, action: &str, i: Option<usize>) -> Result<Restart<'_>> {
+        let who = i.map_or_else(|| "hub".to_string(), |i| i.to_string());
+        self.node_sh(action, &who)?;
+        Ok(Restart {
+            net: self,
+            who,
+            done: false,
+        })
     }
 
     /// Latest height of validator `i` (0 if unreachable).
@@ -233,5 +296,35 @@ impl Localnet {
 impl Drop for Localnet {
     fn drop(&mut self) {
         let _ = self.script("down.sh").output();
+        if let Some(mut w) = self.watchdog.take() {
+            let _ = w.kill();
+            let _ = w.wait();
+        }
+    }
+}
+
+/// Starts a validator (or the hub) that [`Localnet::take_down`] stopped,
+/// at [`Restart::now`] or when dropped.
+#[derive(Debug)]
+pub struct Restart<'a> {
+    net: &'a Localnet,
+    who: String,
+    done: bool,
+}
+
+impl Restart<'_> {
+    /// Starts it now.
+    pub fn now(mut self) -> Result<()> {
+        self.done = true;
+        self.net.node_sh("start", &self.who)
+    }
+}
+
+impl Drop for Restart<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            eprintln!("restarting {} after a failed test", self.who);
+            let _ = self.net.node_sh("start", &self.who);
+        }
     }
 }

@@ -1,20 +1,29 @@
 //! End to end with faults between a relay and the hub (real CometBFT on
 //! both chains, a fault proxy on loopback in front of validator 0's relay;
 //! the other relays talk to the hub directly and, with a 20 s stagger, stay
-//! out of the way unless validator 0 fails):
+//! out of the way unless validator 0 fails). One localnet is shared by the
+//! named tests below, which run in this order (the runner is
+//! `tally_tests::harness`):
 //!
-//! 1. validator 0's hub endpoints are the proxy and a dead port; the proxy
-//!    resets the first broadcast and answers the second with 429, a body
-//!    retry delay of 3 s and `Retry-After: 0`: the relay fails over, waits
-//!    at least the asked delay, and the batch settles, paid once;
-//! 2. the next batch's broadcast is held by the proxy for 15 s and
-//!    validator 0 is killed with SIGKILL meanwhile, then restarted: its
-//!    relay submits the same signed bytes again, the held copy reaches the
-//!    hub later, and the hub pays once;
-//! 3. a hub deposit is credited once, and only after its range is
-//!    `hub_confirmations` (4) hub blocks deep.
+//! 1. `relay_failover_on_429_and_dead_endpoint`: validator 0's hub
+//!    endpoints are the proxy and a dead port; the proxy resets the first
+//!    broadcast and answers the second with 429, a body retry delay of 3 s
+//!    and `Retry-After: 0`: the relay fails over, waits at least the asked
+//!    delay, and the batch settles, paid once;
+//! 2. `killed_relay_resubmits_and_hub_pays_once`: the next batch's
+//!    broadcast is held by the proxy for 15 s and validator 0 is killed with
+//!    SIGKILL meanwhile, then restarted: its relay submits the same signed
+//!    bytes again, the held copy reaches the hub later, and the hub pays
+//!    once;
+//! 3. `deposit_credited_once_after_confirmations`: a hub deposit is
+//!    credited once, and only after its range is `hub_confirmations` (4)
+//!    hub blocks deep.
+//!
+//! Needs `cometbft` on PATH (without it every test is reported SKIPPED) and
+//! built `tallyd` and `tally-hub` binaries, like `e2e_localnet`.
 
 use std::io::{Read, Write};
+use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, ensure, Context, Result};
@@ -22,11 +31,66 @@ use serde_json::Value;
 use tally_node::records::build_report;
 use tally_node::rpc::Rpc;
 use tally_settlement::proto::{Outcome, UsageRecord};
+use tally_tests::harness::{self, Test};
 use tally_tests::localnet::Localnet;
 use tally_tests::proxy::{Fault, FaultProxy, ProxyState};
 
 const PORT_BASE: u16 = 38656;
 const CONFIRMATIONS: u64 = 4;
+
+const TESTS: [Test<Net>; 3] = [
+    Test {
+        name: "relay_failover_on_429_and_dead_endpoint",
+        needs: &[],
+        run: relay_failover_on_429_and_dead_endpoint,
+    },
+    Test {
+        name: "killed_relay_resubmits_and_hub_pays_once",
+        needs: &[],
+        run: killed_relay_resubmits_and_hub_pays_once,
+    },
+    Test {
+        name: "deposit_credited_once_after_confirmations",
+        needs: &[],
+        run: deposit_credited_once_after_confirmations,
+    },
+];
+
+fn main() -> ExitCode {
+    harness::run(&TESTS, Net::start)
+}
+
+/// The shared fixture: the localnet, the proxy in front of validator 0's
+/// relay, and the hub's RPC. (The network is declared first, so it stops
+/// before the proxy does.)
+struct Net {
+    net: Localnet,
+    proxy: FaultProxy,
+    hub: Rpc,
+}
+
+impl Net {
+    fn start() -> Result<Self> {
+        // The proxy forwards everything until a test gives it a script.
+        let hub_upstream = format!("127.0.0.1:{}", PORT_BASE + 101);
+        let proxy = FaultProxy::start(&hub_upstream, ProxyState::default())?;
+        let endpoints = format!("{},http://127.0.0.1:1", proxy.url());
+        let confirmations = CONFIRMATIONS.to_string();
+        let net = Localnet::start_with(
+            4,
+            PORT_BASE,
+            "500ms",
+            10,
+            &[
+                ("TALLY_HUB_ENDPOINTS_0", &endpoints),
+                ("TALLY_RELAY_STAGGER_SECS", "20"),
+                ("TALLY_HUB_CONFIRMATIONS", &confirmations),
+            ],
+        )?;
+        let hub = Rpc::new(&net.hub_rpc_url());
+        Ok(Self { net, proxy, hub })
+    }
+}
 
 fn query(rpc: &Rpc, path: &str) -> Result<Value> {
     let r = rpc.abci_query(path)?;
@@ -107,131 +171,125 @@ fn metric(text: &str, name: &str) -> f64 {
         .unwrap_or(-1.0)
 }
 
-#[test]
-fn relay_faults_end_to_end() -> Result<()> {
-    if std::env::var_os("TALLY_SKIP_E2E").is_some() {
-        return Ok(());
-    }
-    let hub_upstream = format!("127.0.0.1:{}", PORT_BASE + 101);
-    let proxy = FaultProxy::start(
-        &hub_upstream,
-        ProxyState::with([Fault::Reset, Fault::too_many(3)]),
-    )?;
-    let endpoints = format!("{},http://127.0.0.1:1", proxy.url());
-    let confirmations = CONFIRMATIONS.to_string();
-    let net = Localnet::start_with(
-        4,
-        PORT_BASE,
-        "500ms",
-        10,
-        &[
-            ("TALLY_HUB_ENDPOINTS_0", &endpoints),
-            ("TALLY_RELAY_STAGGER_SECS", "20"),
-            ("TALLY_HUB_CONFIRMATIONS", &confirmations),
-        ],
-    )?;
-    let hub = Rpc::new(&net.hub_rpc_url());
-
-    // 1. Reset, 429 with a body delay, a dead endpoint: fail over, wait, settle.
-    report(&net, "fault-prov", 11)?;
-    let took = wait_settled(&net, 1, 1, Duration::from_secs(90))?;
+fn relay_failover_on_429_and_dead_endpoint(f: &mut Net) -> Result<()> {
+    // Reset, 429 with a body delay, a dead endpoint: fail over, wait, settle.
+    let (net, proxy, hub) = (&f.net, &f.proxy, &f.hub);
+    let (seen_before, settled_before) = {
+        let mut st = proxy.state();
+        st.script.clear();
+        st.script.extend([Fault::Reset, Fault::too_many(3)]);
+        (st.broadcasts.len(), settled(net, 1))
+    };
+    let nonce = settled_before + 1;
+    report(net, "fault-prov", 11)?;
+    let took = wait_settled(net, 1, nonce, Duration::from_secs(90))?;
     {
         let st = proxy.state();
         let tl = st.timeline();
         ensure!(
-            st.labels() == ["reset", "429", "forwarded"],
+            st.labels()[seen_before..] == ["reset", "429", "forwarded"],
             "proxy saw {tl:?}\n{}",
-            relay_log(&net, 0)
+            relay_log(net, 0)
         );
-        let gap = st.broadcasts[2].at - st.broadcasts[1].at;
+        let gap = st.broadcasts[seen_before + 2].at - st.broadcasts[seen_before + 1].at;
         ensure!(
             gap >= Duration::from_secs(3),
             "retried {gap:?} after the 429 that asked for 3 s: {tl:?}\n{}",
-            relay_log(&net, 0)
+            relay_log(net, 0)
         );
     }
-    let log0 = relay_log(&net, 0);
+    let log0 = relay_log(net, 0);
     ensure!(
         log0.contains("127.0.0.1:1") && log0.contains("wait_ms"),
         "validator 0's relay did not fail over to the dead endpoint and wait:\n{log0}"
     );
     ensure!(
-        hub_batch_total(&hub, 1)? == 11,
+        hub_batch_total(hub, nonce)? == 11,
         "{}",
-        hub_batch_total(&hub, 1)?
+        hub_batch_total(hub, nonce)?
     );
     let m = metrics(PORT_BASE + 5)?;
     ensure!(
-        metric(&m, "tally_relay_submissions_total{outcome=\"ok\"}") == 1.0
+        metric(&m, "tally_relay_submissions_total{outcome=\"ok\"}") == nonce as f64
             && metric(&m, "tally_retries_total{layer=\"transport\"}") >= 3.0,
         "validator 0's metrics:\n{m}"
     );
     eprintln!(
-        "batch 1 settled {took:?} after the report; proxy: {:?}",
+        "batch {nonce} settled {took:?} after the report; proxy: {:?}",
         proxy.state().timeline()
     );
+    Ok(())
+}
 
-    // 2. Validator 0 killed while its submission is on the wire, restarted.
-    proxy
-        .state()
-        .script
-        .push_back(Fault::Delay(Duration::from_secs(15)));
-    report(&net, "fault-prov", 22)?;
+fn killed_relay_resubmits_and_hub_pays_once(f: &mut Net) -> Result<()> {
+    // Validator 0 killed while its submission is on the wire, restarted.
+    let (net, proxy, hub) = (&f.net, &f.proxy, &f.hub);
+    let (seen_before, nonce) = {
+        let mut st = proxy.state();
+        st.script.clear();
+        st.script.push_back(Fault::Delay(Duration::from_secs(15)));
+        (st.broadcasts.len(), settled(net, 1) + 1)
+    };
+    report(net, "fault-prov", 22)?;
     let start = Instant::now();
-    while proxy.state().broadcasts.len() < 4 {
+    while proxy.state().broadcasts.len() <= seen_before {
         ensure!(
             start.elapsed() < Duration::from_secs(60),
-            "batch 2 never reached the proxy: {:?}\n{}",
+            "batch {nonce} never reached the proxy: {:?}\n{}",
             proxy.state().timeline(),
-            relay_log(&net, 0)
+            relay_log(net, 0)
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    net.node("kill", 0)?;
+    let down = net.take_down("kill", Some(0))?;
     let killed = Instant::now();
     std::thread::sleep(Duration::from_millis(500));
-    net.node("start", 0)?;
-    wait_settled(&net, 1, 2, Duration::from_secs(90))?;
+    down.now()?;
+    wait_settled(net, 1, nonce, Duration::from_secs(90))?;
     let settled_after_kill = killed.elapsed();
     // Let the held copy (15 s after it arrived) reach the hub, and node 0
     // catch up.
     std::thread::sleep(
-        Duration::from_secs(17).saturating_sub(proxy.state().broadcasts[3].at.elapsed()),
+        Duration::from_secs(17).saturating_sub(proxy.state().broadcasts[seen_before].at.elapsed()),
     );
-    wait_settled(&net, 0, 2, Duration::from_secs(60))?;
+    wait_settled(net, 0, nonce, Duration::from_secs(60))?;
     let labels = proxy.state().labels();
     ensure!(
-        labels.len() >= 5 && labels[3] == "delayed",
+        labels.len() >= seen_before + 2 && labels[seen_before] == "delayed",
         "validator 0 did not resubmit after its restart: {:?}\n{}",
         proxy.state().timeline(),
-        relay_log(&net, 0)
+        relay_log(net, 0)
     );
     ensure!(
-        hub_batch_total(&hub, 2)? == 22,
+        hub_batch_total(hub, nonce)? == 22,
         "{}",
-        hub_batch_total(&hub, 2)?
+        hub_batch_total(hub, nonce)?
     );
     ensure!(
-        hub.abci_query("/batch/hub/3")?.code != 0,
-        "a third batch settled"
+        hub.abci_query(&format!("/batch/hub/{}", nonce + 1))?.code != 0,
+        "batch {} settled too",
+        nonce + 1
     );
-    let paid = query(&hub, "/payout/fault-prov")?["paid"]
+    let paid = query(hub, "/payout/fault-prov")?["paid"]
         .as_u64()
         .unwrap_or(0);
-    let paid_by_batches = [1, 2]
-        .iter()
-        .map(|n| query(&hub, &format!("/batch/hub/{n}")).map(|b| b["paid"].as_u64().unwrap_or(0)))
+    let paid_by_batches = (1..=nonce)
+        .map(|n| query(hub, &format!("/batch/hub/{n}")).map(|b| b["paid"].as_u64().unwrap_or(0)))
         .sum::<Result<u64>>()?;
     ensure!(
         paid == paid_by_batches,
         "provider paid {paid}, batches paid {paid_by_batches}"
     );
     eprintln!(
-        "batch 2 settled {settled_after_kill:?} after validator 0 was killed; proxy: {:?}",
+        "batch {nonce} settled {settled_after_kill:?} after validator 0 was killed; proxy: {:?}",
         proxy.state().timeline()
     );
+    Ok(())
+}
 
-    // 3. A deposit: credited once, only once its range is CONFIRMATIONS deep.
+fn deposit_credited_once_after_confirmations(f: &mut Net) -> Result<()> {
+    // A deposit: credited once, only once its range is CONFIRMATIONS deep.
+    let (net, hub) = (&f.net, &f.hub);
     net.hub_deposit("erin", 55)?;
     let balance = |i: usize| net.balance(i, "erin");
     let start = Instant::now();
