@@ -150,13 +150,14 @@ impl Args {
 enum Outcome {
     Passed,
     Failed(String),
-    Skipped(String),
+    Skipped,
 }
 
+/// A line on stdout, flushed (through `println!`, which libtest captures in
+/// this module's own unit tests).
 fn out(line: &str) {
-    let mut o = std::io::stdout().lock();
-    let _ = writeln!(o, "{line}");
-    let _ = o.flush();
+    println!("{line}");
+    let _ = std::io::stdout().flush();
 }
 
 fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
@@ -170,14 +171,37 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 /// returns the process's exit code. Call it from the test target's `main`.
 pub fn run<F>(tests: &[Test<F>], start: impl FnOnce() -> anyhow::Result<F>) -> ExitCode {
     let args = Args::parse(std::env::args().skip(1));
-    let selected: Vec<&Test<F>> = tests.iter().filter(|t| args.selects(t.name)).collect();
     if args.list {
+        let selected: Vec<&Test<F>> = tests.iter().filter(|t| args.selects(t.name)).collect();
         for t in &selected {
             out(&format!("{}: test", t.name));
         }
         out(&format!("\n{} tests, 0 benchmarks", selected.len()));
         return ExitCode::SUCCESS;
     }
+    if execute(tests, &args, skip_reason, start).failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(101)
+    }
+}
+
+/// Counts of one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Summary {
+    passed: usize,
+    failed: usize,
+    skipped: usize,
+}
+
+/// Runs the tests `args` select (and what they need) in order, printing
+/// each outcome and the summary.
+fn execute<F>(
+    tests: &[Test<F>],
+    args: &Args,
+    skip_reason: impl FnOnce() -> Option<String>,
+    start: impl FnOnce() -> anyhow::Result<F>,
+) -> Summary {
     // Add what the selected tests need, keeping declaration order.
     let mut chosen: Vec<bool> = tests.iter().map(|t| args.selects(t.name)).collect();
     for (i, t) in tests.iter().enumerate().rev() {
@@ -216,7 +240,7 @@ pub fn run<F>(tests: &[Test<F>], start: impl FnOnce() -> anyhow::Result<F>) -> E
     for t in &to_run {
         if let Some(why) = &skip {
             out(&format!("test {} ... SKIPPED: {why}", t.name));
-            results.push((t.name, Outcome::Skipped(why.clone()), Duration::ZERO));
+            results.push((t.name, Outcome::Skipped, Duration::ZERO));
             continue;
         }
         let fx = fixture.get_or_insert_with(|| {
@@ -240,14 +264,19 @@ pub fn run<F>(tests: &[Test<F>], start: impl FnOnce() -> anyhow::Result<F>) -> E
             Err(e) => Outcome::Failed(format!("the localnet did not start: {e}")),
             Ok(f) => match catch_unwind(AssertUnwindSafe(|| (t.run)(f))) {
                 Ok(Ok(())) => Outcome::Passed,
-                Ok(Err(e)) => Outcome::Failed(format!("{e:?}")),
+                // The error and its context chain, without a backtrace.
+                Ok(Err(e)) => Outcome::Failed(format!("{e:#}")),
                 Err(p) => Outcome::Failed(format!("panicked: {}", panic_message(p.as_ref()))),
             },
         };
         let took = begun.elapsed();
         let word = match &outcome {
             Outcome::Passed => "ok",
-            _ => "FAILED",
+            Outcome::Failed(msg) => {
+                eprintln!("[e2e] {} failed: {msg}", t.name);
+                "FAILED"
+            }
+            Outcome::Skipped => "SKIPPED",
         };
         out(&format!(
             "test {} ... {word} ({:.1}s)",
@@ -275,7 +304,7 @@ pub fn run<F>(tests: &[Test<F>], start: impl FnOnce() -> anyhow::Result<F>) -> E
         .count();
     let skipped = results
         .iter()
-        .filter(|(_, o, _)| matches!(o, Outcome::Skipped(_)))
+        .filter(|(_, o, _)| matches!(o, Outcome::Skipped))
         .count();
     if !failed.is_empty() {
         out("\nfailures:\n");
@@ -301,16 +330,116 @@ pub fn run<F>(tests: &[Test<F>], start: impl FnOnce() -> anyhow::Result<F>) -> E
         failed.len(),
         started.elapsed().as_secs_f64()
     ));
-    if failed.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(101)
+    Summary {
+        passed,
+        failed: failed.len(),
+        skipped,
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::Args;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::{execute, Args, Summary, Test};
+
+    static DROPPED: AtomicUsize = AtomicUsize::new(0);
+
+    /// A fixture that records what ran and counts its drops.
+    struct Fixture(Vec<&'static str>);
+
+    impl Drop for Fixture {
+        fn drop(&mut self) {
+            DROPPED.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    const TESTS: [Test<Fixture>; 4] = [
+        Test {
+            name: "first_passes",
+            needs: &[],
+            run: |f| {
+                f.0.push("first");
+                Ok(())
+            },
+        },
+        Test {
+            name: "second_fails",
+            needs: &["first_passes"],
+            run: |f| {
+                f.0.push("second");
+                anyhow::bail!("second went wrong")
+            },
+        },
+        Test {
+            name: "third_panics",
+            needs: &[],
+            run: |f| {
+                f.0.push("third");
+                panic!("third panicked")
+            },
+        },
+        Test {
+            name: "fourth_sees_the_others",
+            needs: &[],
+            run: |f| {
+                anyhow::ensure!(f.0 == ["first", "second", "third"], "{:?}", f.0);
+                Ok(())
+            },
+        },
+    ];
+
+    #[test]
+    fn runs_in_order_past_failures_and_stops_the_fixture_once() {
+        let before = DROPPED.load(Ordering::SeqCst);
+        let s = execute(&TESTS, &args(&[]), || None, || Ok(Fixture(Vec::new())));
+        assert_eq!(
+            s,
+            Summary {
+                passed: 2,
+                failed: 2,
+                skipped: 0
+            }
+        );
+        assert_eq!(DROPPED.load(Ordering::SeqCst), before + 1);
+    }
+
+    #[test]
+    fn skips_without_starting_the_fixture() {
+        let s = execute(
+            &TESTS,
+            &args(&[]),
+            || Some("no cometbft".into()),
+            || -> anyhow::Result<Fixture> { panic!("must not start") },
+        );
+        assert_eq!(
+            s,
+            Summary {
+                passed: 0,
+                failed: 0,
+                skipped: 4
+            }
+        );
+    }
+
+    #[test]
+    fn a_fixture_that_does_not_start_fails_the_selected_tests() {
+        let s = execute(
+            &TESTS,
+            &args(&["second"]),
+            || None,
+            || anyhow::bail!("no tallyd"),
+        );
+        // second_fails needs first_passes: both run, both fail.
+        assert_eq!(
+            s,
+            Summary {
+                passed: 0,
+                failed: 2,
+                skipped: 0
+            }
+        );
+    }
 
     fn args(a: &[&str]) -> Args {
         Args::parse(a.iter().map(|s| s.to_string()))

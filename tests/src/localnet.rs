@@ -225,8 +225,9 @@ impl Localnet {
         let out = self.script("node.sh").args([action, who]).output()?;
         if !out.status.success() {
             bail!(
-                "node.sh {action} {who}: {}",
-                String::from_utf8_lossy(&out.stderr)
+                "node.sh {action} {who}: {}\n{}",
+                String::from_utf8_lossy(&out.stderr),
+                self.logs_tail()
             );
         }
         Ok(())

@@ -410,8 +410,12 @@ impl Load {
     fn start(f: &Net) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let sent = Arc::new(AtomicU64::new(0));
-        let (stop2, sent2, key, chain_id) =
-            (stop.clone(), sent.clone(), f.key.clone(), f.chain_id.clone());
+        let (stop2, sent2, key, chain_id) = (
+            stop.clone(),
+            sent.clone(),
+            f.key.clone(),
+            f.chain_id.clone(),
+        );
         let urls = [f.net.rpc_url(0), f.net.rpc_url(1)];
         let thread = std::thread::spawn(move || {
             let deadline = Instant::now() + Duration::from_secs(60);

@@ -167,7 +167,11 @@ fn walk(name: &str, items: &[Item], prefix: &str, schema: &mut Schema) -> Result
                 let mut fields = BTreeMap::new();
                 if let Fields::Named(named) = &s.fields {
                     for f in &named.named {
-                        let fname = f.ident.as_ref().map(ToString::to_string).unwrap_or_default();
+                        let fname = f
+                            .ident
+                            .as_ref()
+                            .map(ToString::to_string)
+                            .unwrap_or_default();
                         let spec = field_spec(&f.attrs, &f.ty)
                             .map_err(|msg| unreadable(name, &item, &fname, msg))?;
                         fields.insert(fname, spec);
@@ -235,15 +239,18 @@ fn is_cfg_test(attrs: &[Attribute]) -> bool {
 /// Whether `attrs` derive a macro whose last path segment is `what`
 /// (`prost::Message`, `::prost::Message`, `Message`).
 fn derives(attrs: &[Attribute], what: &str) -> bool {
-    attrs.iter().filter(|a| a.path().is_ident("derive")).any(|a| {
-        a.parse_args_with(Punctuated::<syn::Path, Token![,]>::parse_terminated)
-            .map(|paths| {
-                paths
-                    .iter()
-                    .any(|p| p.segments.last().is_some_and(|s| s.ident == what))
-            })
-            .unwrap_or(false)
-    })
+    attrs
+        .iter()
+        .filter(|a| a.path().is_ident("derive"))
+        .any(|a| {
+            a.parse_args_with(Punctuated::<syn::Path, Token![,]>::parse_terminated)
+                .map(|paths| {
+                    paths
+                        .iter()
+                        .any(|p| p.segments.last().is_some_and(|s| s.ident == what))
+                })
+                .unwrap_or(false)
+        })
 }
 
 fn int_value(e: &Expr) -> Option<i64> {
@@ -377,7 +384,8 @@ fn diff_items<V: PartialEq + ToString>(
         let item = format!("{kind} {name}");
         match (expected.get(name), found.get(name)) {
             (Some(e), Some(f)) => {
-                let members: std::collections::BTreeSet<&String> = e.keys().chain(f.keys()).collect();
+                let members: std::collections::BTreeSet<&String> =
+                    e.keys().chain(f.keys()).collect();
                 for m in members {
                     let (ev, fv) = (e.get(m), f.get(m));
                     if ev != fv {

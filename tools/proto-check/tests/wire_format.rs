@@ -48,7 +48,13 @@ fn hand_derived_types_match_the_proto() {
 fn the_proto_side_is_not_empty() {
     // Guards the test above against passing because nothing was read.
     let e = expected();
-    for m in ["Tx", "SignedReport", "ReportUsage", "UsageRecord", "PartialSig"] {
+    for m in [
+        "Tx",
+        "SignedReport",
+        "ReportUsage",
+        "UsageRecord",
+        "PartialSig",
+    ] {
         assert!(e.messages.contains_key(m), "{m} not generated: {e:?}");
     }
     assert_eq!(e.oneofs["tx::Sum"].len(), 3, "{e:?}");
@@ -140,7 +146,12 @@ fn a_field_holding_another_message_is_reported() {
 
 #[test]
 fn a_changed_oneof_tag_is_reported() {
-    let m = mismatches_after("Partials(super::SubmitPartials)", "tag = \"3\"", "tag = \"4\"", false);
+    let m = mismatches_after(
+        "Partials(super::SubmitPartials)",
+        "tag = \"3\"",
+        "tag = \"4\"",
+        false,
+    );
     assert_eq!(
         m,
         vec![Mismatch {
@@ -189,7 +200,8 @@ fn a_message_on_one_side_only_is_reported() {
             },
         ]
     );
-    assert!(report("proto", "rust", &m).contains("message HubDeposit: expected `defined`, found (missing)"));
+    assert!(report("proto", "rust", &m)
+        .contains("message HubDeposit: expected `defined`, found (missing)"));
 }
 
 #[test]
