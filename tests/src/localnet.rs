@@ -69,6 +69,25 @@ pub fn hub_path() -> Result<PathBuf> {
     Ok(p)
 }
 
+/// The first of `preferred`, `preferred + 400`, `preferred + 800`, ...
+/// (eight tries) at which every loopback port a localnet of `validators`
+/// validators and the hub would use is free, so that two test runs on one
+/// machine (two worktrees, say) do not collide.
+pub fn free_port_base(preferred: u16, validators: usize) -> Result<u16> {
+    let free = |base: u16| {
+        let node_ports = (0..validators as u16).flat_map(|i| (0..6).map(move |off| 10 * i + off));
+        let hub_ports = (0..6).map(|off| 100 + off);
+        node_ports.chain(hub_ports).all(|off| {
+            base.checked_add(off)
+                .is_some_and(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
+        })
+    };
+    (0..8u16)
+        .filter_map(|k| preferred.checked_add(400 * k))
+        .find(|b| free(*b))
+        .with_context(|| format!("no free block of localnet ports from {preferred}"))
+}
+
 /// Runs in the background beside a localnet: once the test process is gone
 /// (however it ended), stops the network and removes its directory. It
 /// ignores the terminal's Ctrl-C, which the test process's group receives.
@@ -162,6 +181,13 @@ impl Localnet {
         c.arg(repo_root().join("localnet").join(name))
             .envs(self.script_env());
         c
+    }
+
+    /// The first port: validator `i` uses `port_base + 10 i` and the next
+    /// five (p2p, RPC, ABCI, pprof, CometBFT metrics, relay metrics), the hub
+    /// `port_base + 100` and the next five.
+    pub fn port_base(&self) -> u16 {
+        self.port_base
     }
 
     /// The data directory.

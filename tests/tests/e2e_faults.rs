@@ -32,10 +32,13 @@ use tally_node::records::build_report;
 use tally_node::rpc::Rpc;
 use tally_settlement::proto::{Outcome, UsageRecord};
 use tally_tests::harness::{self, Test};
-use tally_tests::localnet::Localnet;
+use tally_tests::localnet::{free_port_base, Localnet};
 use tally_tests::proxy::{Fault, FaultProxy, ProxyState};
 
-const PORT_BASE: u16 = 38656;
+/// Ports from here, or the next free block (`free_port_base`); below
+/// Linux's ephemeral range (32768+), so that no outgoing connection can be
+/// holding a port a restarted node must bind.
+const PORT_BASE: u16 = 30656;
 const CONFIRMATIONS: u64 = 4;
 
 const TESTS: [Test<Net>; 3] = [
@@ -72,13 +75,14 @@ struct Net {
 impl Net {
     fn start() -> Result<Self> {
         // The proxy forwards everything until a test gives it a script.
-        let hub_upstream = format!("127.0.0.1:{}", PORT_BASE + 101);
+        let base = free_port_base(PORT_BASE, 4)?;
+        let hub_upstream = format!("127.0.0.1:{}", base + 101);
         let proxy = FaultProxy::start(&hub_upstream, ProxyState::default())?;
         let endpoints = format!("{},http://127.0.0.1:1", proxy.url());
         let confirmations = CONFIRMATIONS.to_string();
         let net = Localnet::start_with(
             4,
-            PORT_BASE,
+            base,
             "500ms",
             10,
             &[
@@ -208,7 +212,7 @@ fn relay_failover_on_429_and_dead_endpoint(f: &mut Net) -> Result<()> {
         "{}",
         hub_batch_total(hub, nonce)?
     );
-    let m = metrics(PORT_BASE + 5)?;
+    let m = metrics(net.port_base() + 5)?;
     ensure!(
         metric(&m, "tally_relay_submissions_total{outcome=\"ok\"}") == nonce as f64
             && metric(&m, "tally_retries_total{layer=\"transport\"}") >= 3.0,

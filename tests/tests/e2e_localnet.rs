@@ -41,10 +41,13 @@ use tally_settlement::bls::{self, Kind, PublicShares};
 use tally_settlement::proto::{Outcome, UsageRecord};
 use tally_settlement::RouteRecordView;
 use tally_tests::harness::{self, Test};
-use tally_tests::localnet::{tallyd_path, Localnet};
+use tally_tests::localnet::{free_port_base, tallyd_path, Localnet};
 use tally_tests::traffic::{totals, Traffic};
 
-const PORT_BASE: u16 = 36656;
+/// Ports from here, or the next free block (`free_port_base`); below
+/// Linux's ephemeral range (32768+), so that no outgoing connection can be
+/// holding a port a restarted node must bind.
+const PORT_BASE: u16 = 29656;
 const WINDOW_SECS: u64 = 10;
 
 const TESTS: [Test<Net>; 8] = [
@@ -111,7 +114,8 @@ struct Net {
 
 impl Net {
     fn start() -> Result<Self> {
-        let net = Localnet::start(4, PORT_BASE, "500ms", WINDOW_SECS)?;
+        let base = free_port_base(PORT_BASE, 4)?;
+        let net = Localnet::start(4, base, "500ms", WINDOW_SECS)?;
         let key = net.gateway_key()?;
         let chain_id = net.rpc(0).status()?.chain_id;
         Ok(Self {
@@ -544,9 +548,10 @@ fn sync_state(net: &Localnet) -> Result<serde_json::Value> {
     )?)
 }
 
-fn relay_metrics_served(_f: &mut Net) -> Result<()> {
+fn relay_metrics_served(f: &mut Net) -> Result<()> {
     // The relay's metrics are served beside each node (validator 0's here).
-    let metrics = ureq::get(&format!("http://127.0.0.1:{}/metrics", PORT_BASE + 5))
+    let port = f.net.port_base() + 5;
+    let metrics = ureq::get(&format!("http://127.0.0.1:{port}/metrics"))
         .call()?
         .into_string()?;
     ensure!(
