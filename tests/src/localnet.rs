@@ -340,18 +340,23 @@ pub struct Restart<'a> {
 }
 
 impl Restart<'_> {
-    /// Starts it now.
+    /// Starts it now. If that fails (the test fails with the error), the
+    /// guard tries once more when dropped, for the tests that follow.
     pub fn now(mut self) -> Result<()> {
+        self.net.node_sh("start", &self.who)?;
         self.done = true;
-        self.net.node_sh("start", &self.who)
+        Ok(())
     }
 }
 
 impl Drop for Restart<'_> {
     fn drop(&mut self) {
         if !self.done {
-            eprintln!("restarting {} after a failed test", self.who);
-            let _ = self.net.node_sh("start", &self.who);
+            eprintln!("starting {} again after a failed test", self.who);
+            std::thread::sleep(Duration::from_secs(1));
+            if let Err(e) = self.net.node_sh("start", &self.who) {
+                eprintln!("could not start {}: {e:#}", self.who);
+            }
         }
     }
 }
