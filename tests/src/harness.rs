@@ -24,6 +24,7 @@
 //!   the reason;
 //! - when the fixture cannot run on this machine ([`skip_reason`]), reports
 //!   every selected test as `SKIPPED` with the reason, and counts it apart;
+//!   with `TALLY_E2E_REQUIRED` set (CI does), it fails them instead;
 //! - prints `test NAME ... ok|FAILED|SKIPPED: why`, the failures with their
 //!   messages, and a summary in libtest's shape with the skipped count added:
 //!   `test result: ok. 5 passed; 0 failed; 0 ignored; 0 measured; 0 filtered
@@ -179,7 +180,18 @@ pub fn run<F>(tests: &[Test<F>], start: impl FnOnce() -> anyhow::Result<F>) -> E
         out(&format!("\n{} tests, 0 benchmarks", selected.len()));
         return ExitCode::SUCCESS;
     }
-    if execute(tests, &args, skip_reason, start).failed == 0 {
+    // Where the end-to-end tests must run (CI sets TALLY_E2E_REQUIRED), a
+    // reason to skip them fails them instead.
+    let summary = match skip_reason() {
+        Some(why) if std::env::var_os("TALLY_E2E_REQUIRED").is_some() => {
+            let start = move || -> anyhow::Result<F> {
+                anyhow::bail!("{why}, and TALLY_E2E_REQUIRED is set: failing, not skipping")
+            };
+            execute(tests, &args, || None, start)
+        }
+        why => execute(tests, &args, move || why, start),
+    };
+    if summary.failed == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(101)
