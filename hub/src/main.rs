@@ -85,7 +85,9 @@ fn main() -> Result<()> {
             std::fs::create_dir_all(&db)?;
             let backend = tally_store::RocksBackend::open(&db)
                 .with_context(|| format!("opening {}", db.display()))?;
-            let app = tally_hub::HubApp::new(Arc::new(backend))?;
+            // The binary owns the halt: exit 2 (genesis) or 3 (store).
+            let halt = tally_store::halt::Halt::new(|e| std::process::exit(e.reason.exit_code()));
+            let app = tally_hub::HubApp::new(Arc::new(backend), halt)?;
             tracing::info!(height = app.last_commit().height, listen = %abci_listen, "tally-hub starting");
             tendermint_abci::ServerBuilder::default()
                 .bind(abci_listen.as_str(), app)?

@@ -414,7 +414,9 @@ fn start(home: &Path, log_format: Option<String>, log_level: Option<String>) -> 
     std::fs::create_dir_all(&db_path).with_context(|| format!("creating {}", db_path.display()))?;
     let backend = tally_store::RocksBackend::open(&db_path)
         .with_context(|| format!("opening {}", db_path.display()))?;
-    let app = tally_abci::TallyApp::new(Arc::new(backend))?;
+    // The binary owns the halt: exit 2 (genesis) or 3 (store), after the app's FATAL line.
+    let halt = tally_abci::Halt::new(|e| std::process::exit(e.reason.exit_code()));
+    let app = tally_abci::TallyApp::new(Arc::new(backend), halt)?;
     let share_path = cfg.share_path(home);
     let mut rank = None;
     if share_path.exists() {

@@ -513,7 +513,9 @@ async fn run(app: TallyApp, cfg: RelayConfig, mut stop: watch::Receiver<bool>) {
         };
         // Deposits: the next fixed range of hub heights, once it is
         // `confirmations` blocks deep, goes to the signer.
-        if let (Ok((cursor, _)), Some(tip)) = (sync::hub_cursor(kv, &p.hub_chain), tip) {
+        if let (Ok(sync::HubCursor { height: cursor, .. }), Some(tip)) =
+            (sync::hub_cursor(kv, &p.hub_chain), tip)
+        {
             metrics.gauge(
                 "hub_cursor_lag_blocks",
                 tip.saturating_sub(cursor.saturating_sub(1)) as f64,
@@ -523,7 +525,7 @@ async fn run(app: TallyApp, cfg: RelayConfig, mut stop: watch::Receiver<bool>) {
             {
                 let h = hub.clone();
                 match tokio::task::spawn_blocking(move || h.deposits(from, to)).await {
-                    Ok(Ok(deposits)) => app.hand_in_block(HubBlock {
+                    Ok(Ok(deposits)) => app.hand_in(HubBlock {
                         chain: p.hub_chain.clone(),
                         from_height: from,
                         to_height: to,
@@ -582,10 +584,10 @@ async fn run(app: TallyApp, cfg: RelayConfig, mut stop: watch::Receiver<bool>) {
         };
         let now = tokio::time::Instant::now();
         let since_signed = match (&batch, signed_seen) {
-            (Some(b), Some((k, t))) if b.status == sync::BATCH_SIGNED && k == key => {
+            (Some(b), Some((k, t))) if b.status == sync::BatchStatus::Signed.value() && k == key => {
                 Some(now.duration_since(t))
             }
-            (Some(b), _) if b.status == sync::BATCH_SIGNED => {
+            (Some(b), _) if b.status == sync::BatchStatus::Signed.value() => {
                 signed_seen = Some((key, now));
                 Some(Duration::ZERO)
             }
