@@ -88,8 +88,7 @@ pub(crate) fn commit(app: &TallyApp) -> ResponseCommit {
     };
     match c.pending.commit(height) {
         Ok(meta) => {
-            *app
-                .inner
+            *app.inner
                 .committed
                 .write()
                 .unwrap_or_else(|e| e.into_inner()) = meta;

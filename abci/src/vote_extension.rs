@@ -59,12 +59,12 @@ pub(crate) fn verify_vote_extension(
     app: &TallyApp,
     req: RequestVerifyVoteExtension,
 ) -> ResponseVerifyVoteExtension {
-    let status = if settlement::sync::extension_well_formed(app.committed_state(), &req.vote_extension)
-    {
-        VerifyStatus::Accept
-    } else {
-        VerifyStatus::Reject
-    };
+    let status =
+        if settlement::sync::extension_well_formed(app.committed_state(), &req.vote_extension) {
+            VerifyStatus::Accept
+        } else {
+            VerifyStatus::Reject
+        };
     ResponseVerifyVoteExtension {
         status: status as i32,
     }

@@ -584,7 +584,9 @@ async fn run(app: TallyApp, cfg: RelayConfig, mut stop: watch::Receiver<bool>) {
         };
         let now = tokio::time::Instant::now();
         let since_signed = match (&batch, signed_seen) {
-            (Some(b), Some((k, t))) if b.status == sync::BatchStatus::Signed.value() && k == key => {
+            (Some(b), Some((k, t)))
+                if b.status == sync::BatchStatus::Signed.value() && k == key =>
+            {
                 Some(now.duration_since(t))
             }
             (Some(b), _) if b.status == sync::BatchStatus::Signed.value() => {

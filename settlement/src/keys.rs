@@ -377,7 +377,10 @@ mod tests {
         assert_eq!(parse_psig_index(&psig(&[7; 32], 4)), Some(4));
         assert_eq!(parse_psig_index(b"ab"), None);
         assert_eq!(parse_pexp(&pexp(5, &[1; 32])), Some(&[1u8; 32][..]));
-        assert_eq!(parse_report_expiry(&report_expiry(5, &[2; 16])), Some(&[2u8; 16][..]));
+        assert_eq!(
+            parse_report_expiry(&report_expiry(5, &[2; 16])),
+            Some(&[2u8; 16][..])
+        );
         assert_eq!(parse_report_expiry(b"rexp/abc"), None);
         assert_eq!(
             parse_owed(&owed(3, "p", "u"), 3),

@@ -14,7 +14,9 @@ use crate::error::{ExecError, Fatal, Rejection};
 use crate::genesis::{parse_pubkey, Genesis, GenesisError};
 use crate::proto::tx;
 use crate::report::plan_tx;
-use crate::state::chain::{chain_id, last_time, put_balance, put_chain_id, put_gateway, put_params};
+use crate::state::chain::{
+    chain_id, last_time, put_balance, put_chain_id, put_gateway, put_params,
+};
 use crate::state::sync::put_threshold_key;
 use crate::sync::batch::apply_start;
 use crate::sync::partials::apply_partials;

@@ -275,8 +275,7 @@ fn route_query(kv: &impl KvRead, full: &str) -> Result<serde_json::Value, ExecEr
             no_params()?;
             let p = params(kv)?;
             let st = sync::sync_state(kv, chain)?;
-            let running = st.attempt > 0
-                && sync::is_running(&st, last_time(kv)?, &p);
+            let running = st.attempt > 0 && sync::is_running(&st, last_time(kv)?, &p);
             let pending = sync::pending_calls(kv, chain, None, MAX_LIMIT)?.len();
             Ok(json!({
                 "chain": chain,

@@ -203,8 +203,12 @@ fn plan_report(
     now: u64,
     signed: &SignedReport,
 ) -> Result<Plan, ExecError> {
-    let report = ReportUsage::decode(signed.body.as_slice())
-        .map_err(|e| reject(Code::MalformedTx, format!("report body does not decode: {e}")))?;
+    let report = ReportUsage::decode(signed.body.as_slice()).map_err(|e| {
+        reject(
+            Code::MalformedTx,
+            format!("report body does not decode: {e}"),
+        )
+    })?;
     let gateway = check_signature(kv, signed)?;
     check_header(kv, params, now, &report)?;
 

@@ -11,9 +11,8 @@ use crate::proto::{tx, SubmitPartials, SyncTxStart, Tx};
 /// Decodes a transaction's bytes; a transaction without a payload is
 /// malformed.
 pub fn decode_tx(tx: &[u8]) -> Result<Tx, Rejection> {
-    let decoded = Tx::decode(tx).map_err(|e| {
-        Rejection::new(Code::MalformedTx, format!("not a Tally transaction: {e}"))
-    })?;
+    let decoded = Tx::decode(tx)
+        .map_err(|e| Rejection::new(Code::MalformedTx, format!("not a Tally transaction: {e}")))?;
     if decoded.sum.is_none() {
         return Err(Rejection::new(
             Code::MalformedTx,

@@ -8,8 +8,8 @@ use proptest::prelude::*;
 use prost::Message;
 use tally_settlement::proto::{tx, Outcome, ReportUsage, SignedReport, Tx, UsageRecord};
 use tally_settlement::{
-    begin_block, init_chain, query::query, sign_report, BalanceEntry, Block, Code,
-    GatewayEntry, Genesis, RouteRecordView,
+    begin_block, init_chain, query::query, sign_report, BalanceEntry, Block, Code, GatewayEntry,
+    Genesis, RouteRecordView,
 };
 use tally_store::{Kv, KvRead, MemBackend, Pending};
 

@@ -201,7 +201,13 @@ fn hub_deposits_are_credited_once_over_consecutive_ranges() {
     env.block(vec![partials_tx(block_partials(&env, &b1, &[0, 1, 2]))], 1);
     assert_eq!(balance(&env, "alice"), 1050);
     assert_eq!(balance(&env, "carol"), 7);
-    assert_eq!(sync::hub_cursor(&env.kv, "hub").unwrap(), HubCursor { height: 11, deposit_seq: 3 });
+    assert_eq!(
+        sync::hub_cursor(&env.kv, "hub").unwrap(),
+        HubCursor {
+            height: 11,
+            deposit_seq: 3
+        }
+    );
     // The same range again: not wanted any more, nothing credited twice.
     env.block(vec![partials_tx(block_partials(&env, &b1, &[1, 2, 3]))], 1);
     assert_eq!(balance(&env, "alice"), 1050);
@@ -225,7 +231,13 @@ fn hub_deposits_are_credited_once_over_consecutive_ranges() {
         ],
         1,
     );
-    assert_eq!(sync::hub_cursor(&env.kv, "hub").unwrap(), HubCursor { height: 11, deposit_seq: 3 });
+    assert_eq!(
+        sync::hub_cursor(&env.kv, "hub").unwrap(),
+        HubCursor {
+            height: 11,
+            deposit_seq: 3
+        }
+    );
     // An empty range still moves the cursor.
     let empty = HubBlock {
         chain: "hub".into(),
@@ -237,7 +249,13 @@ fn hub_deposits_are_credited_once_over_consecutive_ranges() {
         vec![partials_tx(block_partials(&env, &empty, &[0, 1, 3]))],
         1,
     );
-    assert_eq!(sync::hub_cursor(&env.kv, "hub").unwrap(), HubCursor { height: 21, deposit_seq: 3 });
+    assert_eq!(
+        sync::hub_cursor(&env.kv, "hub").unwrap(),
+        HubCursor {
+            height: 21,
+            deposit_seq: 3
+        }
+    );
     assert_eq!(balance(&env, "alice"), 1050);
 }
 

@@ -82,10 +82,7 @@ mod tests {
         kv.put(b"long".to_vec(), vec![0; 9]);
         kv.put(b"empty".to_vec(), Vec::new());
         for key in [&b"short"[..], b"long", b"empty"] {
-            assert!(matches!(
-                get_u64(&kv, key),
-                Err(Fatal::Corrupt("integer"))
-            ));
+            assert!(matches!(get_u64(&kv, key), Err(Fatal::Corrupt("integer"))));
             // A default is for absent values only, never for corrupt ones.
             assert!(u64_or(&kv, key, 1).is_err());
         }

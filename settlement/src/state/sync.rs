@@ -265,7 +265,8 @@ mod tests {
         let at = bad.len() / 2;
         bad[at] ^= 1;
         assert!(
-            parse_threshold_key(&bad).is_err() || parse_threshold_key(&bad).unwrap().shares != pubs_a
+            parse_threshold_key(&bad).is_err()
+                || parse_threshold_key(&bad).unwrap().shares != pubs_a
         );
         assert_eq!(parse_threshold_key(&a).unwrap().shares, pubs_a);
     }

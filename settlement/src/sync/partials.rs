@@ -149,7 +149,9 @@ pub fn apply_partials(
         }
         let mut all = Vec::with_capacity(rows.len());
         for (index, sig) in rows {
-            all.push(Partial::from_bytes(index, &sig).map_err(|_| Fatal::Corrupt("stored partial"))?);
+            all.push(
+                Partial::from_bytes(index, &sig).map_err(|_| Fatal::Corrupt("stored partial"))?,
+            );
         }
         let sig = match pubs.combine(&g.message, &all) {
             Ok(s) => s,
