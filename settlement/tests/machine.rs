@@ -422,3 +422,28 @@ proptest! {
         prop_assert_eq!(r.requests, before.len() as u64 + 1);
     }
 }
+
+/// A corrupt stored value is this node's fault, not the sender's: running
+/// or checking a transaction answers `Fatal`, never a result code in a
+/// block, and changes nothing.
+#[test]
+fn corrupt_state_is_fatal_not_a_rejection() {
+    let mut p = setup(100);
+    let b = block(&mut p, 1, T0);
+    p.put(tally_settlement::keys::balance("alice"), vec![1, 2, 3]);
+    let before = p.changes().clone();
+    let tx = sign_report(
+        &gw_key(),
+        &report(9, T0 + 30, vec![rec("alice", Outcome::Ok, 1, 1)]),
+    );
+    let r = tally_settlement::deliver_tx(&mut p, &b, &tx);
+    assert!(
+        matches!(r, Err(tally_settlement::Fatal::Corrupt("integer"))),
+        "{r:?}"
+    );
+    assert_eq!(p.changes(), &before);
+    assert!(tally_settlement::check_tx(&p, &tx).is_err());
+    // An invalid transaction is still a result, even on this node.
+    let r = deliver(&mut p, &b, b"garbage");
+    assert_eq!(r.code, Code::MalformedTx);
+}
