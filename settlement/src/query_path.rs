@@ -289,7 +289,10 @@ mod tests {
         assert_eq!(sla_provider("p", None).to_string(), "/sla/provider/p");
         assert_eq!(sla_user("u", Some(3)).to_string(), "/sla/user/u/3");
         assert_eq!(windows().page(None, None).to_string(), "/windows");
-        assert_eq!(windows().page(Some(2), None).to_string(), "/windows?limit=2");
+        assert_eq!(
+            windows().page(Some(2), None).to_string(),
+            "/windows?limit=2"
+        );
         assert_eq!(batch("hub", 1).to_string(), "/batch/hub/1");
         assert_eq!(hubcalls("a/b").to_string(), "/hubcalls/a%2Fb");
         assert_eq!(QueryPath::new().to_string(), "/");

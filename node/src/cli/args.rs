@@ -10,6 +10,7 @@ pub struct NodeArgs {
     /// several).
     #[arg(
         long = "node",
+        value_name = "NODE",
         env = "TALLY_NODE",
         default_value = "http://127.0.0.1:26657",
         value_delimiter = ','
@@ -167,8 +168,14 @@ mod tests {
 
     #[test]
     fn nodes_repeat_or_split_on_commas() {
-        let t = T::try_parse_from(["t", "--node", "http://a:1, http://b:2", "--node", "http://c:3"])
-            .unwrap();
+        let t = T::try_parse_from([
+            "t",
+            "--node",
+            "http://a:1, http://b:2",
+            "--node",
+            "http://c:3",
+        ])
+        .unwrap();
         assert_eq!(
             t.q.node.endpoints(),
             ["http://a:1", "http://b:2", "http://c:3"]
@@ -200,18 +207,23 @@ mod tests {
         for bad in [
             &["t", "--log-format", "xml"][..],
             &["t", "--output", "yaml"],
-            &["t", "--limit", "-1"],
-            &["t", "--limit", "ten"],
         ] {
             let e = T::try_parse_from(bad).unwrap_err();
             assert_eq!(e.kind(), clap::error::ErrorKind::InvalidValue, "{bad:?}");
         }
+        let e = T::try_parse_from(["t", "--limit", "ten"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation);
+        // A negative number reads as an unknown flag.
+        let e = T::try_parse_from(["t", "--limit", "-1"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::UnknownArgument);
     }
 
     #[test]
     fn app_toml_log_format_is_read_the_same_way() {
         assert_eq!(LogFormat::parse("text"), Ok(LogFormat::Text));
         assert_eq!(LogFormat::parse("json"), Ok(LogFormat::Json));
-        assert!(LogFormat::parse("xml").unwrap_err().contains("text or json"));
+        assert!(LogFormat::parse("xml")
+            .unwrap_err()
+            .contains("text or json"));
     }
 }

@@ -103,7 +103,14 @@ mod tests {
     #[test]
     fn parses() {
         let c = dealer(&[
-            "dkg", "dealer", "--validators", "4", "--threshold", "3", "--testnet-dir", "/ln",
+            "dkg",
+            "dealer",
+            "--validators",
+            "4",
+            "--threshold",
+            "3",
+            "--testnet-dir",
+            "/ln",
         ])
         .unwrap();
         assert_eq!(
@@ -121,16 +128,41 @@ mod tests {
             ["/ln/node0", "/ln/node1", "/ln/node2", "/ln/node3"].map(PathBuf::from)
         );
         let c = dealer(&[
-            "dkg", "dealer", "--validators", "2", "--threshold", "2", "--homes", "a,b",
-            "--genesis", "g.json",
+            "dkg",
+            "dealer",
+            "--validators",
+            "2",
+            "--threshold",
+            "2",
+            "--homes",
+            "a,b",
+            "--genesis",
+            "g.json",
         ])
         .unwrap();
         assert_eq!(c.homes, ["a", "b"].map(PathBuf::from));
         assert_eq!(c.genesis, Some("g.json".into()));
         for (bad, kind) in [
-            (&["dkg", "dealer", "--threshold", "3"][..], ErrorKind::MissingRequiredArgument),
-            (&["dkg", "dealer", "--validators", "x", "--threshold", "3"], ErrorKind::ValueValidation),
-            (&["dkg", "dealer", "--validators", "4", "--threshold", "3", "--homes"], ErrorKind::InvalidValue),
+            (
+                &["dkg", "dealer", "--threshold", "3"][..],
+                ErrorKind::MissingRequiredArgument,
+            ),
+            (
+                &["dkg", "dealer", "--validators", "x", "--threshold", "3"],
+                ErrorKind::ValueValidation,
+            ),
+            (
+                &[
+                    "dkg",
+                    "dealer",
+                    "--validators",
+                    "4",
+                    "--threshold",
+                    "3",
+                    "--homes",
+                ],
+                ErrorKind::InvalidValue,
+            ),
             (&["dkg", "deal"], ErrorKind::InvalidSubcommand),
         ] {
             assert_eq!(dealer(bad).unwrap_err().kind(), kind, "{bad:?}");
@@ -140,13 +172,37 @@ mod tests {
     #[test]
     fn homes_come_from_exactly_one_place_and_match_the_count() {
         let both = dealer(&[
-            "dkg", "dealer", "--validators", "1", "--threshold", "1", "--homes", "a",
-            "--testnet-dir", "d",
+            "dkg",
+            "dealer",
+            "--validators",
+            "1",
+            "--threshold",
+            "1",
+            "--homes",
+            "a",
+            "--testnet-dir",
+            "d",
         ])
         .unwrap();
-        assert!(both.homes().unwrap_err().to_string().contains("give either"));
-        let short = dealer(&["dkg", "dealer", "--validators", "3", "--threshold", "2", "--homes", "a,b"])
-            .unwrap();
-        assert_eq!(short.homes().unwrap_err().to_string(), "--validators 3 but 2 homes");
+        assert!(both
+            .homes()
+            .unwrap_err()
+            .to_string()
+            .contains("give either"));
+        let short = dealer(&[
+            "dkg",
+            "dealer",
+            "--validators",
+            "3",
+            "--threshold",
+            "2",
+            "--homes",
+            "a,b",
+        ])
+        .unwrap();
+        assert_eq!(
+            short.homes().unwrap_err().to_string(),
+            "--validators 3 but 2 homes"
+        );
     }
 }

@@ -210,14 +210,38 @@ mod tests {
         );
         for (bad, kind) in [
             (
-                &["genesis", "add-gateway", "--name", "g", "--pubkey", "ab", "--key", "k"][..],
+                &[
+                    "genesis",
+                    "add-gateway",
+                    "--name",
+                    "g",
+                    "--pubkey",
+                    "ab",
+                    "--key",
+                    "k",
+                ][..],
                 ErrorKind::ArgumentConflict,
             ),
-            (&["genesis", "add-gateway", "--key", "k"], ErrorKind::MissingRequiredArgument),
-            (&["genesis", "fund", "--user", "a"], ErrorKind::MissingRequiredArgument),
-            (&["genesis", "fund", "--user", "a", "--amount", "-5"], ErrorKind::UnexpectedArgument),
-            (&["genesis", "fund", "--user", "a", "--amount", "lots"], ErrorKind::ValueValidation),
-            (&["genesis", "set-param", "x"], ErrorKind::MissingRequiredArgument),
+            (
+                &["genesis", "add-gateway", "--key", "k"],
+                ErrorKind::MissingRequiredArgument,
+            ),
+            (
+                &["genesis", "fund", "--user", "a"],
+                ErrorKind::MissingRequiredArgument,
+            ),
+            (
+                &["genesis", "fund", "--user", "a", "--amount", "-5"],
+                ErrorKind::UnknownArgument,
+            ),
+            (
+                &["genesis", "fund", "--user", "a", "--amount", "lots"],
+                ErrorKind::ValueValidation,
+            ),
+            (
+                &["genesis", "set-param", "x"],
+                ErrorKind::MissingRequiredArgument,
+            ),
         ] {
             assert_eq!(genesis(bad).unwrap_err().kind(), kind, "{bad:?}");
         }

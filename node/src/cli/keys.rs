@@ -131,9 +131,18 @@ mod tests {
             })
         );
         for (bad, kind) in [
-            (&["keys", "add"][..], clap::error::ErrorKind::MissingRequiredArgument),
-            (&["keys", "show"], clap::error::ErrorKind::MissingRequiredArgument),
-            (&["keys", "show", "a", "--output", "yaml"], clap::error::ErrorKind::InvalidValue),
+            (
+                &["keys", "add"][..],
+                clap::error::ErrorKind::MissingRequiredArgument,
+            ),
+            (
+                &["keys", "show"],
+                clap::error::ErrorKind::MissingRequiredArgument,
+            ),
+            (
+                &["keys", "show", "a", "--output", "yaml"],
+                clap::error::ErrorKind::InvalidValue,
+            ),
             (&["keys", "list"], clap::error::ErrorKind::InvalidSubcommand),
         ] {
             assert_eq!(keys(bad).unwrap_err().kind(), kind, "{bad:?}");
@@ -146,11 +155,20 @@ mod tests {
         let ctx = Context {
             home: dir.path().to_path_buf(),
         };
-        keys(&["keys", "add", "gw1"]).unwrap().execute(&ctx).unwrap();
+        keys(&["keys", "add", "gw1"])
+            .unwrap()
+            .execute(&ctx)
+            .unwrap();
         let path = keyfile::keys_dir(dir.path()).join("gw1.json");
         assert!(path.exists());
-        keys(&["keys", "show", "gw1"]).unwrap().execute(&ctx).unwrap();
-        let e = keys(&["keys", "add", "gw1"]).unwrap().execute(&ctx).unwrap_err();
+        keys(&["keys", "show", "gw1"])
+            .unwrap()
+            .execute(&ctx)
+            .unwrap();
+        let e = keys(&["keys", "add", "gw1"])
+            .unwrap()
+            .execute(&ctx)
+            .unwrap_err();
         assert!(!e.to_string().is_empty());
     }
 }

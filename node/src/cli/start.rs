@@ -64,7 +64,8 @@ impl Command for StartCommand {
                 stagger: std::time::Duration::from_secs(cfg.relay_stagger_secs),
                 poll: std::time::Duration::from_millis(500),
                 policy: tally_client::RetryPolicy::default(),
-                metrics_listen: (!cfg.metrics_listen.is_empty()).then(|| cfg.metrics_listen.clone()),
+                metrics_listen: (!cfg.metrics_listen.is_empty())
+                    .then(|| cfg.metrics_listen.clone()),
                 metrics_prefix: cfg.metrics_prefix.clone(),
             };
             Some(tally_relay::spawn(app.clone(), rc)?)
@@ -102,7 +103,14 @@ mod tests {
     #[test]
     fn parses() {
         assert_eq!(start(&["start"]).unwrap().log, LogArgs::default());
-        let c = start(&["start", "--log-format", "json", "--log-level", "tally=debug,info"]).unwrap();
+        let c = start(&[
+            "start",
+            "--log-format",
+            "json",
+            "--log-level",
+            "tally=debug,info",
+        ])
+        .unwrap();
         assert_eq!(c.log.log_format, Some(LogFormat::Json));
         assert_eq!(c.log.log_level.as_deref(), Some("tally=debug,info"));
         let e = start(&["start", "--log-format", "xml"]).unwrap_err();

@@ -79,7 +79,8 @@ impl ReportCommand {
         if let Some(f) = &self.file {
             let text =
                 std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
-            return records::parse_jsonl(&text).map_err(|e| anyhow::anyhow!("{}: {e}", f.display()));
+            return records::parse_jsonl(&text)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", f.display()));
         }
         let need = |v: &Option<String>, n: &str| {
             v.clone()
@@ -252,9 +253,26 @@ mod tests {
     #[test]
     fn parses_flags_and_files() {
         let c = report(&[
-            "tx", "report", "--from", "gw.key", "--user", "alice", "--provider", "acme-ai",
-            "--model", "llama/3-70b", "--route", "/v1/chat", "--outcome", "ok", "--units", "100",
-            "--amount", "10", "--node", "http://127.0.0.1:26657",
+            "tx",
+            "report",
+            "--from",
+            "gw.key",
+            "--user",
+            "alice",
+            "--provider",
+            "acme-ai",
+            "--model",
+            "llama/3-70b",
+            "--route",
+            "/v1/chat",
+            "--outcome",
+            "ok",
+            "--units",
+            "100",
+            "--amount",
+            "10",
+            "--node",
+            "http://127.0.0.1:26657",
         ])
         .unwrap();
         assert_eq!(c.from, "gw.key");
@@ -266,8 +284,18 @@ mod tests {
         assert_eq!(r[0].route, "/v1/chat");
 
         let c = report(&[
-            "tx", "report", "--from", "k", "--file", "d.jsonl", "--node", "http://a:1,http://b:2",
-            "--output", "json", "--expires-in", "60",
+            "tx",
+            "report",
+            "--from",
+            "k",
+            "--file",
+            "d.jsonl",
+            "--node",
+            "http://a:1,http://b:2",
+            "--output",
+            "json",
+            "--expires-in",
+            "60",
         ])
         .unwrap();
         assert_eq!(c.file, Some("d.jsonl".into()));
@@ -279,10 +307,22 @@ mod tests {
     #[test]
     fn refuses_bad_invocations() {
         for (bad, kind) in [
-            (&["tx", "report", "--user", "a"][..], ErrorKind::MissingRequiredArgument),
-            (&["tx", "report", "--from", "k", "--file", "f", "--user", "a"], ErrorKind::ArgumentConflict),
-            (&["tx", "report", "--from", "k", "--units", "1.5"], ErrorKind::ValueValidation),
-            (&["tx", "report", "--from", "k", "--output", "csv"], ErrorKind::InvalidValue),
+            (
+                &["tx", "report", "--user", "a"][..],
+                ErrorKind::MissingRequiredArgument,
+            ),
+            (
+                &["tx", "report", "--from", "k", "--file", "f", "--user", "a"],
+                ErrorKind::ArgumentConflict,
+            ),
+            (
+                &["tx", "report", "--from", "k", "--units", "1.5"],
+                ErrorKind::ValueValidation,
+            ),
+            (
+                &["tx", "report", "--from", "k", "--output", "csv"],
+                ErrorKind::InvalidValue,
+            ),
             (&["tx", "send"], ErrorKind::InvalidSubcommand),
         ] {
             assert_eq!(report(bad).unwrap_err().kind(), kind, "{bad:?}");

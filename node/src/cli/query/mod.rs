@@ -130,7 +130,10 @@ pub fn render(out: &mut impl Write, shape: Shape, v: Value) -> anyhow::Result<()
             table::more(out, &v)?;
         }
         Shape::Gateways => {
-            table::gateways(out, v["gateways"].as_array().map(Vec::as_slice).unwrap_or(&[]))?;
+            table::gateways(
+                out,
+                v["gateways"].as_array().map(Vec::as_slice).unwrap_or(&[]),
+            )?;
         }
         Shape::Batch => {
             let calls = v["calls"].as_array().cloned().unwrap_or_default();
@@ -181,7 +184,7 @@ pub(crate) mod tests {
         let v = json!({"chain": "hub", "nonce": 1, "status": "signed", "calls": [{"id": 4, "settled": true}]});
         assert_eq!(
             text(Shape::Batch, v),
-            "chain: hub\nnonce: 1\nstatus: signed\n    CALL USER             PROVIDER               AMOUNT     WINDOW\n       4 (settled)\n"
+            "chain: hub\nnonce: 1\nstatus: signed\n    CALL USER             PROVIDER               AMOUNT     WINDOW\n4 (settled)\n"
         );
     }
 

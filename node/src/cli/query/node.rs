@@ -56,8 +56,8 @@ mod tests {
 
     #[test]
     fn raw_takes_the_path_verbatim() {
-        let QueryCommand::Raw(c) = query(&["query", "raw", "/balance/carol", "--node", "http://n:1"])
-            .unwrap()
+        let QueryCommand::Raw(c) =
+            query(&["query", "raw", "/balance/carol", "--node", "http://n:1"]).unwrap()
         else {
             panic!()
         };
@@ -69,7 +69,8 @@ mod tests {
 
     #[test]
     fn status_takes_node_and_output() {
-        let QueryCommand::Status(c) = query(&["query", "status", "--output", "json"]).unwrap() else {
+        let QueryCommand::Status(c) = query(&["query", "status", "--output", "json"]).unwrap()
+        else {
             panic!()
         };
         assert_eq!(c.opts.format(), Output::Json);

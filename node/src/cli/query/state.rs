@@ -87,7 +87,6 @@ impl Command for DkgCommand {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::cli::args::Output;
     use crate::cli::query::tests::query;
     use crate::cli::query::QueryCommand;
@@ -95,9 +94,15 @@ mod tests {
 
     #[test]
     fn parses() {
-        let QueryCommand::Balance(c) =
-            query(&["query", "balance", "--user", "carol", "--node", "http://n:1"]).unwrap()
-        else {
+        let QueryCommand::Balance(c) = query(&[
+            "query",
+            "balance",
+            "--user",
+            "carol",
+            "--node",
+            "http://n:1",
+        ])
+        .unwrap() else {
             panic!()
         };
         assert_eq!(c.user, "carol");
@@ -121,9 +126,18 @@ mod tests {
     #[test]
     fn refuses_bad_invocations() {
         for (bad, kind) in [
-            (&["query", "balance"][..], ErrorKind::MissingRequiredArgument),
-            (&["query", "params", "--limit", "1"], ErrorKind::UnknownArgument),
-            (&["query", "windows", "--limit", "x"], ErrorKind::ValueValidation),
+            (
+                &["query", "balance"][..],
+                ErrorKind::MissingRequiredArgument,
+            ),
+            (
+                &["query", "params", "--limit", "1"],
+                ErrorKind::UnknownArgument,
+            ),
+            (
+                &["query", "windows", "--limit", "x"],
+                ErrorKind::ValueValidation,
+            ),
             (&["query", "dkg", "--output"], ErrorKind::InvalidValue),
         ] {
             assert_eq!(query(bad).unwrap_err().kind(), kind, "{bad:?}");

