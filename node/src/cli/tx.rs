@@ -8,7 +8,7 @@ use clap::{Args, Subcommand};
 use tally_client::ReportOutcome;
 use tally_node::rpc::Rpc;
 use tally_node::{keyfile, records};
-use tally_settlement::Code;
+use tally_settlement::{query_path, Code};
 
 use super::args::{Output, QueryOpts};
 use super::query::query_json;
@@ -116,10 +116,8 @@ impl Command for ReportCommand {
             .find(|r| r.status().is_ok())
             .with_context(|| format!("no node answers at {}", self.node.node.display()))?;
         let chain_id = rpc.status()?.chain_id;
-        let max = query_json(&rpc, &tally_settlement::query_path::params().to_string())?
-            ["max_report_records"]
-            .as_u64()
-            .unwrap_or(1000) as usize;
+        let params = query_json(&rpc, &query_path::params().to_string())?;
+        let max = params["max_report_records"].as_u64().unwrap_or(1000) as usize;
         let mut cfg = tally_client::ReporterConfig::new(endpoints, &chain_id);
         cfg.max_records = max.clamp(1, 1000);
         cfg.ttl = std::time::Duration::from_secs(self.expires_in);
