@@ -14,6 +14,7 @@ pub mod keys;
 mod machine;
 pub mod proto;
 pub mod query;
+pub mod query_path;
 mod record;
 pub mod sync;
 pub mod time;
