@@ -11,9 +11,11 @@
 //! list, so there are no cycles):
 //!
 //! - leaves: [`codes`] (result codes), [`error`] (invalid input vs broken
-//!   node), [`ident`], [`time`], [`proto`], [`bls`], [`record`], [`genesis`],
-//!   [`keys`] (every key prefix), [`types`] (blocks, results, events,
-//!   batch status, named records), [`tx`] (transaction bytes);
+//!   node), [`ident`], [`time`], [`proto`], [`bls`], `record` (route
+//!   counters), `genesis`, [`keys`] (every key prefix), [`types`] (blocks,
+//!   results, events, batch status, named records), [`tx`] (transaction
+//!   bytes), [`query_path`] (query paths, built and parsed; shared with the
+//!   CLI);
 //! - [`state`]: typed accessors over the keys, one corrupt-checking integer
 //!   reader;
 //! - [`sync`]: settlement sync, one submodule per concern;
@@ -33,6 +35,7 @@ pub mod keys;
 pub mod machine;
 pub mod proto;
 pub mod query;
+pub mod query_path;
 mod record;
 pub mod report;
 pub mod state;

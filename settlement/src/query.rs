@@ -1,7 +1,8 @@
 //! Read-only queries over committed state, answered as JSON.
 //!
 //! Paths (segments are percent-encoded; a `/` inside a model or route is
-//! sent as `%2F`), each optionally followed by `?limit=N&cursor=C`:
+//! sent as `%2F`; [`crate::query_path`] builds and splits them), each
+//! optionally followed by `?limit=N&cursor=C`:
 //!
 //! | path | value |
 //! |---|---|
@@ -26,6 +27,7 @@ use crate::codes::Code;
 use crate::error::{reject, ExecError, Fatal};
 use crate::ident;
 use crate::keys;
+use crate::query_path;
 use crate::record::{Counters, RouteId, RouteRecordView, WindowView};
 use crate::state::chain::{balance, last_time, params};
 use crate::state::sync::batch_status;
@@ -92,9 +94,9 @@ fn parse_paging(qs: Option<&str>) -> Result<Paging, ExecError> {
         limit: DEFAULT_LIMIT,
         cursor: None,
     };
-    for pair in qs.unwrap_or("").split('&').filter(|s| !s.is_empty()) {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        match k {
+    let pairs = query_path::parse_params(qs).map_err(|e| bad(e.to_string()))?;
+    for (k, v) in &pairs {
+        match k.as_str() {
             "limit" => {
                 p.limit = v
                     .parse()
@@ -116,42 +118,15 @@ fn parse_paging(qs: Option<&str>) -> Result<Paging, ExecError> {
     Ok(p)
 }
 
-fn decode_segment(seg: &str) -> Result<String, ExecError> {
-    let b = seg.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let hex = seg
-                .get(i + 1..i + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| bad(format!("bad percent-escape in {seg:?}")))?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| bad(format!("{seg:?} is not UTF-8")))
-}
-
 fn parse_window(s: &str) -> Result<u64, ExecError> {
     s.parse()
         .map_err(|_| bad(format!("window must be a non-negative integer, got {s:?}")))
 }
 
 fn route_query(kv: &impl KvRead, full: &str) -> Result<serde_json::Value, ExecError> {
-    let (path, qs) = match full.split_once('?') {
-        Some((p, q)) => (p, Some(q)),
-        None => (full, None),
-    };
-    let segs: Vec<String> = path
-        .trim_start_matches('/')
-        .split('/')
-        .map(decode_segment)
-        .collect::<Result<_, _>>()?;
-    let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
+    let parsed = query_path::parse(full).map_err(|e| bad(e.to_string()))?;
+    let (path, qs) = (parsed.path, parsed.query);
+    let segs: Vec<&str> = parsed.segments.iter().map(String::as_str).collect();
     let no_params = || -> Result<(), ExecError> {
         match qs {
             Some(q) if !q.is_empty() => {
