@@ -49,7 +49,7 @@ fn setup() -> Pending {
             amount: 0,
         }],
     };
-    let r = deliver_tx(&mut p, &b, &sign_report(&gw_key(), &report));
+    let r = deliver_tx(&mut p, &b, &sign_report(&gw_key(), &report)).expect("no local fault");
     assert_eq!(r.code, Code::Ok, "{}", r.log);
     p
 }
