@@ -5,11 +5,11 @@
 //! same way, as threshold-signed hub blocks.
 //!
 //! Everything here is deterministic and reads only state and block time.
-//! One submodule per concern, each importing only its siblings below it
+//! One submodule per concern, each importing only the siblings above it
 //! and the leaf modules:
 //!
 //! - [`digest`]: the bytes validators sign (a leaf).
-//! - [`batch`]: window close into hub calls, SyncTxStart, signed batches.
+//! - [`batch`](mod@batch): window close into hub calls, SyncTxStart, signed batches.
 //! - [`results`]: hub results for an attempt (HubSyncEnd).
 //! - [`deposits`]: hub blocks and the deposits they credit.
 //! - [`awaited`]: which messages the chain waits for (dispatch on kind).
