@@ -6,7 +6,7 @@
 //!
 //! Everything here is deterministic and reads only state and block time.
 //! One submodule per concern, each importing only the siblings above it
-//! and the leaf modules:
+//! and the leaf and `state` modules:
 //!
 //! - [`digest`]: the bytes validators sign (a leaf).
 //! - [`batch`](mod@batch): window close into hub calls, SyncTxStart, signed batches.
