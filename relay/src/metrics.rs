@@ -128,7 +128,7 @@ impl RelayMetrics {
         let submissions = Family::<OutcomeLabel, Counter>::default();
         // Every outcome exists from the start, at 0.
         for outcome in Outcome::ALL {
-            submissions.get_or_create(&OutcomeLabel { outcome });
+            let _ = submissions.get_or_create(&OutcomeLabel { outcome });
         }
         let retries = Family::<LayerLabel, Counter>::default();
         let m = Self {
@@ -279,11 +279,18 @@ pub struct ServeError {
 }
 
 /// The metrics endpoint; dropping it stops serving and closes the port.
-#[derive(Debug)]
 pub struct MetricsServer {
     server: Arc<tiny_http::Server>,
     stopping: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for MetricsServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MetricsServer")
+            .field("addr", &self.local_addr())
+            .finish_non_exhaustive()
+    }
 }
 
 impl MetricsServer {

@@ -89,6 +89,10 @@ pub(crate) async fn run(
         signed_seen: None,
         in_flight: None,
     };
+    // Every endpoint's breaker state is exposed from the start.
+    for (e, b) in relay.cfg.hub_endpoints.iter().zip(relay.hub.breakers()) {
+        relay.metrics.set_circuit_state(e, b.state().gauge());
+    }
     loop {
         tokio::select! {
             _ = tokio::time::sleep(relay.cfg.poll) => {}

@@ -70,11 +70,19 @@ fn names_labels_and_values_are_the_documented_ones() {
 fn families_are_exposed_before_anything_happens_and_the_prefix_is_applied() {
     let m = Metrics::new("edge");
     let text = m.encode();
-    // The end-to-end tests look for these names before any submission.
+    // The end-to-end tests look for this name before any submission.
     assert!(text.contains("edge_relay_submissions_total"), "{text}");
-    assert!(text.contains("edge_hub_circuit_state"), "{text}");
+    assert_eq!(
+        sample(&text, "edge_relay_submissions_total{outcome=\"failed\"}"),
+        Some(0.0)
+    );
     assert_eq!(sample(&text, "edge_retries_total{layer=\"transport\"}"), Some(0.0));
     assert!(!text.contains("tally_"), "{text}");
+    // A labelled family shows once it has a series (the relay sets one per
+    // endpoint when it starts).
+    assert!(!text.contains("edge_hub_circuit_state"), "{text}");
+    m.relay().set_circuit_state("http://127.0.0.1:26757", 0);
+    assert!(m.encode().contains("# TYPE edge_hub_circuit_state gauge"));
 }
 
 #[test]
