@@ -338,8 +338,14 @@ mod tests {
             parse_retry_after("Sun Nov  6 08:49:47 1994", now),
             Some(Duration::from_secs(10))
         );
-        assert_eq!(parse_retry_after("Sun, 06 Nov 1994 25:49:47 GMT", now), None);
-        assert_eq!(parse_retry_after("Sun, 06 Nov 1994 08:49:47 CET", now), None);
+        assert_eq!(
+            parse_retry_after("Sun, 06 Nov 1994 25:49:47 GMT", now),
+            None
+        );
+        assert_eq!(
+            parse_retry_after("Sun, 06 Nov 1994 08:49:47 CET", now),
+            None
+        );
         assert_eq!(parse_retry_after("-5", now), None);
         let body = r#"{"error":{"details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"7.5s"}]}}"#;
         assert_eq!(

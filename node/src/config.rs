@@ -363,12 +363,19 @@ mod tests {
         assert_eq!(rc.policy, RetryPolicy::default());
         assert_eq!(rc.breaker, BreakerConfig::default());
         assert_eq!(
-            (rc.breaker.failure_threshold, rc.breaker.open_for, rc.breaker.probes),
+            (
+                rc.breaker.failure_threshold,
+                rc.breaker.open_for,
+                rc.breaker.probes
+            ),
             (3, Duration::from_secs(10), 1)
         );
         assert_eq!(rc.hub_timeouts, HubTimeouts::default());
         assert_eq!(rc.hub_timeouts.read, Duration::from_secs(5));
-        assert_eq!((rc.metrics_listen, rc.metrics_prefix.as_str()), (None, "tally"));
+        assert_eq!(
+            (rc.metrics_listen, rc.metrics_prefix.as_str()),
+            (None, "tally")
+        );
 
         // Every key written by save() is read back, and reaches the relay.
         let cfg = AppConfig {
@@ -408,7 +415,11 @@ mod tests {
             }
         );
         assert_eq!(
-            (rc.policy.budget, rc.policy.per_try_timeout, rc.policy.max_elapsed),
+            (
+                rc.policy.budget,
+                rc.policy.per_try_timeout,
+                rc.policy.max_elapsed
+            ),
             (0, Duration::from_secs(20), Duration::from_secs(120))
         );
         assert_eq!(rc.policy.base, RetryPolicy::default().base);
@@ -425,16 +436,22 @@ mod tests {
                 bad.push(lo - 1);
             }
             for v in bad {
-                std::fs::write(AppConfig::path(dir.path()), format!("[relay]\n{key} = {v}\n"))
-                    .unwrap();
+                std::fs::write(
+                    AppConfig::path(dir.path()),
+                    format!("[relay]\n{key} = {v}\n"),
+                )
+                .unwrap();
                 let e = AppConfig::load(dir.path()).unwrap_err().to_string();
                 let want = format!("relay.{key} must be between {lo} and {hi}, got {v}");
                 assert!(e.contains(&want), "{key} = {v}: {e}");
                 assert!(e.contains("app.toml"), "{e}");
             }
             for v in [lo, hi] {
-                std::fs::write(AppConfig::path(dir.path()), format!("[relay]\n{key} = {v}\n"))
-                    .unwrap();
+                std::fs::write(
+                    AppConfig::path(dir.path()),
+                    format!("[relay]\n{key} = {v}\n"),
+                )
+                .unwrap();
                 assert!(AppConfig::load(dir.path()).is_ok(), "{key} = {v}");
             }
         }
@@ -443,7 +460,11 @@ mod tests {
         let e = AppConfig::load(dir.path()).unwrap_err().to_string();
         assert!(e.contains("poll_ms"), "{e}");
         // So are values of the wrong type.
-        std::fs::write(AppConfig::path(dir.path()), "[relay]\nbreaker_probes = -1\n").unwrap();
+        std::fs::write(
+            AppConfig::path(dir.path()),
+            "[relay]\nbreaker_probes = -1\n",
+        )
+        .unwrap();
         assert!(AppConfig::load(dir.path()).is_err());
     }
 }

@@ -126,6 +126,9 @@ mod tests {
             (Duration::from_secs(2), Duration::from_secs(5))
         );
         assert_eq!(c.policy, RetryPolicy::default());
-        assert_eq!(c.breaker.breaker().state(), tally_client::BreakerState::Closed);
+        assert_eq!(
+            c.breaker.breaker().state(),
+            tally_client::BreakerState::Closed
+        );
     }
 }

@@ -191,7 +191,9 @@ impl RelayMetrics {
 
     /// One submission ended with `outcome`.
     pub fn submitted(&self, outcome: Outcome) {
-        self.submissions.get_or_create(&OutcomeLabel { outcome }).inc();
+        self.submissions
+            .get_or_create(&OutcomeLabel { outcome })
+            .inc();
     }
 
     /// One retry inside a submission.
@@ -202,8 +204,12 @@ impl RelayMetrics {
     /// The chain's settlement counters, read from committed state: its
     /// attempts, failed attempts, and attempts beyond each batch's first.
     pub fn set_sync(&self, attempts: u64, failures: u64, settlement_retries: u64) {
-        self.sync_attempts.inner().store(attempts, Ordering::Relaxed);
-        self.sync_failures.inner().store(failures, Ordering::Relaxed);
+        self.sync_attempts
+            .inner()
+            .store(attempts, Ordering::Relaxed);
+        self.sync_failures
+            .inner()
+            .store(failures, Ordering::Relaxed);
         self.settlement_retries
             .inner()
             .store(settlement_retries, Ordering::Relaxed);
@@ -347,7 +353,10 @@ fn answer_requests(server: &tiny_http::Server, stopping: &AtomicBool, metrics: &
             }
         };
         let path = rq.url().split('?').next().unwrap_or("");
-        let get = matches!(rq.method(), tiny_http::Method::Get | tiny_http::Method::Head);
+        let get = matches!(
+            rq.method(),
+            tiny_http::Method::Get | tiny_http::Method::Head
+        );
         let resp = if get && path == "/metrics" {
             let mut r = tiny_http::Response::from_string(metrics.encode());
             if let Ok(h) = tiny_http::Header::from_bytes("Content-Type", CONTENT_TYPE) {

@@ -118,7 +118,11 @@ impl Relay {
 
     /// One poll.
     async fn poll(&mut self) {
-        if self.in_flight.as_ref().is_some_and(|f| f.task.is_finished()) {
+        if self
+            .in_flight
+            .as_ref()
+            .is_some_and(|f| f.task.is_finished())
+        {
             self.in_flight = None;
         }
         let app = self.app.clone();
@@ -212,8 +216,7 @@ impl Relay {
         else {
             return;
         };
-        if let Some(deposits) =
-            read_hub("deposits", &self.hub, move |h| h.deposits(from, to)).await
+        if let Some(deposits) = read_hub("deposits", &self.hub, move |h| h.deposits(from, to)).await
         {
             self.app.hand_in_block(HubBlock {
                 chain: chain.to_string(),

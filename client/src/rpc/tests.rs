@@ -24,7 +24,10 @@ fn answer(status: u16, body: impl Into<String>) -> Answer {
 }
 
 fn result(v: Value) -> Answer {
-    answer(200, json!({"jsonrpc": "2.0", "id": 1, "result": v}).to_string())
+    answer(
+        200,
+        json!({"jsonrpc": "2.0", "id": 1, "result": v}).to_string(),
+    )
 }
 
 /// A server on 127.0.0.1:0 that answers requests in script order.
@@ -197,19 +200,33 @@ fn queries_decode_base64_and_broadcasts_send_it() {
             "tx_result": {"code": 5, "log": "bad batch"},
             "height": "11", "hash": "FF"
         })),
-        result(json!({"check_tx": {"code": 3, "log": "refused"}, "tx_result": {}, "height": "0", "hash": "EE"})),
+        result(
+            json!({"check_tx": {"code": 3, "log": "refused"}, "tx_result": {}, "height": "0", "hash": "EE"}),
+        ),
         result(json!({"code": 0, "log": "", "hash": "DD"})),
         result(json!({"height": "12", "tx_result": {"code": 0, "log": "ok"}})),
     ]);
     let c = fake.client();
     let q = c.abci_query("/params").unwrap();
-    assert_eq!((q.code, q.value.as_slice(), q.height), (0, &br#"{"a":1}"#[..], 9));
+    assert_eq!(
+        (q.code, q.value.as_slice(), q.height),
+        (0, &br#"{"a":1}"#[..], 9)
+    );
     let q = c.abci_query("/nothing").unwrap();
-    assert_eq!((q.code, q.log.as_str(), q.value.len()), (22, "nothing there", 0));
+    assert_eq!(
+        (q.code, q.log.as_str(), q.value.len()),
+        (22, "nothing there", 0)
+    );
     let r = c.broadcast_tx_commit(&[1, 2, 3]).unwrap();
-    assert_eq!((r.final_code(), r.final_log(), r.height), (5, "bad batch", 11));
+    assert_eq!(
+        (r.final_code(), r.final_log(), r.height),
+        (5, "bad batch", 11)
+    );
     let r = c.broadcast_tx_commit(&[1, 2, 3]).unwrap();
-    assert_eq!((r.final_code(), r.final_log(), r.hash.as_str()), (3, "refused", "EE"));
+    assert_eq!(
+        (r.final_code(), r.final_log(), r.hash.as_str()),
+        (3, "refused", "EE")
+    );
     let r = c.broadcast_tx_sync(&[4]).unwrap();
     assert_eq!((r.code, r.hash.as_str()), (0, "DD"));
     let t = c.tx(&[9; 32]).unwrap().unwrap();

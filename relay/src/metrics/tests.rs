@@ -32,7 +32,10 @@ fn names_labels_and_values_are_the_documented_ones() {
     let want = [
         ("tally_relay_submissions_total{outcome=\"ok\"}", 1.0),
         ("tally_relay_submissions_total{outcome=\"refused\"}", 2.0),
-        ("tally_relay_submissions_total{outcome=\"already_settled\"}", 0.0),
+        (
+            "tally_relay_submissions_total{outcome=\"already_settled\"}",
+            0.0,
+        ),
         ("tally_relay_submissions_total{outcome=\"in_cache\"}", 0.0),
         ("tally_relay_submissions_total{outcome=\"failed\"}", 0.0),
         ("tally_relay_submissions_total{outcome=\"cancelled\"}", 0.0),
@@ -47,7 +50,10 @@ fn names_labels_and_values_are_the_documented_ones() {
             "tally_hub_circuit_state{endpoint=\"http://127.0.0.1:26757\"}",
             2.0,
         ),
-        ("tally_hub_circuit_state{endpoint=\"http://127.0.0.1:1\"}", 0.0),
+        (
+            "tally_hub_circuit_state{endpoint=\"http://127.0.0.1:1\"}",
+            0.0,
+        ),
     ];
     for (name, v) in want {
         assert_eq!(sample(&text, name), Some(v), "{name} in\n{text}");
@@ -76,7 +82,10 @@ fn families_are_exposed_before_anything_happens_and_the_prefix_is_applied() {
         sample(&text, "edge_relay_submissions_total{outcome=\"failed\"}"),
         Some(0.0)
     );
-    assert_eq!(sample(&text, "edge_retries_total{layer=\"transport\"}"), Some(0.0));
+    assert_eq!(
+        sample(&text, "edge_retries_total{layer=\"transport\"}"),
+        Some(0.0)
+    );
     assert!(!text.contains("tally_"), "{text}");
     // A labelled family shows once it has a series (the relay sets one per
     // endpoint when it starts).
