@@ -59,17 +59,7 @@ impl Command for StartCommand {
         let _relay = if cfg.hub_endpoints.is_empty() {
             None
         } else {
-            let rc = tally_relay::RelayConfig {
-                hub_endpoints: cfg.hub_endpoints.clone(),
-                confirmations: cfg.hub_confirmations,
-                rank,
-                stagger: std::time::Duration::from_secs(cfg.relay_stagger_secs),
-                poll: std::time::Duration::from_millis(500),
-                policy: tally_client::RetryPolicy::default(),
-                metrics_listen: (!cfg.metrics_listen.is_empty())
-                    .then(|| cfg.metrics_listen.clone()),
-                metrics_prefix: cfg.metrics_prefix.clone(),
-            };
+            let rc = cfg.relay_config(rank);
             Some(tally_relay::spawn(app.clone(), rc)?)
         };
         let last = app.last_commit();
