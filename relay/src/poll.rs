@@ -257,7 +257,9 @@ impl Relay {
     fn since_signed(&mut self, batch: Option<&BatchRecord>, key: (u64, u32)) -> Option<Duration> {
         let now = Instant::now();
         match (batch, self.signed_seen) {
-            (Some(b), Some((k, t))) if b.status == sync::BatchStatus::Signed.value() && k == key => {
+            (Some(b), Some((k, t)))
+                if b.status == sync::BatchStatus::Signed.value() && k == key =>
+            {
                 Some(now.duration_since(t))
             }
             (Some(b), _) if b.status == sync::BatchStatus::Signed.value() => {

@@ -60,7 +60,11 @@ const DOC: &str = include_str!("../../docs/ARCHITECTURE.md");
 
 #[test]
 fn architecture_table_names_every_key_prefix() {
-    assert_eq!(LAYOUT.len(), code_prefixes().len(), "LAYOUT repeats a prefix");
+    assert_eq!(
+        LAYOUT.len(),
+        code_prefixes().len(),
+        "LAYOUT repeats a prefix"
+    );
     if let Err(e) = compare(DOC) {
         panic!("{e}");
     }
