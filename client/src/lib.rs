@@ -5,6 +5,7 @@
 //! - [`Reporter`]: buffers usage records and gets every one of them onto the
 //!   chain exactly once, through node restarts and network failures.
 //! - [`retry`]: the workspace's one transport retry policy.
+//! - [`rpc`]: the workspace's one CometBFT JSON-RPC client.
 //!
 //! ```no_run
 //! # async fn demo(key: ed25519_dalek::SigningKey) -> Result<(), Box<dyn std::error::Error>> {
@@ -25,11 +26,13 @@ pub mod breaker;
 pub mod classify;
 pub mod reporter;
 pub mod retry;
+pub mod rpc;
 pub mod transport;
 
 pub use breaker::{Breaker, BreakerState};
 pub use classify::{classify, UpstreamCall};
 pub use reporter::{Metrics, ReportError, ReportOutcome, Reporter, ReporterConfig};
 pub use retry::{Failure, RetryError, RetryPolicy};
+pub use rpc::{RpcClient, RpcError};
 pub use tally_settlement::proto;
 pub use transport::{Broadcast, HttpTransport, Transport};

@@ -134,53 +134,19 @@ pub enum RetryError {
     NoEndpoints,
 }
 
-/// `Retry-After`: delta seconds or an IMF-fixdate (`Sun, 06 Nov 1994
-/// 08:49:37 GMT`). A date in the past is zero.
+/// `Retry-After`: delta seconds or an HTTP date (`Sun, 06 Nov 1994
+/// 08:49:37 GMT`; the obsolete RFC 850 and asctime forms too, as RFC 9110
+/// asks of recipients), in whole seconds from `now`. A date in the past is
+/// zero.
 pub fn parse_retry_after(v: &str, now: SystemTime) -> Option<Duration> {
     let v = v.trim();
     if let Ok(secs) = v.parse::<u64>() {
         return Some(Duration::from_secs(secs));
     }
-    let at = parse_http_date(v)?;
+    let at = httpdate::parse_http_date(v).ok()?;
+    let at = at.duration_since(UNIX_EPOCH).ok()?.as_secs();
     let now = now.duration_since(UNIX_EPOCH).ok()?.as_secs();
     Some(Duration::from_secs(at.saturating_sub(now)))
-}
-
-fn parse_http_date(v: &str) -> Option<u64> {
-    // "Sun, 06 Nov 1994 08:49:37 GMT"
-    let parts: Vec<&str> = v.split_whitespace().collect();
-    if parts.len() != 6 || parts[5] != "GMT" {
-        return None;
-    }
-    let day: u64 = parts[1].parse().ok()?;
-    let month = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ]
-    .iter()
-    .position(|m| *m == parts[2])? as u64
-        + 1;
-    let year: i64 = parts[3].parse().ok()?;
-    let hms: Vec<u64> = parts[4]
-        .split(':')
-        .map(|x| x.parse().ok())
-        .collect::<Option<_>>()?;
-    if hms.len() != 3 || !(1..=31).contains(&day) {
-        return None;
-    }
-    // Days from civil (H. Hinnant).
-    let (y, m) = if month <= 2 {
-        (year - 1, month + 9)
-    } else {
-        (year, month - 3)
-    };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400) as u64;
-    let doy = (153 * m + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe as i64 - 719_468;
-    u64::try_from(days)
-        .ok()
-        .map(|d| d * 86_400 + hms[0] * 3600 + hms[1] * 60 + hms[2])
 }
 
 /// A `RetryInfo.retryDelay` anywhere in a JSON body (Google APIs style:
@@ -363,6 +329,24 @@ mod tests {
             Some(Duration::ZERO)
         );
         assert_eq!(parse_retry_after("soon", now), None);
+        // The obsolete forms a recipient must accept, and what is no date.
+        assert_eq!(
+            parse_retry_after("Sunday, 06-Nov-94 08:49:47 GMT", now),
+            Some(Duration::from_secs(10))
+        );
+        assert_eq!(
+            parse_retry_after("Sun Nov  6 08:49:47 1994", now),
+            Some(Duration::from_secs(10))
+        );
+        assert_eq!(
+            parse_retry_after("Sun, 06 Nov 1994 25:49:47 GMT", now),
+            None
+        );
+        assert_eq!(
+            parse_retry_after("Sun, 06 Nov 1994 08:49:47 CET", now),
+            None
+        );
+        assert_eq!(parse_retry_after("-5", now), None);
         let body = r#"{"error":{"details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"7.5s"}]}}"#;
         assert_eq!(
             parse_body_retry_delay(body),

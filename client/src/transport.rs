@@ -1,15 +1,13 @@
-//! Talking to CometBFT's JSON-RPC: broadcast a report and wait for its
-//! block, or look a transaction up by hash. [`HttpTransport`] does it over
-//! HTTP (blocking `ureq` calls on tokio's blocking pool); tests plug in a
-//! fake.
+//! Talking to CometBFT nodes from async code: broadcast a report and wait
+//! for its block, or look a transaction up by hash. [`HttpTransport`] does
+//! it with the workspace's JSON-RPC client ([`crate::rpc`], blocking calls
+//! on tokio's blocking pool); tests plug in a fake.
 
 use std::future::Future;
 use std::time::Duration;
 
-use base64::Engine;
-use serde_json::{json, Value};
-
 use crate::retry::Failure;
+use crate::rpc::{Connector, RpcError};
 
 /// What `broadcast_tx_commit` said about a transaction.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,10 +43,11 @@ pub trait Transport: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Option<(u64, u32)>, Failure>> + Send;
 }
 
-/// JSON-RPC over HTTP/1.1 (loopback or any reachable node).
+/// JSON-RPC over HTTP/1.1 (loopback or any reachable node), through the
+/// workspace's one client ([`crate::rpc`]).
 #[derive(Clone, Debug)]
 pub struct HttpTransport {
-    agent: ureq::Agent,
+    http: Connector,
 }
 
 impl HttpTransport {
@@ -56,107 +55,28 @@ impl HttpTransport {
     /// policy's per-try timeout bounds them too).
     pub fn new(timeout: Duration) -> Self {
         Self {
-            agent: ureq::AgentBuilder::new()
-                .timeout_connect(Duration::from_secs(2))
-                .timeout(timeout)
-                .build(),
+            http: Connector::new(Duration::from_secs(2), timeout),
         }
-    }
-
-    fn call(
-        agent: &ureq::Agent,
-        endpoint: &str,
-        method: &str,
-        params: Value,
-    ) -> Result<Value, Failure> {
-        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-        let resp = match agent.post(endpoint).send_json(body) {
-            Ok(r) => r,
-            Err(ureq::Error::Status(code, r)) => {
-                let retry_after = r.header("Retry-After").map(str::to_string);
-                let text = r.into_string().unwrap_or_default();
-                // CometBFT answers JSON-RPC errors with HTTP 500 and a
-                // JSON-RPC body; anything else (a proxy's 429 or 503) keeps
-                // its status, Retry-After and body for the retry policy.
-                if code == 500 {
-                    if let Ok(v) = serde_json::from_str::<Value>(&text) {
-                        if v.get("jsonrpc").is_some() && v.get("error").is_some() {
-                            return Ok(v);
-                        }
-                    }
-                }
-                return Err(Failure::Status {
-                    code,
-                    retry_after,
-                    body: text,
-                });
-            }
-            Err(e) => return Err(Failure::Transport(e.to_string())),
-        };
-        let text = resp
-            .into_string()
-            .map_err(|e| Failure::Transport(e.to_string()))?;
-        if text.len() > 16 << 20 {
-            return Err(Failure::TooLarge);
-        }
-        serde_json::from_str(&text)
-            .map_err(|e| Failure::Transport(format!("bad JSON from {endpoint}: {e}")))
-    }
-}
-
-fn num(v: &Value) -> u64 {
-    match v {
-        Value::String(s) => s.parse().unwrap_or(0),
-        Value::Number(n) => n.as_u64().unwrap_or(0),
-        _ => 0,
     }
 }
 
 impl Transport for HttpTransport {
     async fn broadcast_commit(&self, endpoint: String, tx: Vec<u8>) -> Result<Broadcast, Failure> {
-        let agent = self.agent.clone();
-        let v = tokio::task::spawn_blocking(move || {
-            let tx = base64::engine::general_purpose::STANDARD.encode(tx);
-            Self::call(
-                &agent,
-                &endpoint,
-                "broadcast_tx_commit",
-                json!({ "tx": tx }),
-            )
-        })
-        .await
-        .map_err(|e| Failure::Transport(e.to_string()))??;
-        if let Some(err) = v.get("error") {
-            let data = format!(
-                "{} {}",
-                err["message"].as_str().unwrap_or(""),
-                err["data"].as_str().unwrap_or("")
-            );
-            if data.contains("already exists in cache") {
-                return Ok(Broadcast::InCache);
-            }
-            // Mempool full, timed out waiting for a block, node catching up:
-            // all worth another try.
-            return Err(Failure::Transport(data));
+        let client = self.http.client(&endpoint);
+        let r = tokio::task::spawn_blocking(move || client.broadcast_tx_commit(&tx))
+            .await
+            .map_err(|e| Failure::Transport(e.to_string()))?;
+        match r {
+            Ok(c) => Ok(Broadcast::Result {
+                code: c.final_code(),
+                log: c.final_log().to_string(),
+                height: c.height,
+            }),
+            Err(e) if e.is_tx_in_cache() => Ok(Broadcast::InCache),
+            // Mempool full, timed out waiting for a block, node catching
+            // up, a proxy's 429: the retry policy decides.
+            Err(e) => Err(e.into_failure()),
         }
-        let r = &v["result"];
-        let check = num(&r["check_tx"]["code"]) as u32;
-        let (code, log) = if check != 0 {
-            (
-                check,
-                r["check_tx"]["log"].as_str().unwrap_or("").to_string(),
-            )
-        } else {
-            (
-                num(&r["tx_result"]["code"]) as u32,
-                r["tx_result"]["log"].as_str().unwrap_or("").to_string(),
-            )
-        };
-        Ok(Broadcast::Result {
-            code,
-            log,
-            height: num(&r["height"]),
-        })
     }
 
     async fn lookup(
@@ -164,29 +84,11 @@ impl Transport for HttpTransport {
         endpoint: String,
         hash: [u8; 32],
     ) -> Result<Option<(u64, u32)>, Failure> {
-        let agent = self.agent.clone();
-        let v = tokio::task::spawn_blocking(move || {
-            let h = base64::engine::general_purpose::STANDARD.encode(hash);
-            Self::call(
-                &agent,
-                &endpoint,
-                "tx",
-                json!({ "hash": h, "prove": false }),
-            )
-        })
-        .await
-        .map_err(|e| Failure::Transport(e.to_string()))??;
-        if let Some(err) = v.get("error") {
-            let data = err["data"].as_str().unwrap_or("").to_string();
-            if data.contains("not found") {
-                return Ok(None);
-            }
-            return Err(Failure::Transport(data));
-        }
-        let r = &v["result"];
-        Ok(Some((
-            num(&r["height"]),
-            num(&r["tx_result"]["code"]) as u32,
-        )))
+        let client = self.http.client(&endpoint);
+        let r = tokio::task::spawn_blocking(move || client.tx(&hash))
+            .await
+            .map_err(|e| Failure::Transport(e.to_string()))?;
+        r.map(|found| found.map(|t| (t.height, t.code)))
+            .map_err(RpcError::into_failure)
     }
 }

@@ -1,9 +1,12 @@
 //! The hub's ABCI adapter: thin, like Tally's. Nothing persists before
-//! Commit; no handler panics.
+//! Commit; no handler panics. A genesis it cannot apply or a store failure
+//! calls the [`Halt`] hook the binary gave [`HubApp::new`]; the app never
+//! exits the process itself.
 
 use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::Bytes;
+use tally_store::halt::{Halt, HaltEvent, HaltReason};
 use tally_store::{Backend, CommitMeta, Pending, StoreError};
 use tendermint_abci::Application;
 use tendermint_proto::v0_38::abci::{
@@ -28,11 +31,13 @@ struct Inner {
     backend: Arc<dyn Backend>,
     consensus: Mutex<(Pending, Option<u64>)>,
     committed: RwLock<CommitMeta>,
+    halt: Halt,
 }
 
 impl HubApp {
-    /// A hub over `backend`, resuming from its last commit.
-    pub fn new(backend: Arc<dyn Backend>) -> Result<Self, StoreError> {
+    /// A hub over `backend`, resuming from its last commit. `halt` is
+    /// called when the node must stop.
+    pub fn new(backend: Arc<dyn Backend>, halt: Halt) -> Result<Self, StoreError> {
         let pending = Pending::open(backend.clone())?;
         let committed = RwLock::new(pending.committed().clone());
         Ok(Self {
@@ -40,6 +45,7 @@ impl HubApp {
                 backend,
                 consensus: Mutex::new((pending, None)),
                 committed,
+                halt,
             }),
         })
     }
@@ -54,9 +60,16 @@ impl HubApp {
     }
 }
 
-fn fatal(height: u64, what: &str) -> ! {
-    error!(height, error = %what, "FATAL: hub store failure; stopping");
-    std::process::exit(3);
+impl HubApp {
+    /// The store failed: log and halt.
+    fn fatal(&self, height: u64, what: &str) {
+        error!(height, error = %what, "FATAL: hub store failure; stopping");
+        self.inner.halt.halt(HaltEvent {
+            reason: HaltReason::StoreFailure,
+            height,
+            error: what.to_string(),
+        });
+    }
 }
 
 impl Application for HubApp {
@@ -83,7 +96,12 @@ impl Application for HubApp {
             .unwrap_or_else(|e| e.into_inner());
         if let Err(e) = machine::init(&mut c.0, &req.app_state_bytes) {
             error!(error = %e, "refusing hub genesis; fix genesis.json and restart");
-            std::process::exit(2);
+            drop(c);
+            self.inner.halt.halt(HaltEvent {
+                reason: HaltReason::BadGenesis,
+                height: 0,
+                error: e.to_string(),
+            });
         }
         ResponseInitChain::default()
     }
@@ -138,7 +156,9 @@ impl Application for HubApp {
         for tx in &req.txs {
             let r = machine::deliver(&mut c.0, height, tx);
             if r.code == HubCode::Internal {
-                fatal(height, &r.log);
+                drop(c);
+                self.fatal(height, &r.log);
+                return ResponseFinalizeBlock::default();
             }
             let events = if r.code == HubCode::Ok {
                 vec![Event {
@@ -185,7 +205,11 @@ impl Application for HubApp {
                     .write()
                     .unwrap_or_else(|e| e.into_inner()) = m
             }
-            Err(e) => fatal(height, &e.to_string()),
+            Err(e) => {
+                drop(c);
+                self.fatal(height, &e.to_string());
+                return ResponseCommit::default();
+            }
         }
         ResponseCommit { retain_height: 0 }
     }

@@ -2,13 +2,14 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use base64::Engine;
 use clap::{Parser, Subcommand};
 use prost::Message;
 use serde_json::{json, Value};
-use tally_hub::machine::{hub_tx, Deposit, HubTx};
+use tally_client::rpc::RpcClient;
+use tally_hub_types::{hub_tx, Deposit, HubTx};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -61,17 +62,9 @@ enum Cmd {
     },
 }
 
-fn rpc(node: &str, method: &str, params: Value) -> Result<Value> {
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-    let v: Value = match ureq::post(node).send_json(body) {
-        Ok(r) => r.into_json()?,
-        Err(ureq::Error::Status(_, r)) => r.into_json()?,
-        Err(e) => bail!("cannot reach {node}: {e}"),
-    };
-    if let Some(e) = v.get("error") {
-        bail!("{method}: {e}");
-    }
-    Ok(v["result"].clone())
+/// A client of the hub node's CometBFT RPC (the workspace's one client).
+fn rpc(node: &str) -> RpcClient {
+    RpcClient::new(node, Duration::from_secs(3), Duration::from_secs(30))
 }
 
 fn main() -> Result<()> {
@@ -85,7 +78,9 @@ fn main() -> Result<()> {
             std::fs::create_dir_all(&db)?;
             let backend = tally_store::RocksBackend::open(&db)
                 .with_context(|| format!("opening {}", db.display()))?;
-            let app = tally_hub::HubApp::new(Arc::new(backend))?;
+            // The binary owns the halt: exit 2 (genesis) or 3 (store).
+            let halt = tally_store::halt::Halt::new(|e| std::process::exit(e.reason.exit_code()));
+            let app = tally_hub::HubApp::new(Arc::new(backend), halt)?;
             tracing::info!(height = app.last_commit().height, listen = %abci_listen, "tally-hub starting");
             tendermint_abci::ServerBuilder::default()
                 .bind(abci_listen.as_str(), app)?
@@ -117,35 +112,19 @@ fn main() -> Result<()> {
                 sum: Some(hub_tx::Sum::Deposit(Deposit { user, amount })),
             }
             .encode_to_vec();
-            let r = rpc(
-                &node,
-                "broadcast_tx_commit",
-                json!({"tx": base64::engine::general_purpose::STANDARD.encode(tx)}),
-            )?;
-            let code = r["check_tx"]["code"].as_u64().unwrap_or(0)
-                + r["tx_result"]["code"].as_u64().unwrap_or(0);
-            println!(
-                "code {code} height {} {}",
-                r["height"].as_str().unwrap_or("0"),
-                r["tx_result"]["log"].as_str().unwrap_or("")
-            );
+            let r = rpc(&node).broadcast_tx_commit(&tx)?;
+            let code = u64::from(r.check_code) + u64::from(r.code);
+            println!("code {code} height {} {}", r.height, r.log);
             if code != 0 {
                 bail!("deposit refused");
             }
         }
         Cmd::Query { path, node } => {
-            let r = rpc(
-                &node,
-                "abci_query",
-                json!({"path": path, "data": "", "height": "0", "prove": false}),
-            )?;
-            let resp = &r["response"];
-            if resp["code"].as_u64().unwrap_or(0) != 0 {
-                bail!("{}", resp["log"].as_str().unwrap_or(""));
+            let a = rpc(&node).abci_query(&path)?;
+            if a.code != 0 {
+                bail!("{}", a.log);
             }
-            let v = base64::engine::general_purpose::STANDARD
-                .decode(resp["value"].as_str().unwrap_or(""))?;
-            println!("{}", String::from_utf8_lossy(&v));
+            println!("{}", String::from_utf8_lossy(&a.value));
         }
     }
     Ok(())

@@ -1,8 +1,11 @@
 //! `config/app.toml`: Tally's own settings, beside CometBFT's `config.toml`.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use tally_client::RetryPolicy;
+use tally_relay::{BreakerConfig, HubTimeouts, RelayConfig};
 
 /// Errors reading or writing the home directory.
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +53,98 @@ pub struct AppConfig {
     pub metrics_listen: String,
     /// Prefix of metric names.
     pub metrics_prefix: String,
+    /// The `[relay]` section: the relay's tuning.
+    pub relay: RelaySettings,
+}
+
+/// The `[relay]` section of app.toml: the relay's tuning knobs. Missing
+/// keys take the values the relay ran with before they were settings;
+/// [`RelaySettings::validate`] checks each against [`RelaySettings::RANGES`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RelaySettings {
+    /// Milliseconds between reads of the chain and the hub.
+    pub poll_interval_ms: u64,
+    /// Consecutive failed calls that open a hub endpoint's circuit breaker.
+    pub breaker_failures: u32,
+    /// Seconds an open breaker skips its endpoint before probing it.
+    pub breaker_open_secs: u64,
+    /// Probe calls a half-open breaker lets through.
+    pub breaker_probes: u32,
+    /// Seconds to connect to a hub endpoint (reads).
+    pub hub_connect_timeout_secs: u64,
+    /// Seconds one hub read (tip, deposits, settlement) may take.
+    pub hub_read_timeout_secs: u64,
+    /// Retries of one submission, shared by all hub endpoints.
+    pub submit_retry_budget: u32,
+    /// Seconds one submission try may take.
+    pub submit_try_timeout_secs: u64,
+    /// Seconds after a submission's first try when no new try starts.
+    pub submit_max_elapsed_secs: u64,
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl Default for RelaySettings {
+    fn default() -> Self {
+        let r = RelayConfig::new(Vec::new());
+        Self {
+            poll_interval_ms: millis(r.poll),
+            breaker_failures: r.breaker.failure_threshold,
+            breaker_open_secs: r.breaker.open_for.as_secs(),
+            breaker_probes: r.breaker.probes,
+            hub_connect_timeout_secs: r.hub_timeouts.connect.as_secs(),
+            hub_read_timeout_secs: r.hub_timeouts.read.as_secs(),
+            submit_retry_budget: r.policy.budget,
+            submit_try_timeout_secs: r.policy.per_try_timeout.as_secs(),
+            submit_max_elapsed_secs: r.policy.max_elapsed.as_secs(),
+        }
+    }
+}
+
+impl RelaySettings {
+    /// Each key of the section and its allowed range (inclusive).
+    pub const RANGES: [(&'static str, u64, u64); 9] = [
+        ("poll_interval_ms", 50, 60_000),
+        ("breaker_failures", 1, 100),
+        ("breaker_open_secs", 1, 3_600),
+        ("breaker_probes", 1, 100),
+        ("hub_connect_timeout_secs", 1, 60),
+        ("hub_read_timeout_secs", 1, 300),
+        ("submit_retry_budget", 0, 100),
+        ("submit_try_timeout_secs", 1, 600),
+        ("submit_max_elapsed_secs", 1, 3_600),
+    ];
+
+    /// The values, in the order of [`RelaySettings::RANGES`].
+    fn values(&self) -> [u64; 9] {
+        [
+            self.poll_interval_ms,
+            self.breaker_failures.into(),
+            self.breaker_open_secs,
+            self.breaker_probes.into(),
+            self.hub_connect_timeout_secs,
+            self.hub_read_timeout_secs,
+            self.submit_retry_budget.into(),
+            self.submit_try_timeout_secs,
+            self.submit_max_elapsed_secs,
+        ]
+    }
+
+    /// Checks every key against its range; the error names the first key
+    /// out of range, its allowed range and the value found.
+    pub fn validate(&self) -> Result<(), String> {
+        for ((key, lo, hi), v) in Self::RANGES.into_iter().zip(self.values()) {
+            if !(lo..=hi).contains(&v) {
+                return Err(format!(
+                    "relay.{key} must be between {lo} and {hi}, got {v}"
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Default for AppConfig {
@@ -65,6 +160,7 @@ impl Default for AppConfig {
             relay_stagger_secs: 2,
             metrics_listen: String::new(),
             metrics_prefix: "tally".into(),
+            relay: RelaySettings::default(),
         }
     }
 }
@@ -96,6 +192,9 @@ impl AppConfig {
                 ),
             });
         }
+        cfg.relay
+            .validate()
+            .map_err(|msg| ConfigError::Invalid { path, msg })?;
         Ok(cfg)
     }
 
@@ -123,7 +222,28 @@ impl AppConfig {
              relay_stagger_secs = {}\n\
              # Prometheus metrics of the relay (empty: off), and the name prefix.\n\
              metrics_listen = {:?}\n\
-             metrics_prefix = {:?}\n",
+             metrics_prefix = {:?}\n\
+             \n\
+             # Relay tuning; each value is checked at start (allowed range in brackets).\n\
+             [relay]\n\
+             # Milliseconds between reads of the chain and the hub [50, 60000].\n\
+             poll_interval_ms = {}\n\
+             # Consecutive failed calls that open a hub endpoint's circuit breaker [1, 100].\n\
+             breaker_failures = {}\n\
+             # Seconds an open breaker skips its endpoint before probing it [1, 3600].\n\
+             breaker_open_secs = {}\n\
+             # Probe calls a half-open breaker lets through [1, 100].\n\
+             breaker_probes = {}\n\
+             # Seconds to connect to a hub endpoint for a read [1, 60].\n\
+             hub_connect_timeout_secs = {}\n\
+             # Seconds one hub read (tip, deposits, settlement) may take [1, 300].\n\
+             hub_read_timeout_secs = {}\n\
+             # Retries of one batch submission, shared by all hub endpoints [0, 100].\n\
+             submit_retry_budget = {}\n\
+             # Seconds one submission try may take [1, 600].\n\
+             submit_try_timeout_secs = {}\n\
+             # Seconds after a submission's first try when no new try starts [1, 3600].\n\
+             submit_max_elapsed_secs = {}\n",
             self.abci_listen,
             self.db_dir,
             self.log_format,
@@ -133,7 +253,16 @@ impl AppConfig {
             self.hub_confirmations,
             self.relay_stagger_secs,
             self.metrics_listen,
-            self.metrics_prefix
+            self.metrics_prefix,
+            self.relay.poll_interval_ms,
+            self.relay.breaker_failures,
+            self.relay.breaker_open_secs,
+            self.relay.breaker_probes,
+            self.relay.hub_connect_timeout_secs,
+            self.relay.hub_read_timeout_secs,
+            self.relay.submit_retry_budget,
+            self.relay.submit_try_timeout_secs,
+            self.relay.submit_max_elapsed_secs,
         );
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|source| ConfigError::Io {
@@ -152,6 +281,35 @@ impl AppConfig {
         } else {
             home.join(p)
         }
+    }
+
+    /// The relay's configuration for a validator of signer `rank` (`None`:
+    /// no key share, never submits).
+    pub fn relay_config(&self, rank: Option<u32>) -> RelayConfig {
+        let r = &self.relay;
+        let mut c = RelayConfig::new(self.hub_endpoints.clone());
+        c.confirmations = self.hub_confirmations;
+        c.rank = rank;
+        c.stagger = Duration::from_secs(self.relay_stagger_secs);
+        c.poll = Duration::from_millis(r.poll_interval_ms);
+        c.policy = RetryPolicy {
+            budget: r.submit_retry_budget,
+            per_try_timeout: Duration::from_secs(r.submit_try_timeout_secs),
+            max_elapsed: Duration::from_secs(r.submit_max_elapsed_secs),
+            ..RetryPolicy::default()
+        };
+        c.breaker = BreakerConfig {
+            failure_threshold: r.breaker_failures,
+            open_for: Duration::from_secs(r.breaker_open_secs),
+            probes: r.breaker_probes,
+        };
+        c.hub_timeouts = HubTimeouts {
+            connect: Duration::from_secs(r.hub_connect_timeout_secs),
+            read: Duration::from_secs(r.hub_read_timeout_secs),
+        };
+        c.metrics_listen = (!self.metrics_listen.is_empty()).then(|| self.metrics_listen.clone());
+        c.metrics_prefix = self.metrics_prefix.clone();
+        c
     }
 
     /// The database directory, resolved against `home`.
@@ -182,6 +340,131 @@ mod tests {
         let e = AppConfig::load(dir.path()).unwrap_err().to_string();
         assert!(e.contains("log_format"), "{e}");
         std::fs::write(AppConfig::path(dir.path()), "nope = 1\n").unwrap();
+        assert!(AppConfig::load(dir.path()).is_err());
+    }
+
+    #[test]
+    fn the_relay_section_roundtrips_and_defaults_to_the_old_constants() {
+        let dir = tempfile::tempdir().unwrap();
+        // A file from before the section existed loads with the defaults.
+        std::fs::create_dir_all(dir.path().join("config")).unwrap();
+        std::fs::write(
+            AppConfig::path(dir.path()),
+            "hub_endpoints = [\"http://127.0.0.1:26757\"]\nrelay_stagger_secs = 3\n",
+        )
+        .unwrap();
+        let cfg = AppConfig::load(dir.path()).unwrap();
+        assert_eq!(cfg.relay, RelaySettings::default());
+        let rc = cfg.relay_config(Some(2));
+        assert_eq!(rc.hub_endpoints, ["http://127.0.0.1:26757"]);
+        assert_eq!((rc.rank, rc.confirmations), (Some(2), 1));
+        assert_eq!(rc.stagger, Duration::from_secs(3));
+        assert_eq!(rc.poll, Duration::from_millis(500));
+        assert_eq!(rc.policy, RetryPolicy::default());
+        assert_eq!(rc.breaker, BreakerConfig::default());
+        assert_eq!(
+            (
+                rc.breaker.failure_threshold,
+                rc.breaker.open_for,
+                rc.breaker.probes
+            ),
+            (3, Duration::from_secs(10), 1)
+        );
+        assert_eq!(rc.hub_timeouts, HubTimeouts::default());
+        assert_eq!(rc.hub_timeouts.read, Duration::from_secs(5));
+        assert_eq!(
+            (rc.metrics_listen, rc.metrics_prefix.as_str()),
+            (None, "tally")
+        );
+
+        // Every key written by save() is read back, and reaches the relay.
+        let cfg = AppConfig {
+            metrics_listen: "127.0.0.1:9".into(),
+            relay: RelaySettings {
+                poll_interval_ms: 250,
+                breaker_failures: 5,
+                breaker_open_secs: 30,
+                breaker_probes: 2,
+                hub_connect_timeout_secs: 4,
+                hub_read_timeout_secs: 9,
+                submit_retry_budget: 0,
+                submit_try_timeout_secs: 20,
+                submit_max_elapsed_secs: 120,
+            },
+            ..AppConfig::default()
+        };
+        cfg.save(dir.path()).unwrap();
+        let text = std::fs::read_to_string(AppConfig::path(dir.path())).unwrap();
+        assert!(text.contains("\n[relay]\n"), "{text}");
+        assert_eq!(AppConfig::load(dir.path()).unwrap(), cfg);
+        let rc = cfg.relay_config(None);
+        assert_eq!(rc.poll, Duration::from_millis(250));
+        assert_eq!(
+            rc.breaker,
+            BreakerConfig {
+                failure_threshold: 5,
+                open_for: Duration::from_secs(30),
+                probes: 2
+            }
+        );
+        assert_eq!(
+            rc.hub_timeouts,
+            HubTimeouts {
+                connect: Duration::from_secs(4),
+                read: Duration::from_secs(9)
+            }
+        );
+        assert_eq!(
+            (
+                rc.policy.budget,
+                rc.policy.per_try_timeout,
+                rc.policy.max_elapsed
+            ),
+            (0, Duration::from_secs(20), Duration::from_secs(120))
+        );
+        assert_eq!(rc.policy.base, RetryPolicy::default().base);
+        assert_eq!(rc.metrics_listen.as_deref(), Some("127.0.0.1:9"));
+    }
+
+    #[test]
+    fn each_relay_key_is_checked_against_its_range_at_load() {
+        let dir = tempfile::tempdir().unwrap();
+        AppConfig::default().save(dir.path()).unwrap();
+        for (key, lo, hi) in RelaySettings::RANGES {
+            let mut bad = vec![hi + 1];
+            if lo > 0 {
+                bad.push(lo - 1);
+            }
+            for v in bad {
+                std::fs::write(
+                    AppConfig::path(dir.path()),
+                    format!("[relay]\n{key} = {v}\n"),
+                )
+                .unwrap();
+                let e = AppConfig::load(dir.path()).unwrap_err().to_string();
+                let want = format!("relay.{key} must be between {lo} and {hi}, got {v}");
+                assert!(e.contains(&want), "{key} = {v}: {e}");
+                assert!(e.contains("app.toml"), "{e}");
+            }
+            for v in [lo, hi] {
+                std::fs::write(
+                    AppConfig::path(dir.path()),
+                    format!("[relay]\n{key} = {v}\n"),
+                )
+                .unwrap();
+                assert!(AppConfig::load(dir.path()).is_ok(), "{key} = {v}");
+            }
+        }
+        // Unknown keys in the section are refused, by name.
+        std::fs::write(AppConfig::path(dir.path()), "[relay]\npoll_ms = 500\n").unwrap();
+        let e = AppConfig::load(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("poll_ms"), "{e}");
+        // So are values of the wrong type.
+        std::fs::write(
+            AppConfig::path(dir.path()),
+            "[relay]\nbreaker_probes = -1\n",
+        )
+        .unwrap();
         assert!(AppConfig::load(dir.path()).is_err());
     }
 }

@@ -29,10 +29,10 @@ pub struct RecordJson {
 
 /// Builds and checks one record; the error says which field is wrong.
 pub fn make_record(r: RecordJson) -> Result<UsageRecord, String> {
-    ident::check_party("user", &r.user).map_err(|e| e.msg)?;
-    ident::check_party("provider", &r.provider).map_err(|e| e.msg)?;
-    ident::check_name("model", &r.model).map_err(|e| e.msg)?;
-    ident::check_name("route", &r.route).map_err(|e| e.msg)?;
+    ident::check_party("user", &r.user).map_err(|e| e.log)?;
+    ident::check_party("provider", &r.provider).map_err(|e| e.log)?;
+    ident::check_name("model", &r.model).map_err(|e| e.log)?;
+    ident::check_name("route", &r.route).map_err(|e| e.log)?;
     let outcome = Outcome::parse(&r.outcome).ok_or_else(|| {
         format!(
             "outcome {:?} is not one of ok, cancel, rate_limit, auth, transient, client, unknown",

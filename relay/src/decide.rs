@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use tally_settlement::proto::{BatchRecord, SyncState};
-use tally_settlement::sync::BATCH_SIGNED;
+use tally_settlement::BatchStatus;
 
 /// The hub height range `(from, to)` to hand in as the next `HubBlock`:
 /// `range` heights from `cursor`, once the hub's `tip` is `confirmations`
@@ -101,7 +101,7 @@ pub fn decide(i: &Inputs<'_>) -> Step {
     if elapsed >= i.attempt_deadline_secs {
         return Step::DeadlinePassed { elapsed };
     }
-    if batch.status != BATCH_SIGNED || i.submitted {
+    if batch.status != BatchStatus::Signed.value() || i.submitted {
         return Step::Idle;
     }
     match (i.rank, i.since_signed) {
@@ -113,7 +113,6 @@ pub fn decide(i: &Inputs<'_>) -> Step {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tally_settlement::sync::{BATCH_PENDING, BATCH_SETTLED};
 
     fn state() -> SyncState {
         SyncState {
@@ -124,11 +123,11 @@ mod tests {
         }
     }
 
-    fn batch(status: u32) -> BatchRecord {
+    fn batch(status: BatchStatus) -> BatchRecord {
         BatchRecord {
             chain: "hub".into(),
             nonce: 7,
-            status,
+            status: status.value(),
             ..Default::default()
         }
     }
@@ -166,7 +165,7 @@ mod tests {
     fn nothing_without_an_attempt() {
         let mut st = state();
         st.attempt = 0;
-        let b = batch(BATCH_SIGNED);
+        let b = batch(BatchStatus::Signed);
         assert_eq!(decide(&inputs(&st, Some(&b))), Step::Idle);
         let mut st = state();
         st.current_nonce = 0;
@@ -176,7 +175,7 @@ mod tests {
     #[test]
     fn rank_zero_submits_a_signed_batch_once() {
         let st = state();
-        let b = batch(BATCH_SIGNED);
+        let b = batch(BatchStatus::Signed);
         let mut i = inputs(&st, Some(&b));
         assert_eq!(decide(&i), Step::Submit);
         i.submitted = true;
@@ -186,9 +185,9 @@ mod tests {
     #[test]
     fn only_signed_batches_are_submitted() {
         let st = state();
-        for status in [BATCH_PENDING, BATCH_SETTLED] {
+        for status in [BatchStatus::Pending, BatchStatus::Settled] {
             let b = batch(status);
-            assert_eq!(decide(&inputs(&st, Some(&b))), Step::Idle, "{status}");
+            assert_eq!(decide(&inputs(&st, Some(&b))), Step::Idle, "{status:?}");
         }
         assert_eq!(decide(&inputs(&st, None)), Step::Idle);
     }
@@ -196,7 +195,7 @@ mod tests {
     #[test]
     fn ranks_are_staggered_from_when_the_batch_was_seen_signed() {
         let st = state();
-        let b = batch(BATCH_SIGNED);
+        let b = batch(BatchStatus::Signed);
         let mut i = inputs(&st, Some(&b));
         i.rank = Some(2);
         // The attempt started long ago (signing was slow), but this relay
@@ -213,7 +212,7 @@ mod tests {
     #[test]
     fn a_node_without_a_share_never_submits() {
         let st = state();
-        let b = batch(BATCH_SIGNED);
+        let b = batch(BatchStatus::Signed);
         let mut i = inputs(&st, Some(&b));
         i.rank = None;
         i.since_signed = Some(Duration::from_secs(600));
@@ -223,7 +222,7 @@ mod tests {
     #[test]
     fn a_settlement_is_handed_in_only_when_deep_enough() {
         let st = state();
-        let b = batch(BATCH_SIGNED);
+        let b = batch(BatchStatus::Signed);
         let mut i = inputs(&st, Some(&b));
         i.hub = Some(HubView {
             settled_at: Some(50),
@@ -248,7 +247,7 @@ mod tests {
     #[test]
     fn the_deadline_fails_an_unsettled_attempt() {
         let st = state();
-        let b = batch(BATCH_PENDING);
+        let b = batch(BatchStatus::Pending);
         let mut i = inputs(&st, Some(&b));
         i.now_unix = 1_029;
         assert_eq!(decide(&i), Step::Idle);
@@ -263,7 +262,7 @@ mod tests {
     fn a_failed_attempt_waits_for_its_cooldown() {
         let mut st = state();
         st.failed_attempt = 1;
-        let b = batch(BATCH_SIGNED);
+        let b = batch(BatchStatus::Signed);
         let mut i = inputs(&st, Some(&b));
         assert_eq!(decide(&i), Step::Idle);
         i.now_unix = 5_000;
@@ -273,7 +272,7 @@ mod tests {
     #[test]
     fn an_unreadable_hub_does_not_stop_a_submission() {
         let st = state();
-        let b = batch(BATCH_SIGNED);
+        let b = batch(BatchStatus::Signed);
         let mut i = inputs(&st, Some(&b));
         i.hub = None;
         assert_eq!(decide(&i), Step::Submit);

@@ -60,6 +60,37 @@ pub enum Kind {
     HubBlock = 3,
 }
 
+impl Kind {
+    /// Every kind, in signing-order (batches first).
+    pub const ALL: [Kind; 3] = [Kind::Batch, Kind::HubResult, Kind::HubBlock];
+
+    /// The number on the wire (`PartialSig.kind`, `PendingMessage.kind`)
+    /// and in the signed message.
+    pub fn value(self) -> u32 {
+        self as u32
+    }
+}
+
+impl From<Kind> for u32 {
+    fn from(k: Kind) -> u32 {
+        k.value()
+    }
+}
+
+impl TryFrom<u32> for Kind {
+    type Error = crate::error::UnknownValue;
+
+    fn try_from(v: u32) -> Result<Self, Self::Error> {
+        Kind::ALL
+            .into_iter()
+            .find(|k| k.value() == v)
+            .ok_or(crate::error::UnknownValue {
+                what: "message kind",
+                value: v,
+            })
+    }
+}
+
 /// The exact bytes signed for `kind` and a 32-byte `payload` on `chain_id`.
 pub fn message(chain_id: &str, kind: Kind, payload: &[u8; 32]) -> Vec<u8> {
     let id = chain_id.as_bytes();
@@ -390,6 +421,20 @@ pub fn deal(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kinds_convert_from_their_wire_numbers_only() {
+        for (v, k) in [(1, Kind::Batch), (2, Kind::HubResult), (3, Kind::HubBlock)] {
+            assert_eq!(Kind::try_from(v), Ok(k));
+            assert_eq!(u32::from(k), v);
+        }
+        for v in [0, 4, u32::MAX] {
+            assert_eq!(
+                Kind::try_from(v).unwrap_err().to_string(),
+                format!("{v} is not a known message kind")
+            );
+        }
+    }
 
     fn randomness(t: u32, seed: u8) -> Vec<[u8; 64]> {
         (0..t)

@@ -119,29 +119,3 @@ impl Code {
         Code::ALL.iter().copied().find(|c| c.value() == v)
     }
 }
-
-/// A rejection: its code and a message saying what was wrong.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{code:?}: {msg}")]
-pub struct Rejection {
-    /// The code.
-    pub code: Code,
-    /// What was wrong, for a person.
-    pub msg: String,
-}
-
-impl Rejection {
-    /// A rejection with `code` and `msg`.
-    pub fn new(code: Code, msg: impl Into<String>) -> Self {
-        Self {
-            code,
-            msg: msg.into(),
-        }
-    }
-}
-
-impl From<tally_store::StoreError> for Rejection {
-    fn from(e: tally_store::StoreError) -> Self {
-        Rejection::new(Code::Internal, e.to_string())
-    }
-}

@@ -204,7 +204,7 @@ impl Genesis {
         let mut keys = std::collections::BTreeSet::new();
         for gw in &self.gateways {
             ident::check_party("gateway name", &gw.name)
-                .map_err(|e| GenesisError::Invalid(e.msg))?;
+                .map_err(|e| GenesisError::Invalid(e.log))?;
             let key = parse_pubkey(&gw.pubkey).map_err(GenesisError::Invalid)?;
             if !keys.insert(key) {
                 return Err(GenesisError::Invalid(format!(
@@ -215,7 +215,7 @@ impl Genesis {
         }
         let mut users = std::collections::BTreeSet::new();
         for b in &self.balances {
-            ident::check_party("user", &b.user).map_err(|e| GenesisError::Invalid(e.msg))?;
+            ident::check_party("user", &b.user).map_err(|e| GenesisError::Invalid(e.log))?;
             if !users.insert(&b.user) {
                 return Err(GenesisError::Invalid(format!(
                     "user {} is funded twice",

@@ -1,6 +1,7 @@
 //! Identifiers: users, providers, models and routes.
 
-use crate::codes::{Code, Rejection};
+use crate::codes::Code;
+use crate::error::Rejection;
 
 /// Longest user or provider identifier, in bytes.
 pub const MAX_PARTY_LEN: usize = 64;

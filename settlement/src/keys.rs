@@ -1,26 +1,94 @@
-//! The state's key layout. All keys are ASCII-prefixed; identifiers never
-//! contain `0x00`, so it separates their parts; numbers are big-endian so
-//! keys sort by them.
+//! The state's key layout: every key prefix of the settlement state and
+//! one builder per key, so nothing else builds keys by hand.
+//!
+//! All keys are ASCII-prefixed; identifiers never contain `0x00`, so it
+//! separates their parts; numbers are big-endian so keys sort by them. No
+//! prefix in [`LAYOUT`] is a prefix of another. A leaf module: it imports
+//! only [`RouteId`].
 
 use crate::record::RouteId;
 
+/// `meta/chain_id`: the chain id recorded at genesis.
 pub const CHAIN_ID: &[u8] = b"meta/chain_id";
+/// `meta/params`: the chain parameters (JSON).
 pub const PARAMS: &[u8] = b"meta/params";
 /// Window of the last block.
 pub const CUR_WINDOW: &[u8] = b"meta/cur_window";
 /// Time (unix seconds) of the last block.
 pub const LAST_TIME: &[u8] = b"meta/last_time";
+/// `meta/next_call_id`: the id the next hub call gets.
+pub const NEXT_CALL_ID: &[u8] = b"meta/next_call_id";
 
+/// `gw/<pubkey>`: a registered gateway's name.
 pub const GATEWAY: &[u8] = b"gw/";
+/// `bal/<user>`: a user's balance.
 pub const BALANCE: &[u8] = b"bal/";
+/// `rid/<report_id>`: an accepted report id, until it expires.
 pub const REPORT_ID: &[u8] = b"rid/";
+/// `rexp/<expires_at><report_id>`: report ids by expiry.
 pub const REPORT_EXPIRY: &[u8] = b"rexp/";
+/// `rr/<user>\0<provider>\0<model>\0<route>\0<window>`: a route record.
 pub const ROUTE: &[u8] = b"rr/";
+/// `ip/<provider>\0<window>...`: route records by provider.
 pub const BY_PROVIDER: &[u8] = b"ip/";
+/// `iu/<user>\0<window>...`: route records by user.
 pub const BY_USER: &[u8] = b"iu/";
+/// `win/<window>`: a window's totals.
 pub const WINDOW: &[u8] = b"win/";
+/// `owed/<window>/<provider>\0<user>`: credits owed in an open window.
 pub const OWED: &[u8] = b"owed/";
 
+/// `dkg`: the validators' threshold key (JSON), written at genesis.
+pub const DKG: &[u8] = b"dkg";
+/// `hc/<id>`: an escrowed hub call (deleted once settled).
+pub const HUB_CALL: &[u8] = b"hc/";
+/// `hcp/<chain>\0<id>`: hub calls not yet in a batch.
+pub const HUB_PENDING: &[u8] = b"hcp/";
+/// `batch/<chain>\0<nonce>`: a batch record.
+pub const BATCH: &[u8] = b"batch/";
+/// `sync/<chain>`: a hub chain's sync state.
+pub const SYNC: &[u8] = b"sync/";
+/// `psig/<digest>/<index>`: a stored partial signature.
+pub const PSIG: &[u8] = b"psig/";
+/// `pmsg/<digest>`: the message stored partials sign.
+pub const PMSG: &[u8] = b"pmsg/";
+/// `pexp/<height><digest>`: when a message's partials expire.
+pub const PEXP: &[u8] = b"pexp/";
+/// `hubcur/<chain>`: the next hub height deposits are read from.
+pub const HUB_CURSOR: &[u8] = b"hubcur/";
+/// `depseq/<chain>`: the next deposit sequence number.
+pub const DEPOSIT_SEQ: &[u8] = b"depseq/";
+
+/// Every prefix (or single key) of the state and what lives there: the
+/// layout in one table, in the order the docs list it.
+pub const LAYOUT: &[(&[u8], &str)] = &[
+    (CHAIN_ID, "chain id"),
+    (PARAMS, "chain parameters (JSON)"),
+    (CUR_WINDOW, "window of the last block"),
+    (LAST_TIME, "time of the last block"),
+    (NEXT_CALL_ID, "id of the next hub call"),
+    (GATEWAY, "registered gateways"),
+    (BALANCE, "balances"),
+    (REPORT_ID, "accepted report ids"),
+    (REPORT_EXPIRY, "report ids by expiry"),
+    (ROUTE, "route records"),
+    (BY_PROVIDER, "route records by provider"),
+    (BY_USER, "route records by user"),
+    (WINDOW, "window totals"),
+    (OWED, "credits owed in open windows"),
+    (DKG, "threshold key"),
+    (HUB_CALL, "escrowed hub calls"),
+    (HUB_PENDING, "hub calls not yet in a batch"),
+    (BATCH, "batches"),
+    (SYNC, "sync state per hub chain"),
+    (PSIG, "partial signatures"),
+    (PMSG, "messages being signed"),
+    (PEXP, "partial expiry"),
+    (HUB_CURSOR, "next hub height per hub chain"),
+    (DEPOSIT_SEQ, "next deposit sequence per hub chain"),
+];
+
+/// The concatenation of `parts`.
 pub fn cat(parts: &[&[u8]]) -> Vec<u8> {
     let mut k = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
     for p in parts {
@@ -29,18 +97,22 @@ pub fn cat(parts: &[&[u8]]) -> Vec<u8> {
     k
 }
 
+/// `gw/<pubkey>`.
 pub fn gateway(pubkey: &[u8]) -> Vec<u8> {
     cat(&[GATEWAY, pubkey])
 }
 
+/// `bal/<user>`.
 pub fn balance(user: &str) -> Vec<u8> {
     cat(&[BALANCE, user.as_bytes()])
 }
 
+/// `rid/<id>`.
 pub fn report_id(id: &[u8]) -> Vec<u8> {
     cat(&[REPORT_ID, id])
 }
 
+/// `rexp/<expires_at><id>`.
 pub fn report_expiry(expires_at: u64, id: &[u8]) -> Vec<u8> {
     cat(&[REPORT_EXPIRY, &expires_at.to_be_bytes(), id])
 }
@@ -61,6 +133,7 @@ pub fn route_prefix(id: &RouteId) -> Vec<u8> {
     ])
 }
 
+/// A route record: [`route_prefix`] + window.
 pub fn route(id: &RouteId, window: u64) -> Vec<u8> {
     cat(&[&route_prefix(id), &window.to_be_bytes()])
 }
@@ -83,6 +156,7 @@ fn party_prefix(ns: &[u8], party: &str, window: Option<u64>) -> Vec<u8> {
     k
 }
 
+/// The by-provider index entry of a route record.
 pub fn by_provider(id: &RouteId, window: u64) -> Vec<u8> {
     cat(&[
         &by_provider_prefix(&id.provider, Some(window)),
@@ -94,6 +168,7 @@ pub fn by_provider(id: &RouteId, window: u64) -> Vec<u8> {
     ])
 }
 
+/// The by-user index entry of a route record.
 pub fn by_user(id: &RouteId, window: u64) -> Vec<u8> {
     cat(&[
         &by_user_prefix(&id.user, Some(window)),
@@ -135,6 +210,7 @@ pub fn parse_index(key: &[u8], by_provider: bool) -> Option<(RouteId, u64)> {
     ))
 }
 
+/// `win/<window>`.
 pub fn window(w: u64) -> Vec<u8> {
     cat(&[WINDOW, &w.to_be_bytes()])
 }
@@ -150,6 +226,119 @@ pub fn owed(window: u64, provider: &str, user: &str) -> Vec<u8> {
         b"\0",
         user.as_bytes(),
     ])
+}
+
+/// Start of the report-expiry keys.
+pub fn report_expiry_start() -> Vec<u8> {
+    REPORT_EXPIRY.to_vec()
+}
+
+/// End (exclusive) of the report-expiry keys of reports expiring at or
+/// before `time`.
+pub fn report_expiry_through(time: u64) -> Vec<u8> {
+    cat(&[REPORT_EXPIRY, &time.saturating_add(1).to_be_bytes()])
+}
+
+/// The report id of a report-expiry key.
+pub fn parse_report_expiry(key: &[u8]) -> Option<&[u8]> {
+    key.strip_prefix(REPORT_EXPIRY)?.get(8..)
+}
+
+/// `owed/<window>/`: everything owed in one window.
+pub fn owed_prefix(window: u64) -> Vec<u8> {
+    cat(&[OWED, &window.to_be_bytes(), b"/"])
+}
+
+/// The provider and user of an owed key under `owed_prefix(window)`.
+pub fn parse_owed(key: &[u8], window: u64) -> Option<(String, String)> {
+    let rest = key.strip_prefix(owed_prefix(window).as_slice())?;
+    let sep = rest.iter().position(|b| *b == 0)?;
+    Some((
+        String::from_utf8_lossy(rest.get(..sep)?).into_owned(),
+        String::from_utf8_lossy(rest.get(sep + 1..)?).into_owned(),
+    ))
+}
+
+/// `hc/<id>`.
+pub fn hub_call(id: u64) -> Vec<u8> {
+    cat(&[HUB_CALL, &id.to_be_bytes()])
+}
+
+/// `hcp/<chain>\0`: every pending hub call of a hub chain.
+pub fn hub_pending_prefix(chain: &str) -> Vec<u8> {
+    cat(&[HUB_PENDING, chain.as_bytes(), b"\0"])
+}
+
+/// `hcp/<chain>\0<id>`.
+pub fn hub_pending(chain: &str, id: u64) -> Vec<u8> {
+    cat(&[&hub_pending_prefix(chain), &id.to_be_bytes()])
+}
+
+/// The call id of a pending-call key of `chain`.
+pub fn parse_hub_pending(key: &[u8], chain: &str) -> Option<u64> {
+    let id = key.strip_prefix(hub_pending_prefix(chain).as_slice())?;
+    Some(u64::from_be_bytes(id.try_into().ok()?))
+}
+
+/// `batch/<chain>\0<nonce>`.
+pub fn batch(chain: &str, nonce: u64) -> Vec<u8> {
+    cat(&[BATCH, chain.as_bytes(), b"\0", &nonce.to_be_bytes()])
+}
+
+/// `sync/<chain>`.
+pub fn sync_state(chain: &str) -> Vec<u8> {
+    cat(&[SYNC, chain.as_bytes()])
+}
+
+/// `psig/<digest>/`: every stored partial of one message.
+pub fn psig_prefix(digest: &[u8]) -> Vec<u8> {
+    cat(&[PSIG, digest, b"/"])
+}
+
+/// `psig/<digest>/<index>`.
+pub fn psig(digest: &[u8], index: u32) -> Vec<u8> {
+    cat(&[&psig_prefix(digest), &index.to_be_bytes()])
+}
+
+/// The signer index of a `psig/` key.
+pub fn parse_psig_index(key: &[u8]) -> Option<u32> {
+    let at = key.len().checked_sub(4)?;
+    Some(u32::from_be_bytes(key.get(at..)?.try_into().ok()?))
+}
+
+/// `pmsg/<digest>`.
+pub fn pmsg(digest: &[u8]) -> Vec<u8> {
+    cat(&[PMSG, digest])
+}
+
+/// `pexp/<height><digest>`.
+pub fn pexp(height: u64, digest: &[u8]) -> Vec<u8> {
+    cat(&[PEXP, &height.to_be_bytes(), digest])
+}
+
+/// Start of the partial-expiry keys.
+pub fn pexp_start() -> Vec<u8> {
+    PEXP.to_vec()
+}
+
+/// End (exclusive) of the partial-expiry keys due at or before `height`.
+pub fn pexp_through(height: u64) -> Vec<u8> {
+    cat(&[PEXP, &height.saturating_add(1).to_be_bytes()])
+}
+
+/// The digest of a partial-expiry key.
+pub fn parse_pexp(key: &[u8]) -> Option<&[u8]> {
+    key.strip_prefix(PEXP)?.get(8..)
+}
+
+/// `hubcur/<chain>`.
+pub fn hub_cursor(chain: &str) -> Vec<u8> {
+    cat(&[HUB_CURSOR, chain.as_bytes()])
+}
+
+/// `depseq/<chain>`.
+pub fn deposit_seq(chain: &str) -> Vec<u8> {
+    cat(&[DEPOSIT_SEQ, chain.as_bytes()])
 }
 
 #[cfg(test)]
@@ -170,5 +359,33 @@ mod tests {
         );
         assert_eq!(parse_index(&by_user(&id, 7), false), Some((id, 7)));
         assert_eq!(parse_index(b"ip/x", true), None);
+    }
+
+    #[test]
+    fn no_prefix_is_a_prefix_of_another() {
+        for (i, (a, _)) in LAYOUT.iter().enumerate() {
+            for (j, (b, _)) in LAYOUT.iter().enumerate() {
+                assert!(i == j || !b.starts_with(a), "{:?} / {:?}", a, b);
+            }
+        }
+    }
+
+    #[test]
+    fn sync_keys_parse_back() {
+        assert_eq!(parse_hub_pending(&hub_pending("hub", 9), "hub"), Some(9));
+        assert_eq!(parse_hub_pending(&hub_pending("hub", 9), "hu"), None);
+        assert_eq!(parse_psig_index(&psig(&[7; 32], 4)), Some(4));
+        assert_eq!(parse_psig_index(b"ab"), None);
+        assert_eq!(parse_pexp(&pexp(5, &[1; 32])), Some(&[1u8; 32][..]));
+        assert_eq!(
+            parse_report_expiry(&report_expiry(5, &[2; 16])),
+            Some(&[2u8; 16][..])
+        );
+        assert_eq!(parse_report_expiry(b"rexp/abc"), None);
+        assert_eq!(
+            parse_owed(&owed(3, "p", "u"), 3),
+            Some(("p".to_string(), "u".to_string()))
+        );
+        assert_eq!(parse_owed(&owed(3, "p", "u"), 4), None);
     }
 }

@@ -3,28 +3,58 @@
 //! No I/O, no clock, no floats, ordered maps only. State is read and written
 //! through [`tally_store::Kv`]; time is the block header's. The ABCI adapter
 //! calls [`init_chain`], then per block [`begin_block`] and [`deliver_tx`]
-//! for each transaction; mempool checks go through [`check_tx`] and reads
-//! through [`query::query`].
+//! for each transaction; proposals go through [`prepare_system`] and
+//! [`verify_system`], mempool checks through [`check_tx`] and reads through
+//! [`query::query`].
+//!
+//! Modules, leaves first (a module imports only modules above it in this
+//! list, so there are no cycles):
+//!
+//! - leaves: [`codes`] (result codes), [`error`] (invalid input vs broken
+//!   node), [`ident`], [`time`], [`proto`], [`bls`], `record` (route
+//!   counters), `genesis`, [`keys`] (every key prefix), [`types`] (blocks,
+//!   results, events, batch status, named records), [`tx`] (transaction
+//!   bytes), [`query_path`] (query paths, built and parsed; shared with the
+//!   CLI);
+//! - [`state`]: typed accessors over the keys, one corrupt-checking integer
+//!   reader;
+//! - [`sync`]: settlement sync, one submodule per concern;
+//! - [`report`]: usage reports, planned then applied;
+//! - [`block`]: start-of-block work;
+//! - [`system`]: the proposer's system transactions;
+//! - [`machine`]: the entry points, dispatching to the above;
+//! - [`query`]: read-only JSON queries.
 
+pub mod block;
 pub mod bls;
-mod codes;
+pub mod codes;
+pub mod error;
 mod genesis;
 pub mod ident;
 pub mod keys;
-mod machine;
+pub mod machine;
 pub mod proto;
 pub mod query;
+pub mod query_path;
 mod record;
+pub mod report;
+pub mod state;
 pub mod sync;
+pub mod system;
 pub mod time;
+pub mod tx;
+pub mod types;
 
-pub use codes::{Code, Rejection};
+pub use block::begin_block;
+pub use codes::Code;
+pub use error::{ExecError, Fatal, Rejection};
 pub use genesis::{
     parse_pubkey, BalanceEntry, DkgGenesis, GatewayEntry, Genesis, GenesisError, Params,
 };
-pub use machine::{
-    balance, begin_block, chain_id, check_tx, decode_tx, deliver_tx, init_chain, is_system_tx,
-    params, prepare_system, sign_report, verify_system, Block, Event, TxResult, WindowInfo,
-    REPORT_SIGN_DOMAIN,
-};
+pub use machine::{check_tx, deliver_tx, init_chain};
 pub use record::{Counters, Overflow, RouteId, RouteRecordView, WindowView};
+pub use report::{sign_report, REPORT_SIGN_DOMAIN};
+pub use state::chain::{balance, chain_id, params};
+pub use system::{prepare_system, verify_system};
+pub use tx::{decode_tx, is_system_tx};
+pub use types::{BatchStatus, Block, Event, TxResult, WindowInfo};

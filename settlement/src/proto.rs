@@ -83,7 +83,8 @@ pub struct UsageRecord {
     pub amount: u64,
 }
 
-/// Outcome classes of an upstream call (DESIGN section 2).
+/// Outcome classes of an upstream call (`docs/ARCHITECTURE.md`, "Outcome
+/// classes and FailCount").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
 #[repr(i32)]
 pub enum Outcome {

@@ -1,7 +1,8 @@
 //! Read-only queries over committed state, answered as JSON.
 //!
 //! Paths (segments are percent-encoded; a `/` inside a model or route is
-//! sent as `%2F`), each optionally followed by `?limit=N&cursor=C`:
+//! sent as `%2F`; [`crate::query_path`] builds and splits them), each
+//! optionally followed by `?limit=N&cursor=C`:
 //!
 //! | path | value |
 //! |---|---|
@@ -22,13 +23,17 @@ use serde::Serialize;
 use serde_json::json;
 use tally_store::{prefix_end, KvRead, Pairs};
 
-use crate::codes::{Code, Rejection};
+use crate::codes::Code;
+use crate::error::{reject, ExecError, Fatal};
 use crate::ident;
 use crate::keys;
-use crate::machine::{self, WindowInfo};
+use crate::query_path;
 use crate::record::{Counters, RouteId, RouteRecordView, WindowView};
+use crate::state::chain::{balance, last_time, params};
+use crate::state::sync::batch_status;
 use crate::sync;
 use crate::time::rfc3339;
+use crate::types::WindowInfo;
 
 /// Default page size.
 pub const DEFAULT_LIMIT: usize = 100;
@@ -62,16 +67,21 @@ pub fn query(kv: &impl KvRead, path: &str) -> QueryResult {
             log: String::new(),
             value: serde_json::to_vec(&value).unwrap_or_default(),
         },
-        Err(r) => QueryResult {
+        Err(ExecError::Rejected(r)) => QueryResult {
             code: r.code,
-            log: r.msg,
+            log: r.log,
+            value: Vec::new(),
+        },
+        Err(ExecError::Fatal(f)) => QueryResult {
+            code: Fatal::CODE,
+            log: f.to_string(),
             value: Vec::new(),
         },
     }
 }
 
-fn bad(msg: impl Into<String>) -> Rejection {
-    Rejection::new(Code::BadArgument, msg)
+fn bad(msg: impl Into<String>) -> ExecError {
+    reject(Code::BadArgument, msg)
 }
 
 struct Paging {
@@ -79,14 +89,14 @@ struct Paging {
     cursor: Option<Vec<u8>>,
 }
 
-fn parse_paging(qs: Option<&str>) -> Result<Paging, Rejection> {
+fn parse_paging(qs: Option<&str>) -> Result<Paging, ExecError> {
     let mut p = Paging {
         limit: DEFAULT_LIMIT,
         cursor: None,
     };
-    for pair in qs.unwrap_or("").split('&').filter(|s| !s.is_empty()) {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        match k {
+    let pairs = query_path::parse_params(qs).map_err(|e| bad(e.to_string()))?;
+    for (k, v) in &pairs {
+        match k.as_str() {
             "limit" => {
                 p.limit = v
                     .parse()
@@ -108,43 +118,16 @@ fn parse_paging(qs: Option<&str>) -> Result<Paging, Rejection> {
     Ok(p)
 }
 
-fn decode_segment(seg: &str) -> Result<String, Rejection> {
-    let b = seg.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let hex = seg
-                .get(i + 1..i + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| bad(format!("bad percent-escape in {seg:?}")))?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| bad(format!("{seg:?} is not UTF-8")))
-}
-
-fn parse_window(s: &str) -> Result<u64, Rejection> {
+fn parse_window(s: &str) -> Result<u64, ExecError> {
     s.parse()
         .map_err(|_| bad(format!("window must be a non-negative integer, got {s:?}")))
 }
 
-fn route_query(kv: &impl KvRead, full: &str) -> Result<serde_json::Value, Rejection> {
-    let (path, qs) = match full.split_once('?') {
-        Some((p, q)) => (p, Some(q)),
-        None => (full, None),
-    };
-    let segs: Vec<String> = path
-        .trim_start_matches('/')
-        .split('/')
-        .map(decode_segment)
-        .collect::<Result<_, _>>()?;
-    let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
-    let no_params = || -> Result<(), Rejection> {
+fn route_query(kv: &impl KvRead, full: &str) -> Result<serde_json::Value, ExecError> {
+    let parsed = query_path::parse(full).map_err(|e| bad(e.to_string()))?;
+    let (path, qs) = (parsed.path, parsed.query);
+    let segs: Vec<&str> = parsed.segments.iter().map(String::as_str).collect();
+    let no_params = || -> Result<(), ExecError> {
         match qs {
             Some(q) if !q.is_empty() => {
                 Err(bad(format!("{path} takes no query parameters (got {q:?})")))
@@ -153,7 +136,7 @@ fn route_query(kv: &impl KvRead, full: &str) -> Result<serde_json::Value, Reject
         }
     };
     let unknown = || {
-        Rejection::new(
+        reject(
             Code::UnknownPath,
             format!(
                 "unknown query path {path:?}; known: /sla/route/{{user}}/{{provider}}/{{model}}/{{route}}[/{{window}}], \
@@ -164,23 +147,23 @@ fn route_query(kv: &impl KvRead, full: &str) -> Result<serde_json::Value, Reject
     };
     match segs.as_slice() {
         ["sla", "route", user, provider, model, route, rest @ ..] if rest.len() <= 1 => {
-            ident::check_party("user", user).map_err(|e| bad(e.msg))?;
-            ident::check_party("provider", provider).map_err(|e| bad(e.msg))?;
-            ident::check_name("model", model).map_err(|e| bad(e.msg))?;
-            ident::check_name("route", route).map_err(|e| bad(e.msg))?;
+            ident::check_party("user", user).map_err(|e| bad(e.log))?;
+            ident::check_party("provider", provider).map_err(|e| bad(e.log))?;
+            ident::check_name("model", model).map_err(|e| bad(e.log))?;
+            ident::check_name("route", route).map_err(|e| bad(e.log))?;
             let id = RouteId {
                 user: user.to_string(),
                 provider: provider.to_string(),
                 model: model.to_string(),
                 route: route.to_string(),
             };
-            let secs = machine::params(kv)?.settlement_window_secs;
+            let secs = params(kv)?.settlement_window_secs;
             match rest {
                 [w] => {
                     no_params()?;
                     let w = parse_window(w)?;
                     let c = load_route(kv, &id, w)?.ok_or_else(|| {
-                        Rejection::new(
+                        reject(
                             Code::NotFound,
                             format!("no record for that route in window {w}"),
                         )
@@ -208,7 +191,7 @@ fn route_query(kv: &impl KvRead, full: &str) -> Result<serde_json::Value, Reject
         }
         ["sla", kind @ ("provider" | "user"), party, rest @ ..] if rest.len() <= 1 => {
             let by_provider = *kind == "provider";
-            ident::check_party(kind, party).map_err(|e| bad(e.msg))?;
+            ident::check_party(kind, party).map_err(|e| bad(e.log))?;
             let window = rest.first().map(|w| parse_window(w)).transpose()?;
             let prefix = if by_provider {
                 keys::by_provider_prefix(party, window)
@@ -216,7 +199,7 @@ fn route_query(kv: &impl KvRead, full: &str) -> Result<serde_json::Value, Reject
                 keys::by_user_prefix(party, window)
             };
             let paging = parse_paging(qs)?;
-            let secs = machine::params(kv)?.settlement_window_secs;
+            let secs = params(kv)?.settlement_window_secs;
             let (rows, next) = scan_page(kv, &prefix, &paging)?;
             let mut records = Vec::with_capacity(rows.len());
             for (k, _) in rows {
@@ -231,7 +214,7 @@ fn route_query(kv: &impl KvRead, full: &str) -> Result<serde_json::Value, Reject
         }
         ["windows"] => {
             let paging = parse_paging(qs)?;
-            let secs = machine::params(kv)?.settlement_window_secs;
+            let secs = params(kv)?.settlement_window_secs;
             let (rows, next) = scan_page(kv, keys::WINDOW, &paging)?;
             let mut windows = Vec::with_capacity(rows.len());
             for (k, v) in rows {
@@ -260,15 +243,14 @@ fn route_query(kv: &impl KvRead, full: &str) -> Result<serde_json::Value, Reject
         }
         ["balance", user] => {
             no_params()?;
-            ident::check_party("user", user).map_err(|e| bad(e.msg))?;
-            Ok(json!({ "user": user, "balance": machine::balance(kv, user)? }))
+            ident::check_party("user", user).map_err(|e| bad(e.log))?;
+            Ok(json!({ "user": user, "balance": balance(kv, user)? }))
         }
         ["sync", chain] => {
             no_params()?;
-            let p = machine::params(kv)?;
+            let p = params(kv)?;
             let st = sync::sync_state(kv, chain)?;
-            let running = st.attempt > 0
-                && sync::is_running(&st, machine::get_u64(kv, keys::LAST_TIME)?.unwrap_or(0), &p);
+            let running = st.attempt > 0 && sync::is_running(&st, last_time(kv)?, &p);
             let pending = sync::pending_calls(kv, chain, None, MAX_LIMIT)?.len();
             Ok(json!({
                 "chain": chain,
@@ -286,8 +268,8 @@ fn route_query(kv: &impl KvRead, full: &str) -> Result<serde_json::Value, Reject
                 "next_attempt_not_before": sync::next_attempt_not_before(&st, &p),
                 "pending_calls": pending,
                 "sync_window_secs": p.sync_window_secs,
-                "hub_cursor": sync::hub_cursor(kv, chain)?.0,
-                "next_deposit_seq": sync::hub_cursor(kv, chain)?.1,
+                "hub_cursor": sync::hub_cursor(kv, chain)?.height,
+                "next_deposit_seq": sync::hub_cursor(kv, chain)?.deposit_seq,
                 "failure_backdate_secs": p.failure_backdate_secs,
             }))
         }
@@ -296,9 +278,8 @@ fn route_query(kv: &impl KvRead, full: &str) -> Result<serde_json::Value, Reject
             let n: u64 = nonce
                 .parse()
                 .map_err(|_| bad(format!("nonce must be an integer, got {nonce:?}")))?;
-            let b = sync::batch(kv, chain, n)?.ok_or_else(|| {
-                Rejection::new(Code::NotFound, format!("no batch {n} on {chain}"))
-            })?;
+            let b = sync::batch(kv, chain, n)?
+                .ok_or_else(|| reject(Code::NotFound, format!("no batch {n} on {chain}")))?;
             let mut calls = Vec::with_capacity(b.call_ids.len());
             for id in &b.call_ids {
                 calls.push(match sync::hub_call(kv, *id)? {
@@ -306,11 +287,7 @@ fn route_query(kv: &impl KvRead, full: &str) -> Result<serde_json::Value, Reject
                     None => json!({"id": id, "settled": true}),
                 });
             }
-            let status = match b.status {
-                sync::BATCH_PENDING => "pending",
-                sync::BATCH_SIGNED => "signed",
-                _ => "settled",
-            };
+            let status = batch_status(&b)?.name();
             Ok(json!({
                 "chain": b.chain, "nonce": b.nonce, "status": status,
                 "digest": hex::encode(&b.digest),
@@ -344,14 +321,14 @@ fn route_query(kv: &impl KvRead, full: &str) -> Result<serde_json::Value, Reject
         ["dkg"] => {
             no_params()?;
             match sync::dkg(kv)? {
-                Some((d, _)) => Ok(json!({
-                    "threshold": d.threshold,
-                    "validators": d.public_shares.len(),
-                    "group_key": d.group_key,
-                    "public_shares": d.public_shares,
+                Some(key) => Ok(json!({
+                    "threshold": key.genesis.threshold,
+                    "validators": key.genesis.public_shares.len(),
+                    "group_key": key.genesis.group_key,
+                    "public_shares": key.genesis.public_shares,
                     "dst": String::from_utf8_lossy(crate::bls::DST),
                 })),
-                None => Err(Rejection::new(
+                None => Err(reject(
                     Code::NotFound,
                     "this chain has no threshold key (no dkg in genesis)",
                 )),
@@ -359,7 +336,7 @@ fn route_query(kv: &impl KvRead, full: &str) -> Result<serde_json::Value, Reject
         }
         ["params"] => {
             no_params()?;
-            Ok(json!(machine::params(kv)?))
+            Ok(json!(params(kv)?))
         }
         ["gateways"] => {
             no_params()?;
@@ -377,11 +354,11 @@ fn route_query(kv: &impl KvRead, full: &str) -> Result<serde_json::Value, Reject
     }
 }
 
-fn corrupt() -> Rejection {
-    Rejection::new(Code::Internal, "stored state is corrupt")
+fn corrupt() -> ExecError {
+    ExecError::Fatal(Fatal::Corrupt("state"))
 }
 
-fn load_route(kv: &impl KvRead, id: &RouteId, w: u64) -> Result<Option<Counters>, Rejection> {
+fn load_route(kv: &impl KvRead, id: &RouteId, w: u64) -> Result<Option<Counters>, ExecError> {
     match kv.get(&keys::route(id, w))? {
         None => Ok(None),
         Some(b) => Ok(Some(Counters::decode(&b).ok_or_else(corrupt)?)),
@@ -393,7 +370,7 @@ fn scan_page(
     kv: &impl KvRead,
     prefix: &[u8],
     paging: &Paging,
-) -> Result<(Pairs, Option<String>), Rejection> {
+) -> Result<(Pairs, Option<String>), ExecError> {
     let start = match &paging.cursor {
         Some(c) => {
             if !c.starts_with(prefix) {

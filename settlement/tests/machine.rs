@@ -8,13 +8,19 @@ use proptest::prelude::*;
 use prost::Message;
 use tally_settlement::proto::{tx, Outcome, ReportUsage, SignedReport, Tx, UsageRecord};
 use tally_settlement::{
-    begin_block, deliver_tx, init_chain, query::query, sign_report, BalanceEntry, Block, Code,
-    GatewayEntry, Genesis, RouteRecordView,
+    begin_block, init_chain, query::query, sign_report, BalanceEntry, Block, Code, GatewayEntry,
+    Genesis, RouteRecordView,
 };
 use tally_store::{Kv, KvRead, MemBackend, Pending};
 
 const CHAIN: &str = "tally-test";
 const T0: u64 = 1_800_000_000; // a window boundary for 60 s windows
+
+/// Runs a transaction; a local fault (impossible on the in-memory store)
+/// fails the test.
+fn deliver(kv: &mut impl tally_store::Kv, b: &Block, tx: &[u8]) -> tally_settlement::TxResult {
+    tally_settlement::deliver_tx(kv, b, tx).expect("no local fault")
+}
 
 fn gw_key() -> SigningKey {
     SigningKey::from_bytes(&[7u8; 32])
@@ -86,7 +92,7 @@ fn counts_every_class_and_fail_count_skips_cancel_and_client() {
         .iter()
         .map(|o| rec("alice", *o, 10, 1))
         .collect();
-    let r = deliver_tx(
+    let r = deliver(
         &mut p,
         &b,
         &sign_report(&gw_key(), &report(1, T0 + 60, recs)),
@@ -231,7 +237,7 @@ fn every_malformed_input_has_its_code_and_changes_nothing() {
         }
         let b = block(&mut p, 1, now);
         let before = p.changes().clone();
-        let r = deliver_tx(&mut p, &b, &bytes);
+        let r = deliver(&mut p, &b, &bytes);
         assert_eq!(r.code, want, "{name}: {}", r.log);
         assert!(!r.log.is_empty(), "{name}: a rejection explains itself");
         assert_eq!(p.changes(), &before, "{name}: a rejection changes nothing");
@@ -246,10 +252,10 @@ fn duplicate_is_refused_until_expiry_then_forgotten() {
         &report(3, T0 + 30, vec![rec("alice", Outcome::Ok, 1, 1)]),
     );
     let b = block(&mut p, 1, T0);
-    assert_eq!(deliver_tx(&mut p, &b, &tx).code, Code::Ok);
+    assert_eq!(deliver(&mut p, &b, &tx).code, Code::Ok);
     let b = block(&mut p, 2, T0 + 1);
     let before = p.changes().clone();
-    let r = deliver_tx(&mut p, &b, &tx);
+    let r = deliver(&mut p, &b, &tx);
     assert_eq!(r.code, Code::DuplicateReport, "{}", r.log);
     assert_eq!(p.changes(), &before);
     // After expiry the id is forgotten, and the report is refused as expired.
@@ -258,7 +264,7 @@ fn duplicate_is_refused_until_expiry_then_forgotten() {
         .get(&tally_settlement::keys::report_id(&[3; 16]))
         .unwrap()
         .is_none());
-    assert_eq!(deliver_tx(&mut p, &b, &tx).code, Code::ReportExpired);
+    assert_eq!(deliver(&mut p, &b, &tx).code, Code::ReportExpired);
 }
 
 #[test]
@@ -269,13 +275,13 @@ fn windows_close_and_freeze() {
         &gw_key(),
         &report(4, T0 + 100, vec![rec("alice", Outcome::Transient, 1, 1)]),
     );
-    assert_eq!(deliver_tx(&mut p, &b, &tx).code, Code::Ok);
+    assert_eq!(deliver(&mut p, &b, &tx).code, Code::Ok);
     let b = block(&mut p, 2, T0 + 61);
     let tx = sign_report(
         &gw_key(),
         &report(5, T0 + 100, vec![rec("alice", Outcome::Ok, 1, 1)]),
     );
-    assert_eq!(deliver_tx(&mut p, &b, &tx).code, Code::Ok);
+    assert_eq!(deliver(&mut p, &b, &tx).code, Code::Ok);
     let w: serde_json::Value = serde_json::from_slice(&query(&p, "/windows").value).unwrap();
     let ws = w["windows"].as_array().unwrap();
     assert_eq!(ws.len(), 2);
@@ -319,7 +325,7 @@ fn paging_walks_every_record_once() {
         })
         .collect();
     assert_eq!(
-        deliver_tx(
+        deliver(
             &mut p,
             &b,
             &sign_report(&gw_key(), &report(1, T0 + 60, recs))
@@ -365,7 +371,7 @@ proptest! {
         for (i, recs) in reports.iter().enumerate() {
             let b = block(&mut p, i as u64 + 1, T0 + i as u64 * 7);
             let rs: Vec<_> = recs.iter().map(|(u, o, units, amt)| rec(users[*u], *o, *units, *amt)).collect();
-            let r = deliver_tx(&mut p, &b, &sign_report(&gw_key(), &report(i as u8, b.time + 60, rs)));
+            let r = deliver(&mut p, &b, &sign_report(&gw_key(), &report(i as u8, b.time + 60, rs)));
             prop_assert!(r.code == Code::Ok || r.code == Code::InsufficientBalance, "{:?} {}", r.code, r.log);
             if r.code == Code::Ok {
                 accepted.extend(recs.iter().cloned());
@@ -407,12 +413,37 @@ proptest! {
         let b = block(&mut p, 1, T0);
         let recs: Vec<_> = before.iter().map(|o| rec("alice", *o, 1, 0)).collect();
         if !recs.is_empty() {
-            prop_assert_eq!(deliver_tx(&mut p, &b, &sign_report(&gw_key(), &report(1, T0 + 60, recs))).code, Code::Ok);
+            prop_assert_eq!(deliver(&mut p, &b, &sign_report(&gw_key(), &report(1, T0 + 60, recs))).code, Code::Ok);
         }
         let f0 = route_record(&p, T0 / 60).map(|r| r.fail_count).unwrap_or(0);
-        prop_assert_eq!(deliver_tx(&mut p, &b, &sign_report(&gw_key(), &report(2, T0 + 60, vec![rec("alice", last, 1, 0)]))).code, Code::Ok);
+        prop_assert_eq!(deliver(&mut p, &b, &sign_report(&gw_key(), &report(2, T0 + 60, vec![rec("alice", last, 1, 0)]))).code, Code::Ok);
         let r = route_record(&p, T0 / 60).unwrap();
         prop_assert_eq!(r.fail_count, f0);
         prop_assert_eq!(r.requests, before.len() as u64 + 1);
     }
+}
+
+/// A corrupt stored value is this node's fault, not the sender's: running
+/// or checking a transaction answers `Fatal`, never a result code in a
+/// block, and changes nothing.
+#[test]
+fn corrupt_state_is_fatal_not_a_rejection() {
+    let mut p = setup(100);
+    let b = block(&mut p, 1, T0);
+    p.put(tally_settlement::keys::balance("alice"), vec![1, 2, 3]);
+    let before = p.changes().clone();
+    let tx = sign_report(
+        &gw_key(),
+        &report(9, T0 + 30, vec![rec("alice", Outcome::Ok, 1, 1)]),
+    );
+    let r = tally_settlement::deliver_tx(&mut p, &b, &tx);
+    assert!(
+        matches!(r, Err(tally_settlement::Fatal::Corrupt("integer"))),
+        "{r:?}"
+    );
+    assert_eq!(p.changes(), &before);
+    assert!(tally_settlement::check_tx(&p, &tx).is_err());
+    // An invalid transaction is still a result, even on this node.
+    let r = deliver(&mut p, &b, b"garbage");
+    assert_eq!(r.code, Code::MalformedTx);
 }

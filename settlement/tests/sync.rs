@@ -9,15 +9,21 @@ use tally_settlement::proto::{
     tx, HubBlock, HubDeposit, HubResult, Outcome, PartialSig, ReportUsage, SubmitPartials, Tx,
     UsageRecord,
 };
-use tally_settlement::sync::{self, result_digest};
+use tally_settlement::sync::{self, result_digest, HubCursor};
 use tally_settlement::{
-    begin_block, deliver_tx, init_chain, sign_report, Block, Code, DkgGenesis, GatewayEntry,
+    begin_block, init_chain, sign_report, BatchStatus, Block, Code, DkgGenesis, GatewayEntry,
     Genesis,
 };
 use tally_store::{MemBackend, Pending};
 
 const CHAIN: &str = "sync-test";
 const T0: u64 = 1_800_000_000;
+
+/// Runs a transaction; a local fault (impossible on the in-memory store)
+/// fails the test.
+fn deliver(kv: &mut impl tally_store::Kv, b: &Block, tx: &[u8]) -> tally_settlement::TxResult {
+    tally_settlement::deliver_tx(kv, b, tx).expect("no local fault")
+}
 
 struct Env {
     kv: Pending,
@@ -82,7 +88,7 @@ impl Env {
         let out = all
             .iter()
             .map(|t| {
-                let r = deliver_tx(&mut self.kv, &b, t);
+                let r = deliver(&mut self.kv, &b, t);
                 (r.code, r.log)
             })
             .collect();
@@ -125,7 +131,7 @@ impl Env {
             .iter()
             .map(|&i| PartialSig {
                 index: self.shares[i].index,
-                kind: 1,
+                kind: Kind::Batch.value(),
                 digest: d.to_vec(),
                 signature: self.shares[i]
                     .sign(&bls::message(CHAIN, Kind::Batch, &d))
@@ -143,7 +149,7 @@ impl Env {
             .iter()
             .map(|&i| PartialSig {
                 index: self.shares[i].index,
-                kind: 2,
+                kind: Kind::HubResult.value(),
                 digest: d.to_vec(),
                 signature: self.shares[i]
                     .sign(&bls::message(CHAIN, Kind::HubResult, &d))
@@ -162,7 +168,7 @@ fn block_partials(env: &Env, b: &HubBlock, signers: &[usize]) -> Vec<PartialSig>
         .iter()
         .map(|&i| PartialSig {
             index: env.shares[i].index,
-            kind: 3,
+            kind: Kind::HubBlock.value(),
             digest: d.to_vec(),
             signature: env.shares[i]
                 .sign(&bls::message(CHAIN, Kind::HubBlock, &d))
@@ -195,7 +201,13 @@ fn hub_deposits_are_credited_once_over_consecutive_ranges() {
     env.block(vec![partials_tx(block_partials(&env, &b1, &[0, 1, 2]))], 1);
     assert_eq!(balance(&env, "alice"), 1050);
     assert_eq!(balance(&env, "carol"), 7);
-    assert_eq!(sync::hub_cursor(&env.kv, "hub").unwrap(), (11, 3));
+    assert_eq!(
+        sync::hub_cursor(&env.kv, "hub").unwrap(),
+        HubCursor {
+            height: 11,
+            deposit_seq: 3
+        }
+    );
     // The same range again: not wanted any more, nothing credited twice.
     env.block(vec![partials_tx(block_partials(&env, &b1, &[1, 2, 3]))], 1);
     assert_eq!(balance(&env, "alice"), 1050);
@@ -219,7 +231,13 @@ fn hub_deposits_are_credited_once_over_consecutive_ranges() {
         ],
         1,
     );
-    assert_eq!(sync::hub_cursor(&env.kv, "hub").unwrap(), (11, 3));
+    assert_eq!(
+        sync::hub_cursor(&env.kv, "hub").unwrap(),
+        HubCursor {
+            height: 11,
+            deposit_seq: 3
+        }
+    );
     // An empty range still moves the cursor.
     let empty = HubBlock {
         chain: "hub".into(),
@@ -231,7 +249,13 @@ fn hub_deposits_are_credited_once_over_consecutive_ranges() {
         vec![partials_tx(block_partials(&env, &empty, &[0, 1, 3]))],
         1,
     );
-    assert_eq!(sync::hub_cursor(&env.kv, "hub").unwrap(), (21, 3));
+    assert_eq!(
+        sync::hub_cursor(&env.kv, "hub").unwrap(),
+        HubCursor {
+            height: 21,
+            deposit_seq: 3
+        }
+    );
     assert_eq!(balance(&env, "alice"), 1050);
 }
 
@@ -268,7 +292,7 @@ fn batch_signature_and_settled_result_in_one_transaction() {
     assert_eq!(st.settled_batches, 1);
     assert_eq!(
         sync::batch(&env.kv, "hub", 1).unwrap().unwrap().status,
-        sync::BATCH_SETTLED
+        BatchStatus::Settled.value()
     );
     // A second settled result (another attempt) is no longer wanted.
     let again = HubResult {

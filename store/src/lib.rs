@@ -8,8 +8,12 @@
 //! ([`MemBackend`]) with the same semantics, for tests.
 //!
 //! Keys starting with byte `0x00` are reserved for the store's own metadata.
+//!
+//! [`halt`] holds the hook both applications on this store use to ask their
+//! binary to stop on a fault they cannot answer.
 
 mod changes;
+pub mod halt;
 mod mem;
 #[cfg(feature = "rocksdb")]
 mod rocks;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, ensure, Context, Result};
 use bytes::Bytes;
-use tally_abci::TallyApp;
+use tally_abci::{Halt, HaltLog, TallyApp};
 use tally_settlement::bls::SecretShare;
 use tally_store::{Backend, MemBackend, RocksBackend};
 use tendermint_abci::Application;
@@ -43,6 +43,8 @@ pub struct Node {
     pub share: Option<SecretShare>,
     /// Replaces its vote extension (a faulty validator), if set.
     pub tamper: Option<fn(Vec<u8>) -> Vec<u8>>,
+    /// What its halt hook recorded (a real node would have exited).
+    pub halts: HaltLog,
 }
 
 impl Node {
@@ -51,13 +53,27 @@ impl Node {
             Storage::Memory(m) => m.clone(),
             Storage::Rocks(p) => Arc::new(RocksBackend::open(p)?),
         };
+        let (halt, halts) = Halt::recording();
         Ok(Self {
-            app: TallyApp::new(backend)?,
+            app: TallyApp::new(backend, halt)?,
             storage,
             up: true,
             share: None,
             tamper: None,
+            halts,
         })
+    }
+}
+
+impl Node {
+    /// Fails if the node asked to halt (a real node would have exited).
+    fn ensure_running(&self, i: usize) -> Result<()> {
+        ensure!(
+            self.halts.is_empty(),
+            "node{i} halted: {:?}",
+            self.halts.events()
+        );
+        Ok(())
     }
 }
 
@@ -305,6 +321,7 @@ impl Net {
         let mut first: Option<ResponseFinalizeBlock> = None;
         for &i in &live {
             let r = self.nodes[i].app.finalize_block(finalize_request(&decided));
+            self.nodes[i].ensure_running(i)?;
             if let Some(f) = &first {
                 if f.app_hash != r.app_hash {
                     bail!(
@@ -322,6 +339,7 @@ impl Net {
             if Some(i) != crash {
                 self.nodes[i].app.commit();
             }
+            self.nodes[i].ensure_running(i)?;
         }
         let first = first.context("no live node")?;
         self.height = height;
@@ -382,6 +400,7 @@ impl Net {
                 "node{i} replayed height {h} to a different app hash"
             );
             self.nodes[i].app.commit();
+            self.nodes[i].ensure_running(i)?;
         }
         self.nodes[i].up = true;
         Ok(())

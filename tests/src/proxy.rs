@@ -249,8 +249,12 @@ fn handle(mut sock: TcpStream, upstream: &str, state: &Mutex<ProxyState>) -> std
         .map(|l| format!("{l}\r\n"))
         .collect();
     new_head.push_str("Connection: close\r\n\r\n");
-    up.write_all(new_head.as_bytes())?;
-    up.write_all(&body)?;
+    // One write: an upstream that reads the request with a single read
+    // (the tests' fake) must not see the head without the body, answer,
+    // and close on the unread body (a reset that loses its answer).
+    let mut request = new_head.into_bytes();
+    request.extend_from_slice(&body);
+    up.write_all(&request)?;
     let mut resp = Vec::new();
     up.read_to_end(&mut resp)?;
     if let Some(d) = hold {

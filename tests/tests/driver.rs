@@ -152,3 +152,92 @@ fn genesis_errors_are_explained() {
         tally_settlement::Genesis::parse(br#"{"params":{"max_report_records":5000}}"#).unwrap_err();
     assert!(e.to_string().contains("max_report_records"));
 }
+
+/// A local store fault while executing a block calls the halt hook (the
+/// binaries exit with status 3) instead of answering an app hash; the app
+/// then refuses consensus work. A read-only path answers code 16 instead.
+#[test]
+fn a_corrupt_store_halts_the_node() -> anyhow::Result<()> {
+    use std::sync::Arc;
+
+    use tally_abci::{Halt, HaltReason, TallyApp};
+    use tally_store::{Kv, MemBackend, Pending};
+    use tendermint_abci::Application;
+    use tendermint_proto::google::protobuf::Timestamp;
+    use tendermint_proto::v0_38::abci::{
+        response_process_proposal::ProposalStatus, RequestCheckTx, RequestFinalizeBlock,
+        RequestProcessProposal,
+    };
+
+    // Height 1 committed with genesis state and one corrupt integer.
+    let backend = Arc::new(MemBackend::new());
+    let mut p = Pending::open(backend.clone())?;
+    tally_settlement::init_chain(&mut p, CHAIN, &tally_settlement::Genesis::default())?;
+    p.put(tally_settlement::keys::CUR_WINDOW.to_vec(), vec![1, 2, 3]);
+    p.commit(1)?;
+
+    let (halt, halts) = Halt::recording();
+    let app = TallyApp::new(backend, halt)?;
+    let r = app.check_tx(RequestCheckTx {
+        tx: b"garbage".to_vec().into(),
+        ..Default::default()
+    });
+    assert_eq!(r.code, Code::MalformedTx.value(), "{}", r.log);
+    assert!(halts.is_empty(), "a read-only path never halts");
+
+    let r = app.finalize_block(RequestFinalizeBlock {
+        height: 2,
+        time: Some(Timestamp {
+            seconds: T0 + 1,
+            nanos: 0,
+        }),
+        ..Default::default()
+    });
+    assert!(r.app_hash.is_empty(), "no app hash from a broken node");
+    let events = halts.events();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].reason, HaltReason::StoreFailure);
+    assert_eq!(events[0].reason.exit_code(), 3);
+    assert_eq!(events[0].height, 2);
+    assert_eq!(events[0].error, "stored integer is corrupt");
+    assert!(app.halted());
+    app.commit();
+    assert_eq!(
+        app.last_commit().height,
+        1,
+        "nothing of the block is written"
+    );
+    let r = app.process_proposal(RequestProcessProposal {
+        height: 2,
+        ..Default::default()
+    });
+    assert_eq!(r.status, ProposalStatus::Reject as i32);
+    Ok(())
+}
+
+/// A genesis the app cannot read halts it with the genesis reason (exit
+/// status 2 in the binaries).
+#[test]
+fn a_bad_genesis_halts_the_node() -> anyhow::Result<()> {
+    use std::sync::Arc;
+
+    use tally_abci::{Halt, HaltReason, TallyApp};
+    use tally_store::MemBackend;
+    use tendermint_abci::Application;
+    use tendermint_proto::v0_38::abci::RequestInitChain;
+
+    let (halt, halts) = Halt::recording();
+    let app = TallyApp::new(Arc::new(MemBackend::new()), halt)?;
+    let r = app.init_chain(RequestInitChain {
+        chain_id: CHAIN.into(),
+        app_state_bytes: br#"{"bogus":1}"#.to_vec().into(),
+        ..Default::default()
+    });
+    assert!(r.consensus_params.is_none());
+    let events = halts.events();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].reason, HaltReason::BadGenesis);
+    assert_eq!(events[0].reason.exit_code(), 2);
+    assert!(events[0].error.contains("bogus"), "{}", events[0].error);
+    Ok(())
+}

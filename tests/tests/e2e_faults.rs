@@ -163,7 +163,8 @@ fn relay_log(net: &Localnet, i: usize) -> String {
 fn metrics(port: u16) -> Result<String> {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")?;
+    // Read to the end: ask the server to close (HTTP/1.1 keeps it open).
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")?;
     let mut out = String::new();
     s.read_to_string(&mut out)?;
     Ok(out)

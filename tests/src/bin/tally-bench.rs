@@ -52,7 +52,7 @@ fn finalize(blocks: usize) -> Result<()> {
     let key = gateway_key(9);
     // 10 users x 10 providers x 2 models x 5 routes = 1,000 routes.
     let mut traffic = Traffic::new(1, key.clone(), CHAIN, [10, 10, 2, 5]);
-    let app = TallyApp::new(Arc::new(RocksBackend::open(dir.path())?))?;
+    let app = TallyApp::new(Arc::new(RocksBackend::open(dir.path())?), halt_exits())?;
     app.init_chain(RequestInitChain {
         time: Some(Timestamp {
             seconds: T0,
@@ -241,7 +241,7 @@ fn proposal_bench() -> Result<()> {
         "public_shares": pubs.shares.iter().map(hexkey).collect::<Vec<_>>(),
     });
     let dir = tempfile::tempdir()?;
-    let app = TallyApp::new(Arc::new(RocksBackend::open(dir.path())?))?;
+    let app = TallyApp::new(Arc::new(RocksBackend::open(dir.path())?), halt_exits())?;
     app.init_chain(RequestInitChain {
         time: Some(Timestamp {
             seconds: T0,
@@ -410,4 +410,9 @@ fn main() -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The binaries' halt hook: exit with the reason's status.
+fn halt_exits() -> tally_abci::Halt {
+    tally_abci::Halt::new(|e| std::process::exit(e.reason.exit_code()))
 }

@@ -1,0 +1,236 @@
+//! The application: [`TallyApp`], the state its handlers share, and the
+//! `Application` impl, which only delegates to one module per handler.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use tally_settlement::bls::SecretShare;
+use tally_settlement::{self as settlement};
+use tally_store::halt::{Halt, HaltEvent, HaltReason};
+use tally_store::{Backend, ChangeSet, CommitMeta, Pending, StoreError};
+use tendermint_abci::Application;
+use tendermint_proto::v0_38::abci::{
+    RequestCheckTx, RequestExtendVote, RequestFinalizeBlock, RequestInfo, RequestInitChain,
+    RequestPrepareProposal, RequestProcessProposal, RequestQuery, RequestVerifyVoteExtension,
+    ResponseCheckTx, ResponseCommit, ResponseExtendVote, ResponseFinalizeBlock, ResponseInfo,
+    ResponseInitChain, ResponsePrepareProposal, ResponseProcessProposal, ResponseQuery,
+    ResponseVerifyVoteExtension,
+};
+use tracing::error;
+
+use crate::inbox::{HandIn, Inbox};
+use crate::{finalize, info, init, proposal, vote_extension};
+
+/// Errors of the adapter that are not ABCI responses.
+#[derive(Debug, thiserror::Error)]
+pub enum AbciError {
+    /// The store could not be opened or read.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Tally as an ABCI++ application. Cheap to clone: clones share state.
+#[derive(Clone, Debug)]
+pub struct TallyApp {
+    pub(crate) inner: Arc<Inner>,
+}
+
+/// The state every connection's clone shares.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    /// Committed state.
+    pub(crate) backend: Arc<dyn Backend>,
+    /// The consensus connection's block state.
+    pub(crate) consensus: Mutex<Consensus>,
+    /// The last commit, readable without waiting for a block to execute.
+    pub(crate) committed: RwLock<CommitMeta>,
+    /// This validator's threshold key share, if it signs.
+    pub(crate) signer: RwLock<Option<SecretShare>>,
+    /// What the relay handed in, waiting to be signed in ExtendVote.
+    pub(crate) inbox: Mutex<Inbox>,
+    /// Called when the node must stop.
+    halt: Halt,
+    /// Set once the halt hook was called: no further consensus work.
+    halted: AtomicBool,
+}
+
+/// The consensus connection's block state.
+#[derive(Debug)]
+pub(crate) struct Consensus {
+    /// Committed state plus the writes of the block being executed.
+    pub(crate) pending: Pending,
+    /// Height executed by FinalizeBlock and not yet committed.
+    pub(crate) finalized: Option<u64>,
+    /// The writes pending before that FinalizeBlock (genesis writes before
+    /// the first block), restored if the same height is executed again.
+    pub(crate) before_block: ChangeSet,
+}
+
+/// What happened to a block, for callers that run the app in-process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Committed {
+    /// Height committed.
+    pub height: u64,
+    /// App hash after it.
+    pub app_hash: [u8; 32],
+}
+
+impl TallyApp {
+    /// An app over `backend`, resuming from its last commit. `halt` is
+    /// called when the node must stop (the binary's hook exits the
+    /// process; see [`Halt`]).
+    pub fn new(backend: Arc<dyn Backend>, halt: Halt) -> Result<Self, AbciError> {
+        let pending = Pending::open(backend.clone())?;
+        let committed = RwLock::new(pending.committed().clone());
+        Ok(Self {
+            inner: Arc::new(Inner {
+                backend,
+                consensus: Mutex::new(Consensus {
+                    pending,
+                    finalized: None,
+                    before_block: ChangeSet::default(),
+                }),
+                committed,
+                signer: RwLock::new(None),
+                inbox: Mutex::new(Inbox::default()),
+                halt,
+                halted: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    pub(crate) fn consensus(&self) -> MutexGuard<'_, Consensus> {
+        // A poisoned lock means a handler panicked; the state it guarded is
+        // still the last consistent one we wrote, so keep going.
+        self.inner
+            .consensus
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn inbox(&self) -> MutexGuard<'_, Inbox> {
+        self.inner.inbox.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The last committed height and app hash.
+    pub fn last_commit(&self) -> Committed {
+        let m = self
+            .inner
+            .committed
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
+        Committed {
+            height: m.height,
+            app_hash: m.app_hash,
+        }
+    }
+
+    /// Committed state, for read-only use.
+    pub fn committed_state(&self) -> &Arc<dyn Backend> {
+        &self.inner.backend
+    }
+
+    /// A throwaway overlay of committed state, for proposals.
+    pub(crate) fn committed_pending(&self) -> Result<Pending, StoreError> {
+        Pending::open(self.inner.backend.clone())
+    }
+
+    /// Gives the app this validator's threshold key share: from now on its
+    /// vote extensions carry partial signatures.
+    pub fn set_signer(&self, share: SecretShare) {
+        *self.inner.signer.write().unwrap_or_else(|e| e.into_inner()) = Some(share);
+    }
+
+    /// The relay's hand-in: a hub result or hub block it observed. The next
+    /// vote extensions sign it while the chain is waiting for it. A
+    /// [`HubResult`](tally_settlement::proto::HubResult) or
+    /// [`HubBlock`](tally_settlement::proto::HubBlock) converts into a
+    /// [`HandIn`].
+    pub fn hand_in(&self, item: impl Into<HandIn>) {
+        let item = item.into();
+        let cursor = match &item {
+            HandIn::Block(b) => settlement::sync::hub_cursor(&self.inner.backend, &b.chain)
+                .ok()
+                .map(|c| c.height),
+            HandIn::Result(_) => None,
+        };
+        self.inbox().put(item, cursor);
+    }
+
+    /// Answers a query path against committed state.
+    pub fn query_path(&self, path: &str) -> settlement::query::QueryResult {
+        settlement::query::query(&self.inner.backend, path)
+    }
+
+    /// Whether the app asked its binary to stop (it then refuses further
+    /// consensus work; only a recording hook lets it go on running).
+    pub fn halted(&self) -> bool {
+        self.inner.halted.load(Ordering::SeqCst)
+    }
+
+    /// Calls the halt hook and stops taking consensus work.
+    pub(crate) fn halt(&self, reason: HaltReason, height: u64, error: String) {
+        self.inner.halted.store(true, Ordering::SeqCst);
+        self.inner.halt.halt(HaltEvent {
+            reason,
+            height,
+            error,
+        });
+    }
+
+    /// The node's own storage failed (a read, a corrupt value, a write).
+    /// The block's result would depend on a local fault, so no answer is
+    /// safe: continuing would report an app hash this node cannot
+    /// reproduce. Logs a FATAL line and halts; after the fault is fixed
+    /// CometBFT replays from the last commit. See
+    /// docs/adr/0003-store-and-app-hash.md.
+    pub(crate) fn fatal_store_error(&self, height: u64, what: &str) {
+        error!(height, error = %what, "FATAL: local store failure; stopping the app (CometBFT will replay from the last commit after restart)");
+        self.halt(HaltReason::StoreFailure, height, what.to_string());
+    }
+}
+
+impl Application for TallyApp {
+    fn info(&self, req: RequestInfo) -> ResponseInfo {
+        info::info(self, req)
+    }
+
+    fn init_chain(&self, req: RequestInitChain) -> ResponseInitChain {
+        init::init_chain(self, req)
+    }
+
+    fn query(&self, req: RequestQuery) -> ResponseQuery {
+        info::query(self, req)
+    }
+
+    fn check_tx(&self, req: RequestCheckTx) -> ResponseCheckTx {
+        info::check_tx(self, req)
+    }
+
+    fn prepare_proposal(&self, req: RequestPrepareProposal) -> ResponsePrepareProposal {
+        proposal::prepare_proposal(self, req)
+    }
+
+    fn process_proposal(&self, req: RequestProcessProposal) -> ResponseProcessProposal {
+        proposal::process_proposal(self, req)
+    }
+
+    fn extend_vote(&self, req: RequestExtendVote) -> ResponseExtendVote {
+        vote_extension::extend_vote(self, req)
+    }
+
+    fn verify_vote_extension(
+        &self,
+        req: RequestVerifyVoteExtension,
+    ) -> ResponseVerifyVoteExtension {
+        vote_extension::verify_vote_extension(self, req)
+    }
+
+    fn finalize_block(&self, req: RequestFinalizeBlock) -> ResponseFinalizeBlock {
+        finalize::finalize_block(self, req)
+    }
+
+    fn commit(&self) -> ResponseCommit {
+        finalize::commit(self)
+    }
+}

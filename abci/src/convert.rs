@@ -1,0 +1,45 @@
+//! Conversions between the state machine's types and CometBFT's protobuf
+//! types: block headers to [`Block`], events, codespaces.
+
+use tally_settlement::{self as settlement, Block, Code};
+use tendermint_proto::google::protobuf::Timestamp;
+use tendermint_proto::v0_38::abci::{Event, EventAttribute};
+
+use crate::CODESPACE;
+
+/// The block at `height` with header time `time` (whole seconds; a
+/// missing or negative time is 0).
+pub(crate) fn block(height: i64, time: Option<&Timestamp>) -> Block {
+    Block {
+        height: height.max(0) as u64,
+        time: time.map(|t| t.seconds.max(0) as u64).unwrap_or(0),
+    }
+}
+
+/// The state machine's events as ABCI events, every attribute indexed.
+pub(crate) fn events(events: Vec<settlement::Event>) -> Vec<Event> {
+    events
+        .into_iter()
+        .map(|e| Event {
+            r#type: e.kind,
+            attributes: e
+                .attrs
+                .into_iter()
+                .map(|(key, value)| EventAttribute {
+                    key,
+                    value,
+                    index: true,
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// The codespace of a result: empty for success, [`CODESPACE`] otherwise.
+pub(crate) fn codespace(code: Code) -> String {
+    if code == Code::Ok {
+        String::new()
+    } else {
+        CODESPACE.to_string()
+    }
+}

@@ -1,0 +1,103 @@
+//! FinalizeBlock and Commit. FinalizeBlock runs the start-of-block work and
+//! every transaction into the pending change set and answers the app hash
+//! those writes give; Commit writes the change set durably. A local fault
+//! in either halts the node (see `TallyApp::fatal_store_error`): the block
+//! is left unexecuted rather than answered with a hash this node cannot
+//! reproduce.
+
+use bytes::Bytes;
+use tally_settlement::{self as settlement};
+use tendermint_proto::v0_38::abci::{
+    ExecTxResult, RequestFinalizeBlock, ResponseCommit, ResponseFinalizeBlock,
+};
+use tracing::warn;
+
+use crate::app::TallyApp;
+use crate::convert::{self, codespace};
+
+pub(crate) fn finalize_block(app: &TallyApp, req: RequestFinalizeBlock) -> ResponseFinalizeBlock {
+    if app.halted() {
+        return ResponseFinalizeBlock::default();
+    }
+    let block = convert::block(req.height, req.time.as_ref());
+    let mut c = app.consensus();
+    if c.finalized.take().is_some() {
+        // The same height again without a Commit: start from the state
+        // before the first execution.
+        warn!(
+            height = block.height,
+            "FinalizeBlock repeated before Commit; re-executing"
+        );
+        let before = c.before_block.clone();
+        c.pending.set_changes(before);
+    } else {
+        c.before_block = c.pending.changes().clone();
+    }
+    let fault = match settlement::begin_block(&mut c.pending, &block) {
+        Ok(events) => {
+            let mut tx_results = Vec::with_capacity(req.txs.len());
+            let mut fault = None;
+            for tx in &req.txs {
+                match settlement::deliver_tx(&mut c.pending, &block, tx) {
+                    Ok(r) => tx_results.push(ExecTxResult {
+                        code: r.code.value(),
+                        log: r.log,
+                        events: convert::events(r.events),
+                        codespace: codespace(r.code),
+                        ..Default::default()
+                    }),
+                    Err(f) => {
+                        fault = Some(f);
+                        break;
+                    }
+                }
+            }
+            match fault {
+                Some(f) => f,
+                None => {
+                    let app_hash = c.pending.app_hash_at(block.height);
+                    c.finalized = Some(block.height);
+                    return ResponseFinalizeBlock {
+                        events: convert::events(events),
+                        tx_results,
+                        validator_updates: Vec::new(),
+                        consensus_param_updates: None,
+                        app_hash: Bytes::copy_from_slice(&app_hash),
+                    };
+                }
+            }
+        }
+        Err(f) => f,
+    };
+    // Nothing of this block may stay pending.
+    let before = c.before_block.clone();
+    c.pending.set_changes(before);
+    drop(c);
+    app.fatal_store_error(block.height, &fault.to_string());
+    ResponseFinalizeBlock::default()
+}
+
+pub(crate) fn commit(app: &TallyApp) -> ResponseCommit {
+    if app.halted() {
+        return ResponseCommit::default();
+    }
+    let mut c = app.consensus();
+    let Some(height) = c.finalized.take() else {
+        warn!("Commit without FinalizeBlock; nothing to write");
+        return ResponseCommit::default();
+    };
+    match c.pending.commit(height) {
+        Ok(meta) => {
+            *app.inner
+                .committed
+                .write()
+                .unwrap_or_else(|e| e.into_inner()) = meta;
+        }
+        Err(e) => {
+            drop(c);
+            app.fatal_store_error(height, &e.to_string());
+            return ResponseCommit::default();
+        }
+    }
+    ResponseCommit { retain_height: 0 }
+}

@@ -1,0 +1,53 @@
+//! InitChain: parse and apply the genesis `app_state`, enable vote
+//! extensions from height 1. A genesis that cannot be read or applied
+//! halts the node ([`HaltReason::BadGenesis`], exit status 2 in the
+//! binaries): nothing sensible can run on it.
+
+use bytes::Bytes;
+use tally_settlement::{self as settlement, Genesis};
+use tally_store::halt::HaltReason;
+use tendermint_proto::v0_38::abci::{RequestInitChain, ResponseInitChain};
+use tendermint_proto::v0_38::types::{AbciParams, ConsensusParams};
+use tracing::{error, info};
+
+use crate::app::TallyApp;
+
+pub(crate) fn init_chain(app: &TallyApp, req: RequestInitChain) -> ResponseInitChain {
+    if app.halted() {
+        return ResponseInitChain::default();
+    }
+    let genesis = match Genesis::parse(&req.app_state_bytes) {
+        Ok(g) => g,
+        Err(e) => {
+            // Stop with a clear message instead of starting a wrong chain.
+            error!(error = %e, "refusing genesis app_state; fix genesis.json and restart");
+            app.halt(HaltReason::BadGenesis, 0, e.to_string());
+            return ResponseInitChain::default();
+        }
+    };
+    let mut c = app.consensus();
+    if let Err(e) = settlement::init_chain(&mut c.pending, &req.chain_id, &genesis) {
+        error!(error = %e, "genesis could not be applied");
+        drop(c);
+        app.halt(HaltReason::BadGenesis, 0, e.to_string());
+        return ResponseInitChain::default();
+    }
+    info!(
+        chain_id = %req.chain_id,
+        gateways = genesis.gateways.len(),
+        funded_users = genesis.balances.len(),
+        window_secs = genesis.params.settlement_window_secs,
+        "genesis applied"
+    );
+    ResponseInitChain {
+        // Vote extensions from height 1: the threshold signer rides on them.
+        consensus_params: Some(ConsensusParams {
+            abci: Some(AbciParams {
+                vote_extensions_enable_height: 1,
+            }),
+            ..Default::default()
+        }),
+        validators: Vec::new(),
+        app_hash: Bytes::new(),
+    }
+}

@@ -1,0 +1,110 @@
+//! PrepareProposal and ProcessProposal.
+//!
+//! The proposer puts the system transactions the state machine computes on
+//! committed state first, their bytes reserved before user transactions,
+//! then the mempool's transactions in order, skipping what ProcessProposal
+//! would refuse. ProcessProposal rejects undecodable transactions and
+//! system transactions that committed state does not allow; a local fault
+//! while checking halts the node instead of voting on a guess.
+
+use bytes::Bytes;
+use tally_settlement::{self as settlement, ExecError};
+use tendermint_proto::v0_38::abci::{
+    response_process_proposal::ProposalStatus, RequestPrepareProposal, RequestProcessProposal,
+    ResponsePrepareProposal, ResponseProcessProposal,
+};
+use tracing::warn;
+
+use crate::app::TallyApp;
+use crate::convert;
+
+pub(crate) fn prepare_proposal(
+    app: &TallyApp,
+    req: RequestPrepareProposal,
+) -> ResponsePrepareProposal {
+    let max = usize::try_from(req.max_tx_bytes.max(0)).unwrap_or(usize::MAX);
+    let mut used = 0usize;
+    let mut txs = Vec::with_capacity(req.txs.len() + 2);
+    // System transactions first, their bytes reserved before user txs.
+    let block = convert::block(req.height, req.time.as_ref());
+    let extensions: Vec<Vec<u8>> = req
+        .local_last_commit
+        .as_ref()
+        .map(|c| c.votes.iter().map(|v| v.vote_extension.to_vec()).collect())
+        .unwrap_or_default();
+    let system = app
+        .committed_pending()
+        .map_err(ExecError::from)
+        .and_then(|mut sim| settlement::prepare_system(&mut sim, &block, &extensions));
+    match system {
+        Ok(sys) => {
+            for t in sys {
+                if used + t.len() <= max {
+                    used += t.len();
+                    txs.push(Bytes::from(t));
+                }
+            }
+        }
+        // Proposing without system transactions is always valid; the next
+        // proposer tries again.
+        Err(e) => warn!(height = block.height, error = %e, "no system transactions this block"),
+    }
+    for tx in req.txs {
+        // Skip what ProcessProposal would refuse; keep the mempool order.
+        if settlement::decode_tx(&tx).is_err() || settlement::is_system_tx(&tx) {
+            continue;
+        }
+        if used.saturating_add(tx.len()) > max {
+            continue;
+        }
+        used += tx.len();
+        txs.push(tx);
+    }
+    ResponsePrepareProposal { txs }
+}
+
+pub(crate) fn process_proposal(
+    app: &TallyApp,
+    req: RequestProcessProposal,
+) -> ResponseProcessProposal {
+    let status = if app.halted() {
+        ProposalStatus::Reject
+    } else {
+        verdict(app, &req)
+    };
+    ResponseProcessProposal {
+        status: status as i32,
+    }
+}
+
+fn verdict(app: &TallyApp, req: &RequestProcessProposal) -> ProposalStatus {
+    if let Some(i) = req
+        .txs
+        .iter()
+        .position(|tx| settlement::decode_tx(tx).is_err())
+    {
+        warn!(
+            height = req.height,
+            index = i,
+            "rejecting proposal: undecodable transaction"
+        );
+        return ProposalStatus::Reject;
+    }
+    let block = convert::block(req.height, req.time.as_ref());
+    let txs: Vec<&[u8]> = req.txs.iter().map(|t| t.as_ref()).collect();
+    let verdict = app
+        .committed_pending()
+        .map_err(ExecError::from)
+        .and_then(|mut sim| settlement::verify_system(&mut sim, &block, &txs));
+    match verdict {
+        Ok(()) => ProposalStatus::Accept,
+        Err(ExecError::Rejected(e)) => {
+            warn!(height = req.height, error = %e, "rejecting proposal: invalid system transaction");
+            ProposalStatus::Reject
+        }
+        Err(ExecError::Fatal(f)) => {
+            app.fatal_store_error(block.height, &f.to_string());
+            ProposalStatus::Reject
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! The reference hub's wire types: the transactions a hub accepts
+//! ([`HubTx`]: a [`Deposit`] or a [`SubmitBatch`]) and the result codes it
+//! answers with ([`HubCode`]).
+//!
+//! Both sides use this crate: the hub app (`tally-hub`) decodes and executes
+//! these transactions, and the relay inside `tallyd` encodes
+//! `SubmitBatch` and reads the codes. Keeping them here means `tallyd` does
+//! not link the hub's state machine for a handful of message types.
+
+use prost::Message;
+use tally_settlement::proto::HubCall;
+
+/// Hub transactions.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct HubTx {
+    /// What the transaction does.
+    #[prost(oneof = "hub_tx::Sum", tags = "1, 2")]
+    pub sum: Option<hub_tx::Sum>,
+}
+
+/// The kinds of [`HubTx`].
+pub mod hub_tx {
+    /// The payload.
+    #[derive(Clone, PartialEq, prost::Oneof)]
+    pub enum Sum {
+        /// Escrow credits for a user (the localnet faucet).
+        #[prost(message, tag = "1")]
+        Deposit(super::Deposit),
+        /// Settle a batch of the settlement chain.
+        #[prost(message, tag = "2")]
+        SubmitBatch(super::SubmitBatch),
+    }
+}
+
+impl HubTx {
+    /// Whether `tx` decodes as a hub transaction.
+    pub fn decode_tx(tx: &[u8]) -> bool {
+        matches!(HubTx::decode(tx), Ok(HubTx { sum: Some(_) }))
+    }
+}
+
+/// A deposit into a user's escrow.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct Deposit {
+    /// The user (same identifier as on the settlement chain).
+    #[prost(string, tag = "1")]
+    pub user: String,
+    /// Credits.
+    #[prost(uint64, tag = "2")]
+    pub amount: u64,
+}
+
+/// A threshold-signed batch from the settlement chain.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct SubmitBatch {
+    /// The name the settlement chain gives this hub (its `hub_chain`).
+    #[prost(string, tag = "1")]
+    pub chain: String,
+    /// The batch nonce; must be the last settled + 1.
+    #[prost(uint64, tag = "2")]
+    pub nonce: u64,
+    /// The calls, ascending by id.
+    #[prost(message, repeated, tag = "3")]
+    pub calls: Vec<HubCall>,
+    /// The group signature (96 bytes).
+    #[prost(bytes = "vec", tag = "4")]
+    pub signature: Vec<u8>,
+}
+
+/// Hub result codes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum HubCode {
+    /// Accepted.
+    Ok = 0,
+    /// Not a hub transaction.
+    Malformed = 1,
+    /// The batch signature does not verify against the registered group key.
+    BadSignature = 2,
+    /// The nonce is not the next one.
+    BadNonce = 3,
+    /// This nonce is already settled: nothing is paid twice.
+    AlreadySettled = 4,
+    /// Calls empty, not ascending, or with a bad identifier.
+    BadBatch = 5,
+    /// The batch names another hub.
+    WrongChain = 6,
+    /// A deposit of zero, or one that would overflow.
+    BadDeposit = 7,
+    /// The node's store failed.
+    Internal = 16,
+    /// Query: no such path.
+    UnknownPath = 20,
+    /// Query: a bad argument.
+    BadArgument = 21,
+    /// Query: nothing there.
+    NotFound = 22,
+}
+
+impl HubCode {
+    /// The code as it travels in CheckTx/FinalizeBlock results.
+    pub fn value(self) -> u32 {
+        self as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_submit_batch_roundtrips_and_garbage_is_not_a_hub_tx() {
+        let tx = HubTx {
+            sum: Some(hub_tx::Sum::SubmitBatch(SubmitBatch {
+                chain: "hub".into(),
+                nonce: 3,
+                calls: vec![HubCall::default()],
+                signature: vec![7; 96],
+            })),
+        };
+        let bytes = tx.encode_to_vec();
+        assert!(HubTx::decode_tx(&bytes));
+        assert_eq!(HubTx::decode(bytes.as_slice()).unwrap(), tx);
+        assert!(!HubTx::decode_tx(&[0xff, 0xff]));
+        assert!(!HubTx::decode_tx(&[]));
+    }
+
+    #[test]
+    fn codes_are_stable() {
+        assert_eq!(HubCode::Ok.value(), 0);
+        assert_eq!(HubCode::AlreadySettled.value(), 4);
+        assert_eq!(HubCode::Internal.value(), 16);
+        assert_eq!(HubCode::NotFound.value(), 22);
+    }
+}

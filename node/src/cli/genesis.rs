@@ -1,0 +1,280 @@
+//! `tallyd genesis ...`: edit the `app_state` of `config/genesis.json`, and
+//! the read-modify-validate-write helper `dkg dealer` shares.
+
+use std::path::Path;
+
+use anyhow::{bail, Context as _};
+use clap::{Args, Subcommand};
+use serde_json::Value;
+use tally_node::keyfile;
+use tally_settlement::{BalanceEntry, GatewayEntry, Genesis};
+
+use super::{Command, Context};
+
+/// Edit the app_state of config/genesis.json.
+#[derive(Subcommand, Debug, PartialEq, Eq)]
+pub enum GenesisCommand {
+    /// Register a gateway key.
+    AddGateway(AddGatewayCommand),
+    /// Give a user a starting balance.
+    Fund(FundCommand),
+    /// Set a chain parameter (e.g. settlement_window_secs 60, hub_chain hub).
+    SetParam(SetParamCommand),
+    /// Check the app_state.
+    Validate,
+}
+
+impl Command for GenesisCommand {
+    fn execute(self, ctx: &Context) -> anyhow::Result<()> {
+        let path = ctx.genesis_path();
+        update_genesis(&path, |g| match self {
+            Self::AddGateway(c) => c.apply(g, ctx.home()),
+            Self::Fund(c) => c.apply(g),
+            Self::SetParam(c) => c.apply(g),
+            Self::Validate => {
+                g.validate()?;
+                println!("{}: app_state is valid", path.display());
+                Ok(false)
+            }
+        })
+    }
+}
+
+/// `genesis add-gateway --name N (--pubkey HEX | --key NAME|FILE)`.
+#[derive(Args, Debug, PartialEq, Eq)]
+pub struct AddGatewayCommand {
+    /// The gateway's name.
+    #[arg(long)]
+    pub name: String,
+    /// Hex ed25519 public key.
+    #[arg(long, conflicts_with = "key")]
+    pub pubkey: Option<String>,
+    /// A key name or key file.
+    #[arg(long)]
+    pub key: Option<String>,
+}
+
+impl AddGatewayCommand {
+    /// Registers the key (replacing an entry with the same key).
+    fn apply(self, g: &mut Genesis, home: &Path) -> anyhow::Result<bool> {
+        let pubkey = match (self.pubkey, self.key) {
+            (Some(p), None) => p,
+            (None, Some(k)) => {
+                let (_, key) = keyfile::load(&keyfile::resolve(home, &k))?;
+                hex::encode(key.verifying_key().to_bytes())
+            }
+            _ => bail!("give --pubkey HEX or --key NAME|FILE"),
+        };
+        g.gateways.retain(|gw| gw.pubkey != pubkey);
+        g.gateways.push(GatewayEntry {
+            name: self.name,
+            pubkey,
+        });
+        Ok(true)
+    }
+}
+
+/// `genesis fund --user U --amount N`.
+#[derive(Args, Debug, PartialEq, Eq)]
+pub struct FundCommand {
+    /// The user.
+    #[arg(long)]
+    pub user: String,
+    /// Starting balance in credits.
+    #[arg(long)]
+    pub amount: u64,
+}
+
+impl FundCommand {
+    /// Sets the user's balance (replacing an earlier entry).
+    fn apply(self, g: &mut Genesis) -> anyhow::Result<bool> {
+        g.balances.retain(|b| b.user != self.user);
+        g.balances.push(BalanceEntry {
+            user: self.user,
+            amount: self.amount,
+        });
+        Ok(true)
+    }
+}
+
+/// `genesis set-param NAME VALUE`.
+#[derive(Args, Debug, PartialEq, Eq)]
+pub struct SetParamCommand {
+    /// Parameter name, as in the app_state's `params`.
+    pub name: String,
+    /// New value: a number or a string, as the parameter takes.
+    pub value: String,
+}
+
+impl SetParamCommand {
+    /// Replaces one parameter, keeping its JSON type.
+    fn apply(self, g: &mut Genesis) -> anyhow::Result<bool> {
+        let Self { name, value } = self;
+        let mut params = serde_json::to_value(&g.params)?;
+        let slot = params.get_mut(&name).with_context(|| {
+            format!(
+                "no parameter {name:?}; known: {}",
+                serde_json::to_value(&g.params)
+                    .map(|v| v
+                        .as_object()
+                        .map(|o| o.keys().cloned().collect::<Vec<_>>().join(", "))
+                        .unwrap_or_default())
+                    .unwrap_or_default()
+            )
+        })?;
+        *slot = match value.parse::<u64>() {
+            Ok(n) if slot.is_number() => Value::from(n),
+            _ if slot.is_string() => Value::from(value),
+            _ => bail!("parameter {name:?} takes a number, got {value:?}"),
+        };
+        g.params = serde_json::from_value(params)?;
+        Ok(true)
+    }
+}
+
+/// A genesis file's `app_state` (`null` when it has none).
+pub fn read_app_state(path: &Path) -> anyhow::Result<Value> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let doc: Value =
+        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
+    Ok(doc.get("app_state").cloned().unwrap_or(Value::Null))
+}
+
+/// Reads a genesis file's app_state, lets `f` change it, validates and
+/// writes it back (unless `f` returns false).
+pub fn update_genesis(
+    path: &Path,
+    f: impl FnOnce(&mut Genesis) -> anyhow::Result<bool>,
+) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(path).with_context(|| {
+        format!(
+            "reading {} (create it with `cometbft init`)",
+            path.display()
+        )
+    })?;
+    let mut doc: Value =
+        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
+    let app_state = doc.get("app_state").cloned().unwrap_or(Value::Null);
+    let mut g = Genesis::parse(app_state.to_string().as_bytes())
+        .with_context(|| format!("{}", path.display()))?;
+    if !f(&mut g)? {
+        return Ok(());
+    }
+    g.validate()?;
+    doc["app_state"] = serde_json::to_value(&g)?;
+    std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{parse, Commands};
+    use clap::error::ErrorKind;
+
+    fn genesis(args: &[&str]) -> Result<GenesisCommand, clap::Error> {
+        match parse(args)?.command {
+            Commands::Genesis(c) => Ok(c),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn parses() {
+        assert_eq!(
+            genesis(&["genesis", "add-gateway", "--name", "gw", "--key", "gw.key"]).unwrap(),
+            GenesisCommand::AddGateway(AddGatewayCommand {
+                name: "gw".into(),
+                pubkey: None,
+                key: Some("gw.key".into()),
+            })
+        );
+        assert_eq!(
+            genesis(&["genesis", "fund", "--user", "alice", "--amount", "1000000"]).unwrap(),
+            GenesisCommand::Fund(FundCommand {
+                user: "alice".into(),
+                amount: 1_000_000,
+            })
+        );
+        assert_eq!(
+            genesis(&["genesis", "set-param", "settlement_window_secs", "60"]).unwrap(),
+            GenesisCommand::SetParam(SetParamCommand {
+                name: "settlement_window_secs".into(),
+                value: "60".into(),
+            })
+        );
+        assert_eq!(
+            genesis(&["genesis", "validate"]).unwrap(),
+            GenesisCommand::Validate
+        );
+        for (bad, kind) in [
+            (
+                &[
+                    "genesis",
+                    "add-gateway",
+                    "--name",
+                    "g",
+                    "--pubkey",
+                    "ab",
+                    "--key",
+                    "k",
+                ][..],
+                ErrorKind::ArgumentConflict,
+            ),
+            (
+                &["genesis", "add-gateway", "--key", "k"],
+                ErrorKind::MissingRequiredArgument,
+            ),
+            (
+                &["genesis", "fund", "--user", "a"],
+                ErrorKind::MissingRequiredArgument,
+            ),
+            (
+                &["genesis", "fund", "--user", "a", "--amount", "-5"],
+                ErrorKind::UnknownArgument,
+            ),
+            (
+                &["genesis", "fund", "--user", "a", "--amount", "lots"],
+                ErrorKind::ValueValidation,
+            ),
+            (
+                &["genesis", "set-param", "x"],
+                ErrorKind::MissingRequiredArgument,
+            ),
+        ] {
+            assert_eq!(genesis(bad).unwrap_err().kind(), kind, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn edits_keep_the_rest_of_the_file_and_validate() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = Context {
+            home: dir.path().to_path_buf(),
+        };
+        std::fs::create_dir_all(dir.path().join("config")).unwrap();
+        std::fs::write(
+            ctx.genesis_path(),
+            r#"{"chain_id": "c", "app_state": null}"#,
+        )
+        .unwrap();
+        let run = |args: &[&str]| genesis(args).unwrap().execute(&ctx);
+        run(&["genesis", "fund", "--user", "alice", "--amount", "5"]).unwrap();
+        run(&["genesis", "fund", "--user", "alice", "--amount", "7"]).unwrap();
+        run(&["genesis", "set-param", "settlement_window_secs", "60"]).unwrap();
+        let e = run(&["genesis", "set-param", "nope", "1"]).unwrap_err();
+        assert!(e.to_string().contains("no parameter \"nope\""), "{e}");
+        let e = run(&["genesis", "add-gateway", "--name", "g"]).unwrap_err();
+        assert!(e.to_string().contains("--pubkey HEX"), "{e}");
+        run(&["genesis", "validate"]).unwrap();
+        let doc: Value =
+            serde_json::from_str(&std::fs::read_to_string(ctx.genesis_path()).unwrap()).unwrap();
+        assert_eq!(doc["chain_id"], "c");
+        assert_eq!(
+            doc["app_state"]["balances"],
+            serde_json::json!([{"user": "alice", "amount": 7}])
+        );
+        assert_eq!(doc["app_state"]["params"]["settlement_window_secs"], 60);
+    }
+}

@@ -1,0 +1,125 @@
+//! `tallyd start`: check the genesis, open the store, load the threshold key
+//! share, spawn the relay and serve ABCI until the process ends.
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use clap::Args;
+use tally_node::config::AppConfig;
+use tally_settlement::Genesis;
+
+use super::args::LogArgs;
+use super::genesis::read_app_state;
+use super::{Command, Context};
+
+/// Run the ABCI application for the CometBFT node of this home.
+#[derive(Args, Debug, PartialEq, Eq)]
+pub struct StartCommand {
+    /// Logging overrides.
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+impl Command for StartCommand {
+    fn execute(self, ctx: &Context) -> anyhow::Result<()> {
+        let home = ctx.home();
+        let cfg = AppConfig::load(home)?;
+        self.log.init(&cfg.log_format, &cfg.log_level)?;
+        // Refuse a genesis we could not run before CometBFT ever asks.
+        let genesis_path = ctx.genesis_path();
+        if genesis_path.exists() {
+            let app_state = read_app_state(&genesis_path)?;
+            Genesis::parse(app_state.to_string().as_bytes())
+                .with_context(|| format!("{}", genesis_path.display()))?;
+        }
+        let db_path = cfg.db_path(home);
+        std::fs::create_dir_all(&db_path)
+            .with_context(|| format!("creating {}", db_path.display()))?;
+        let backend = tally_store::RocksBackend::open(&db_path)
+            .with_context(|| format!("opening {}", db_path.display()))?;
+        // The binary owns the halt: exit 2 (genesis) or 3 (store), after the app's FATAL line.
+        let halt = tally_abci::Halt::new(|e| std::process::exit(e.reason.exit_code()));
+        let app = tally_abci::TallyApp::new(Arc::new(backend), halt)?;
+        let share_path = cfg.share_path(home);
+        let mut rank = None;
+        if share_path.exists() {
+            let dkg = if genesis_path.exists() {
+                Genesis::parse(read_app_state(&genesis_path)?.to_string().as_bytes())?.dkg
+            } else {
+                None
+            };
+            let share = tally_node::dealer::load_share(&share_path, dkg.as_ref())?;
+            tracing::info!(index = share.index, file = %share_path.display(), "threshold signer enabled");
+            rank = Some(share.index.saturating_sub(1));
+            app.set_signer(share);
+        } else {
+            tracing::info!(file = %share_path.display(), "no threshold key share: this node does not sign");
+        }
+        // The relay runs on its own thread, never inside an ABCI call.
+        let _relay = if cfg.hub_endpoints.is_empty() {
+            None
+        } else {
+            let rc = cfg.relay_config(rank);
+            Some(tally_relay::spawn(app.clone(), rc)?)
+        };
+        let last = app.last_commit();
+        tracing::info!(
+            home = %home.display(),
+            db = %db_path.display(),
+            height = last.height,
+            app_hash = %hex::encode(last.app_hash),
+            listen = %cfg.abci_listen,
+            "tallyd starting"
+        );
+        let server = tendermint_abci::ServerBuilder::default()
+            .bind(cfg.abci_listen.as_str(), app)
+            .with_context(|| format!("binding ABCI server to {}", cfg.abci_listen))?;
+        server.listen().context("ABCI server stopped")?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::args::LogFormat;
+    use crate::cli::{parse, Commands};
+
+    fn start(args: &[&str]) -> Result<StartCommand, clap::Error> {
+        match parse(args)?.command {
+            Commands::Start(c) => Ok(c),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn parses() {
+        assert_eq!(start(&["start"]).unwrap().log, LogArgs::default());
+        let c = start(&[
+            "start",
+            "--log-format",
+            "json",
+            "--log-level",
+            "tally=debug,info",
+        ])
+        .unwrap();
+        assert_eq!(c.log.log_format, Some(LogFormat::Json));
+        assert_eq!(c.log.log_level.as_deref(), Some("tally=debug,info"));
+        let e = start(&["start", "--log-format", "xml"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::InvalidValue);
+        let e = start(&["start", "--abci-listen", "x"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::UnknownArgument);
+    }
+
+    #[test]
+    fn a_bad_app_toml_is_refused_before_anything_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("config")).unwrap();
+        std::fs::write(AppConfig::path(dir.path()), "log_format = \"xml\"\n").unwrap();
+        let ctx = Context {
+            home: dir.path().to_path_buf(),
+        };
+        let e = start(&["start"]).unwrap().execute(&ctx).unwrap_err();
+        assert!(format!("{e:#}").contains("log_format"), "{e:#}");
+    }
+}

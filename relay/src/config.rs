@@ -1,0 +1,134 @@
+//! How the relay is set up: [`RelayConfig`], which `tallyd` builds from
+//! `app.toml`. The defaults here are the values the relay ran with before
+//! they became settings; `tallyd` checks the ranges when it loads the file.
+
+use std::time::Duration;
+
+use tally_client::{Breaker, RetryPolicy};
+
+/// Each hub endpoint's circuit breaker, shared by submissions and reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BreakerConfig {
+    /// Consecutive failed calls that open it.
+    pub failure_threshold: u32,
+    /// How long it stays open before letting probes through.
+    pub open_for: Duration,
+    /// Probe calls let through while half-open.
+    pub probes: u32,
+}
+
+impl Default for BreakerConfig {
+    fn default() -> Self {
+        Self {
+            failure_threshold: 3,
+            open_for: Duration::from_secs(10),
+            probes: 1,
+        }
+    }
+}
+
+impl BreakerConfig {
+    /// A new, closed breaker with these settings.
+    pub fn breaker(&self) -> Breaker {
+        Breaker::new(self.failure_threshold, self.open_for, self.probes)
+    }
+}
+
+/// How long the relay waits for the hub when it reads from it (tip,
+/// deposits, settlement); submissions use the retry policy's per-try
+/// timeout instead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HubTimeouts {
+    /// Connecting to an endpoint.
+    pub connect: Duration,
+    /// One whole read.
+    pub read: Duration,
+}
+
+impl Default for HubTimeouts {
+    fn default() -> Self {
+        Self {
+            connect: Duration::from_secs(2),
+            read: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The default interval between reads of the chain and the hub.
+pub const DEFAULT_POLL: Duration = Duration::from_millis(500);
+
+/// How the relay behaves.
+#[derive(Clone, Debug)]
+pub struct RelayConfig {
+    /// Hub CometBFT RPC endpoints, in failover order.
+    pub hub_endpoints: Vec<String>,
+    /// Hub blocks a result must be under before it is reported.
+    pub confirmations: u64,
+    /// This validator's signer rank (share index - 1): it submits
+    /// `rank * stagger` after it first sees an attempt's batch signed, so
+    /// one hub tx is the norm. `None` (no key share): never submits.
+    pub rank: Option<u32>,
+    /// Delay between ranks.
+    pub stagger: Duration,
+    /// How often the chain and the hub are read.
+    pub poll: Duration,
+    /// Transport retry policy of one submission.
+    pub policy: RetryPolicy,
+    /// The hub endpoints' circuit breakers.
+    pub breaker: BreakerConfig,
+    /// Timeouts of hub reads.
+    pub hub_timeouts: HubTimeouts,
+    /// Where to serve Prometheus metrics (`None`: not served).
+    pub metrics_listen: Option<String>,
+    /// Metric name prefix.
+    pub metrics_prefix: String,
+}
+
+impl RelayConfig {
+    /// A relay of `hub_endpoints` with every other setting at its default:
+    /// one confirmation, no key share (observes, never submits), 2 s
+    /// stagger, [`DEFAULT_POLL`], the SDK's retry policy, default breakers
+    /// and hub timeouts, no metrics endpoint, prefix `tally`.
+    pub fn new(hub_endpoints: Vec<String>) -> Self {
+        Self {
+            hub_endpoints,
+            confirmations: 1,
+            rank: None,
+            stagger: Duration::from_secs(2),
+            poll: DEFAULT_POLL,
+            policy: RetryPolicy::default(),
+            breaker: BreakerConfig::default(),
+            hub_timeouts: HubTimeouts::default(),
+            metrics_listen: None,
+            metrics_prefix: "tally".into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_values_the_relay_ran_with() {
+        let c = RelayConfig::new(vec!["http://127.0.0.1:26757".into()]);
+        assert_eq!(c.poll, Duration::from_millis(500));
+        assert_eq!(
+            c.breaker,
+            BreakerConfig {
+                failure_threshold: 3,
+                open_for: Duration::from_secs(10),
+                probes: 1
+            }
+        );
+        assert_eq!(
+            (c.hub_timeouts.connect, c.hub_timeouts.read),
+            (Duration::from_secs(2), Duration::from_secs(5))
+        );
+        assert_eq!(c.policy, RetryPolicy::default());
+        assert_eq!(
+            c.breaker.breaker().state(),
+            tally_client::BreakerState::Closed
+        );
+    }
+}

@@ -1,0 +1,321 @@
+//! The relay's loop: every `poll` it reads the chain's committed
+//! settlement state and the hub, updates the metrics, and acts on what
+//! [`decide`](crate::decide) says: hand deposits and hub results to the
+//! signer, start a submission, or cancel one that became moot. Decisions
+//! are pure functions in `decide`; this module only does the I/O.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use prost::Message;
+use tally_abci::TallyApp;
+use tally_client::HttpTransport;
+use tally_hub_types::{hub_tx, HubTx, SubmitBatch};
+use tally_settlement::proto::{BatchRecord, HubBlock, HubResult, SyncState};
+use tally_settlement::sync;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::config::RelayConfig;
+use crate::decide;
+use crate::hub::{Hub, HubError};
+use crate::metrics::RelayMetrics;
+use crate::submission::{InFlight, Submission};
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Runs a blocking hub read on tokio's blocking pool; `None` (logged) if
+/// it failed.
+async fn read_hub<T: Send + 'static>(
+    what: &'static str,
+    hub: &Hub,
+    read: impl FnOnce(&Hub) -> Result<T, HubError> + Send + 'static,
+) -> Option<T> {
+    let h = hub.clone();
+    match tokio::task::spawn_blocking(move || read(&h)).await {
+        Ok(Ok(v)) => Some(v),
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "hub {what} not readable");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "hub read task failed");
+            None
+        }
+    }
+}
+
+/// The loop's state between polls.
+struct Relay {
+    app: TallyApp,
+    cfg: RelayConfig,
+    hub: Hub,
+    metrics: RelayMetrics,
+    transport: HttpTransport,
+    /// (nonce, attempt) whose submission already started here.
+    done: Option<(u64, u32)>,
+    /// When this relay first saw (nonce, attempt) signed: ranks are
+    /// staggered from there, so a slow signing round does not let every
+    /// relay submit at once.
+    signed_seen: Option<((u64, u32), Instant)>,
+    in_flight: Option<InFlight>,
+}
+
+/// Polls until `stop` turns true.
+pub(crate) async fn run(
+    app: TallyApp,
+    cfg: RelayConfig,
+    metrics: RelayMetrics,
+    mut stop: watch::Receiver<bool>,
+) {
+    match cfg.rank {
+        Some(rank) => tracing::info!(hub = ?cfg.hub_endpoints, rank, "relay started"),
+        None => tracing::info!(
+            hub = ?cfg.hub_endpoints,
+            "relay started without a key share: observes the hub, never submits"
+        ),
+    }
+    let mut relay = Relay {
+        hub: Hub::new(&cfg.hub_endpoints, cfg.hub_timeouts, cfg.breaker),
+        transport: HttpTransport::new(cfg.policy.per_try_timeout),
+        app,
+        cfg,
+        metrics,
+        done: None,
+        signed_seen: None,
+        in_flight: None,
+    };
+    // Every endpoint's breaker state is exposed from the start.
+    for (e, b) in relay.cfg.hub_endpoints.iter().zip(relay.hub.breakers()) {
+        relay.metrics.set_circuit_state(e, b.state().gauge());
+    }
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(relay.cfg.poll) => {}
+            _ = stop.changed() => {}
+        }
+        if *stop.borrow() {
+            if let Some(f) = relay.in_flight.take() {
+                f.task.abort();
+            }
+            return; // the runtime, and any cancelled task, ends with the thread
+        }
+        relay.poll().await;
+    }
+}
+
+impl Relay {
+    /// Cancels the submission in flight, if any.
+    fn cancel_in_flight(&mut self) {
+        if let Some(f) = self.in_flight.take() {
+            f.cancel();
+        }
+    }
+
+    /// One poll.
+    async fn poll(&mut self) {
+        if self
+            .in_flight
+            .as_ref()
+            .is_some_and(|f| f.task.is_finished())
+        {
+            self.in_flight = None;
+        }
+        let app = self.app.clone();
+        let kv = app.committed_state();
+        let Ok(p) = tally_settlement::params(kv) else {
+            return;
+        };
+        // The hub's tip, read once per poll for deposits and settlement.
+        let tip = read_hub("tip", &self.hub, Hub::tip).await;
+        if let Some(tip) = tip {
+            self.deposits(kv, &p.hub_chain, p.hub_block_range, tip)
+                .await;
+        }
+        let Ok(st) = sync::sync_state(kv, &p.hub_chain) else {
+            return;
+        };
+        self.update_gauges(kv, &p, &st);
+        let key = (st.current_nonce, st.attempt);
+        // A submission for an attempt that is no longer current is moot.
+        if let Some(f) = self.in_flight.take_if(|f| f.key != key) {
+            f.cancel();
+        }
+        let (chain, nonce, attempt) = (p.hub_chain.clone(), st.current_nonce, st.attempt);
+        if nonce == 0 || attempt == 0 {
+            return;
+        }
+        let batch = sync::batch(kv, &chain, nonce).ok().flatten();
+        // Observe the hub: has it settled this nonce, and how deep?
+        let view = match tip {
+            Some(tip) => {
+                let c = chain.clone();
+                read_hub("settlement", &self.hub, move |h| h.settled_at(&c, nonce))
+                    .await
+                    .map(|settled_at| decide::HubView { settled_at, tip })
+            }
+            None => None,
+        };
+        let since_signed = self.since_signed(batch.as_ref(), key);
+        let step = decide::decide(&decide::Inputs {
+            state: &st,
+            batch: batch.as_ref(),
+            hub: view,
+            confirmations: self.cfg.confirmations,
+            now_unix: unix_now(),
+            attempt_deadline_secs: p.attempt_deadline_secs,
+            since_signed,
+            rank: self.cfg.rank,
+            stagger: self.cfg.stagger,
+            submitted: self.done == Some(key),
+        });
+        let result = |settled| HubResult {
+            chain: chain.clone(),
+            nonce,
+            attempt,
+            settled,
+        };
+        match (step, batch) {
+            (decide::Step::Idle, _) => {}
+            (decide::Step::SettledShallow | decide::Step::Settled, _) => {
+                // Whatever this relay still had in flight is moot.
+                self.cancel_in_flight();
+                if step == decide::Step::Settled {
+                    self.app.hand_in(result(true));
+                }
+            }
+            (decide::Step::DeadlinePassed { elapsed }, _) => {
+                self.cancel_in_flight();
+                tracing::warn!(
+                    nonce,
+                    attempt,
+                    elapsed,
+                    layer = "settlement",
+                    "attempt deadline passed without settlement; signing failed"
+                );
+                self.app.hand_in(result(false));
+            }
+            (decide::Step::Submit, Some(b)) => self.submit(kv, chain, key, &b),
+            (decide::Step::Submit, None) => {}
+        }
+    }
+
+    /// Deposits: the next fixed range of hub heights, once it is
+    /// `confirmations` blocks deep, goes to the signer.
+    async fn deposits(&self, kv: &impl tally_store::KvRead, chain: &str, range: u64, tip: u64) {
+        let Ok(sync::HubCursor { height: cursor, .. }) = sync::hub_cursor(kv, chain) else {
+            return;
+        };
+        self.metrics
+            .set_cursor_lag(tip.saturating_sub(cursor.saturating_sub(1)));
+        let Some((from, to)) = decide::deposit_range(cursor, range, tip, self.cfg.confirmations)
+        else {
+            return;
+        };
+        if let Some(deposits) = read_hub("deposits", &self.hub, move |h| h.deposits(from, to)).await
+        {
+            self.app.hand_in(HubBlock {
+                chain: chain.to_string(),
+                from_height: from,
+                to_height: to,
+                deposits,
+            });
+        }
+    }
+
+    /// Gauges and counters read from committed state and the breakers.
+    fn update_gauges(
+        &self,
+        kv: &impl tally_store::KvRead,
+        p: &tally_settlement::Params,
+        st: &SyncState,
+    ) {
+        // Attempts beyond each batch's first: the chain's settlement retries.
+        self.metrics.set_sync(
+            st.attempts_total,
+            st.failures,
+            st.attempts_total.saturating_sub(st.next_nonce.max(1) - 1),
+        );
+        if let Ok(pending) = sync::pending_calls(kv, &p.hub_chain, None, 1000) {
+            let oldest = pending
+                .first()
+                .map(|c| unix_now().saturating_sub((c.window + 1) * p.settlement_window_secs))
+                .unwrap_or(0);
+            self.metrics.set_pending(pending.len(), oldest);
+        }
+        for (e, b) in self.cfg.hub_endpoints.iter().zip(self.hub.breakers()) {
+            self.metrics.set_circuit_state(e, b.state().gauge());
+        }
+    }
+
+    /// How long ago this relay first saw the current attempt's batch
+    /// signed (`None`: not signed).
+    fn since_signed(&mut self, batch: Option<&BatchRecord>, key: (u64, u32)) -> Option<Duration> {
+        let now = Instant::now();
+        match (batch, self.signed_seen) {
+            (Some(b), Some((k, t)))
+                if b.status == sync::BatchStatus::Signed.value() && k == key =>
+            {
+                Some(now.duration_since(t))
+            }
+            (Some(b), _) if b.status == sync::BatchStatus::Signed.value() => {
+                self.signed_seen = Some((key, now));
+                Some(Duration::ZERO)
+            }
+            _ => None,
+        }
+    }
+
+    /// Starts the submission of the signed `batch` as a task.
+    fn submit(
+        &mut self,
+        kv: &impl tally_store::KvRead,
+        chain: String,
+        key: (u64, u32),
+        batch: &BatchRecord,
+    ) {
+        let (nonce, attempt) = key;
+        let calls: Vec<_> = batch
+            .call_ids
+            .iter()
+            .filter_map(|id| sync::hub_call(kv, *id).ok().flatten())
+            .collect();
+        if calls.len() != batch.call_ids.len() {
+            return;
+        }
+        let tx = HubTx {
+            sum: Some(hub_tx::Sum::SubmitBatch(SubmitBatch {
+                chain: chain.clone(),
+                nonce,
+                calls,
+                signature: batch.signature.clone(),
+            })),
+        }
+        .encode_to_vec();
+        self.done = Some(key);
+        tracing::info!(
+            nonce,
+            attempt,
+            rank = self.cfg.rank.unwrap_or_default(),
+            "submitting the signed batch to the hub"
+        );
+        let (cancel, cancel_rx) = watch::channel(false);
+        let sub = Submission {
+            app: self.app.clone(),
+            hub: self.hub.clone(),
+            metrics: self.metrics.clone(),
+            transport: self.transport.clone(),
+            policy: self.cfg.policy.clone(),
+            shutdown: cancel_rx,
+            chain,
+            nonce,
+            attempt,
+            tx,
+        };
+        self.in_flight = Some(InFlight::spawn(sub, cancel));
+    }
+}

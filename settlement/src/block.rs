@@ -1,0 +1,52 @@
+//! Work at the start of every block, before its transactions: forget
+//! report ids that can no longer be replayed, close the settlement windows
+//! the block time has left (their totals freeze and what users owe becomes
+//! escrowed hub calls), record the block's window and time, and expire
+//! partial signatures that never reached the threshold.
+
+use tally_store::Kv;
+
+use crate::error::Fatal;
+use crate::state::chain::{
+    cur_window, forget_reports_through, params, put_cur_window, put_last_time, put_window_info,
+    window_info,
+};
+use crate::sync::batch::close_window;
+use crate::sync::partials::expire_partials;
+use crate::types::{Block, Event};
+
+/// Runs the start-of-block work for `block`; returns its events.
+pub fn begin_block(kv: &mut impl Kv, block: &Block) -> Result<Vec<Event>, Fatal> {
+    let mut events = Vec::new();
+    // Report ids whose expires_at <= now can never be replayed: forget them.
+    forget_reports_through(kv, block.time)?;
+
+    let params = params(kv)?;
+    let now_window = block.time / params.settlement_window_secs;
+    let prev = cur_window(kv)?;
+    if let Some(prev) = prev {
+        if now_window > prev {
+            let calls = close_window(kv, prev, &params.hub_chain)?;
+            if let Some(mut info) = window_info(kv, prev)? {
+                info.closed = true;
+                put_window_info(kv, prev, &info);
+                events.push(Event::new(
+                    "window_closed",
+                    [
+                        ("window", prev.to_string()),
+                        ("routes", info.routes.to_string()),
+                        ("requests", info.totals.requests.to_string()),
+                        ("amount", info.totals.amount.to_string()),
+                        ("hub_calls", calls.to_string()),
+                    ],
+                ));
+            }
+        }
+    }
+    if prev != Some(now_window) {
+        put_cur_window(kv, now_window);
+    }
+    put_last_time(kv, block.time);
+    expire_partials(kv, block.height)?;
+    Ok(events)
+}

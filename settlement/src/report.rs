@@ -1,0 +1,369 @@
+//! Usage reports: a gateway's signed `ReportUsage` is checked from reads
+//! into a [`Plan`], and the plan's writes happen only when every check
+//! passed, so a rejected report changes nothing.
+//!
+//! A report charges each record's user, credits what each provider is
+//! owed in the current window, adds the records to their route records
+//! and the window's totals, and remembers the report id until it expires.
+
+use std::collections::BTreeMap;
+
+use ed25519_dalek::{Signature, VerifyingKey};
+use prost::Message;
+use tally_store::{Kv, KvRead};
+
+use crate::codes::Code;
+use crate::error::{reject, ExecError, Rejection};
+use crate::genesis::Params;
+use crate::ident;
+use crate::proto::{tx, Outcome, ReportUsage, SignedReport, Tx};
+use crate::record::{Counters, RouteId};
+use crate::state::chain::{
+    balance, chain_id, gateway, owed, params, put_balance, put_owed, put_report, put_route,
+    put_window_info, report_seen, route, window_info,
+};
+use crate::tx::decode_tx;
+use crate::types::{Event, TxResult, WindowInfo};
+
+/// Domain prefix of a gateway's report signature: the signed message is
+/// `REPORT_SIGN_DOMAIN || body`.
+pub const REPORT_SIGN_DOMAIN: &[u8] = b"tally/report/v1\0";
+
+/// A route record as the plan will write it.
+#[derive(Debug)]
+struct PlannedRoute {
+    /// The route.
+    id: RouteId,
+    /// Its counters after the report.
+    counters: Counters,
+    /// Whether the window had no record of it (it gets indexed).
+    is_new: bool,
+}
+
+/// What a provider will be owed by a user after the report.
+#[derive(Debug)]
+struct PlannedOwed {
+    provider: String,
+    user: String,
+    total: u64,
+}
+
+/// Everything a valid report will write, computed from reads only.
+#[derive(Debug)]
+pub struct Plan {
+    report_id: Vec<u8>,
+    expires_at: u64,
+    gateway: String,
+    records: usize,
+    window: u64,
+    routes: Vec<PlannedRoute>,
+    /// Users charged and their balance after the report.
+    balances: Vec<(String, u64)>,
+    owed: Vec<PlannedOwed>,
+    window_info: WindowInfo,
+}
+
+impl Plan {
+    /// The report's id.
+    pub fn report_id(&self) -> &[u8] {
+        &self.report_id
+    }
+}
+
+/// Plans the transaction `bytes` at block time `now`: it must fit
+/// `max_tx_bytes`, decode, and be a valid usage report.
+pub fn plan_tx(kv: &impl KvRead, now: u64, bytes: &[u8]) -> Result<Plan, ExecError> {
+    let params = params(kv)?;
+    if bytes.len() as u64 > params.max_tx_bytes {
+        return Err(reject(
+            Code::TxTooLarge,
+            format!(
+                "transaction is {} bytes, at most {} allowed",
+                bytes.len(),
+                params.max_tx_bytes
+            ),
+        ));
+    }
+    match decode_tx(bytes)?.sum {
+        Some(tx::Sum::Report(r)) => plan_report(kv, &params, now, &r),
+        Some(_) => Err(reject(Code::BadSystemTx, "not a usage report")),
+        None => Err(reject(Code::MalformedTx, "transaction has no payload")),
+    }
+}
+
+/// Checks who signed the report and that the signature verifies; returns
+/// the gateway's name.
+fn check_signature(kv: &impl KvRead, signed: &SignedReport) -> Result<String, ExecError> {
+    let key: [u8; 32] = signed.gateway_key.as_slice().try_into().map_err(|_| {
+        reject(
+            Code::UnknownGateway,
+            format!("gateway key is {} bytes, want 32", signed.gateway_key.len()),
+        )
+    })?;
+    let gateway = gateway(kv, &key)?.ok_or_else(|| {
+        reject(
+            Code::UnknownGateway,
+            format!(
+                "gateway key {} is not registered in genesis",
+                hex::encode(key)
+            ),
+        )
+    })?;
+    let sig: [u8; 64] = signed.signature.as_slice().try_into().map_err(|_| {
+        reject(
+            Code::BadSignature,
+            format!("signature is {} bytes, want 64", signed.signature.len()),
+        )
+    })?;
+    let vk = VerifyingKey::from_bytes(&key)
+        .map_err(|_| reject(Code::UnknownGateway, "gateway key is not an ed25519 point"))?;
+    let mut msg = Vec::with_capacity(REPORT_SIGN_DOMAIN.len() + signed.body.len());
+    msg.extend_from_slice(REPORT_SIGN_DOMAIN);
+    msg.extend_from_slice(&signed.body);
+    vk.verify_strict(&msg, &Signature::from_bytes(&sig))
+        .map_err(|_| {
+            reject(
+                Code::BadSignature,
+                format!("signature does not verify for gateway {gateway}"),
+            )
+        })?;
+    Ok(gateway)
+}
+
+/// The report's own checks: chain, id, expiry, replay, record count.
+fn check_header(
+    kv: &impl KvRead,
+    params: &Params,
+    now: u64,
+    report: &ReportUsage,
+) -> Result<(), ExecError> {
+    let chain = chain_id(kv)?;
+    if report.chain_id != chain {
+        return Err(reject(
+            Code::WrongChain,
+            format!(
+                "report is for chain {:?}, this is {:?}",
+                report.chain_id, chain
+            ),
+        ));
+    }
+    if report.report_id.len() != 16 {
+        return Err(reject(
+            Code::BadReportId,
+            format!("report_id is {} bytes, want 16", report.report_id.len()),
+        ));
+    }
+    let rid = hex::encode(&report.report_id);
+    if report.expires_at <= now {
+        return Err(reject(
+            Code::ReportExpired,
+            format!(
+                "report {rid} expired at {} (block time {now})",
+                report.expires_at
+            ),
+        ));
+    }
+    if report.expires_at - now > params.max_report_expiry_secs {
+        return Err(reject(
+            Code::ExpiryTooFar,
+            format!(
+                "report {rid} expires_at {} is more than {} s after block time {now}",
+                report.expires_at, params.max_report_expiry_secs
+            ),
+        ));
+    }
+    if report_seen(kv, &report.report_id)? {
+        return Err(reject(
+            Code::DuplicateReport,
+            format!("report {rid} was already accepted"),
+        ));
+    }
+    if report.records.is_empty() {
+        return Err(reject(
+            Code::EmptyReport,
+            format!("report {rid} has no records"),
+        ));
+    }
+    if report.records.len() > params.max_report_records as usize {
+        return Err(reject(
+            Code::TooManyRecords,
+            format!(
+                "report {rid} has {} records, at most {} allowed",
+                report.records.len(),
+                params.max_report_records
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn plan_report(
+    kv: &impl KvRead,
+    params: &Params,
+    now: u64,
+    signed: &SignedReport,
+) -> Result<Plan, ExecError> {
+    let report = ReportUsage::decode(signed.body.as_slice()).map_err(|e| {
+        reject(
+            Code::MalformedTx,
+            format!("report body does not decode: {e}"),
+        )
+    })?;
+    let gateway = check_signature(kv, signed)?;
+    check_header(kv, params, now, &report)?;
+
+    let rid = hex::encode(&report.report_id);
+    let window = now / params.settlement_window_secs;
+    let overflow = || {
+        reject(
+            Code::Overflow,
+            format!("report {rid} overflows a 64-bit counter"),
+        )
+    };
+    let mut routes: BTreeMap<RouteId, Counters> = BTreeMap::new();
+    let mut debits: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut owed_add: BTreeMap<(&str, &str), u64> = BTreeMap::new();
+    for (i, r) in report.records.iter().enumerate() {
+        let at = |e: Rejection| Rejection::new(e.code, format!("record {i}: {}", e.log));
+        ident::check_party("user", &r.user).map_err(at)?;
+        ident::check_party("provider", &r.provider).map_err(at)?;
+        ident::check_name("model", &r.model).map_err(at)?;
+        ident::check_name("route", &r.route).map_err(at)?;
+        let outcome = match Outcome::try_from(r.outcome) {
+            Ok(Outcome::Unspecified) | Err(_) => {
+                return Err(reject(
+                    Code::BadOutcome,
+                    format!("record {i}: outcome {} is not a known class", r.outcome),
+                ))
+            }
+            Ok(o) => o,
+        };
+        let id = RouteId {
+            user: r.user.clone(),
+            provider: r.provider.clone(),
+            model: r.model.clone(),
+            route: r.route.clone(),
+        };
+        routes
+            .entry(id)
+            .or_default()
+            .add_record(outcome, r.units, r.amount)
+            .map_err(|_| overflow())?;
+        let d = debits.entry(&r.user).or_default();
+        *d = d.checked_add(r.amount).ok_or_else(overflow)?;
+        let o = owed_add.entry((&r.provider, &r.user)).or_default();
+        *o = o.checked_add(r.amount).ok_or_else(overflow)?;
+    }
+
+    let mut balances = Vec::with_capacity(debits.len());
+    for (user, debit) in debits {
+        let have = balance(kv, user)?;
+        let left = have.checked_sub(debit).ok_or_else(|| {
+            reject(
+                Code::InsufficientBalance,
+                format!("report {rid}: user {user} has {have} credits, the report charges {debit}"),
+            )
+        })?;
+        if debit > 0 {
+            balances.push((user.to_string(), left));
+        }
+    }
+
+    let mut info = window_info(kv, window)?.unwrap_or_default();
+    let mut planned = Vec::with_capacity(routes.len());
+    for (id, add) in routes {
+        let stored = route(kv, &id, window)?;
+        let is_new = stored.is_none();
+        let mut counters = stored.unwrap_or_default();
+        counters.add(&add).map_err(|_| overflow())?;
+        info.totals.add(&add).map_err(|_| overflow())?;
+        if is_new {
+            info.routes += 1;
+        }
+        planned.push(PlannedRoute {
+            id,
+            counters,
+            is_new,
+        });
+    }
+    let mut owed_new = Vec::with_capacity(owed_add.len());
+    for ((provider, user), amount) in owed_add {
+        if amount == 0 {
+            continue;
+        }
+        let total = owed(kv, window, provider, user)?
+            .checked_add(amount)
+            .ok_or_else(overflow)?;
+        owed_new.push(PlannedOwed {
+            provider: provider.to_string(),
+            user: user.to_string(),
+            total,
+        });
+    }
+
+    Ok(Plan {
+        report_id: report.report_id,
+        expires_at: report.expires_at,
+        gateway,
+        records: report.records.len(),
+        window,
+        routes: planned,
+        balances,
+        owed: owed_new,
+        window_info: info,
+    })
+}
+
+impl Plan {
+    /// Writes everything the plan computed and returns the accepted result.
+    pub fn apply(self, kv: &mut impl Kv) -> TxResult {
+        put_report(kv, &self.report_id, self.expires_at);
+        for r in &self.routes {
+            put_route(kv, &r.id, self.window, &r.counters, r.is_new);
+        }
+        for (user, left) in &self.balances {
+            put_balance(kv, user, *left);
+        }
+        for o in &self.owed {
+            put_owed(kv, self.window, &o.provider, &o.user, o.total);
+        }
+        put_window_info(kv, self.window, &self.window_info);
+        let rid = hex::encode(&self.report_id);
+        TxResult::ok(
+            format!(
+                "report {rid} from {}: {} records on {} routes in window {}",
+                self.gateway,
+                self.records,
+                self.routes.len(),
+                self.window
+            ),
+            vec![Event::new(
+                "usage_report",
+                [
+                    ("report_id", rid),
+                    ("gateway", self.gateway),
+                    ("records", self.records.to_string()),
+                    ("window", self.window.to_string()),
+                ],
+            )],
+        )
+    }
+}
+
+/// Encodes and signs a report as a transaction, the way gateways do.
+pub fn sign_report(key: &ed25519_dalek::SigningKey, report: &ReportUsage) -> Vec<u8> {
+    use ed25519_dalek::Signer;
+    let body = report.encode_to_vec();
+    let mut msg = Vec::with_capacity(REPORT_SIGN_DOMAIN.len() + body.len());
+    msg.extend_from_slice(REPORT_SIGN_DOMAIN);
+    msg.extend_from_slice(&body);
+    let signature = key.sign(&msg).to_bytes().to_vec();
+    Tx {
+        sum: Some(tx::Sum::Report(SignedReport {
+            body,
+            gateway_key: key.verifying_key().to_bytes().to_vec(),
+            signature,
+        })),
+    }
+    .encode_to_vec()
+}

@@ -1,0 +1,199 @@
+//! Chain metadata, gateways, balances, report ids, windows and route
+//! records: the state usage reports read and write.
+
+use tally_store::{Kv, KvRead};
+
+use super::{get_u64, put_u64, u64_or};
+use crate::error::Fatal;
+use crate::genesis::{GenesisError, Params};
+use crate::keys;
+use crate::record::{Counters, RouteId};
+use crate::types::WindowInfo;
+
+/// The chain's parameters (the defaults before genesis wrote them). A zero
+/// window length (genesis refuses it; blocks divide by it) is corrupt.
+pub fn params(kv: &impl KvRead) -> Result<Params, Fatal> {
+    let p: Params = match kv.get(keys::PARAMS)? {
+        None => return Ok(Params::default()),
+        Some(b) => serde_json::from_slice(&b).map_err(|_| Fatal::Corrupt("params"))?,
+    };
+    if p.settlement_window_secs == 0 {
+        return Err(Fatal::Corrupt("params"));
+    }
+    Ok(p)
+}
+
+/// Stores the chain's parameters.
+pub fn put_params(kv: &mut impl Kv, params: &Params) -> Result<(), GenesisError> {
+    kv.put(keys::PARAMS.to_vec(), serde_json::to_vec(params)?);
+    Ok(())
+}
+
+/// The chain id recorded at genesis (empty before).
+pub fn chain_id(kv: &impl KvRead) -> Result<String, Fatal> {
+    Ok(kv
+        .get(keys::CHAIN_ID)?
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default())
+}
+
+/// Records the chain id.
+pub fn put_chain_id(kv: &mut impl Kv, chain_id: &str) {
+    kv.put(keys::CHAIN_ID.to_vec(), chain_id.as_bytes().to_vec());
+}
+
+/// The name of the gateway with ed25519 key `pubkey`, if registered.
+pub fn gateway(kv: &impl KvRead, pubkey: &[u8; 32]) -> Result<Option<String>, Fatal> {
+    Ok(kv
+        .get(&keys::gateway(pubkey))?
+        .map(|b| String::from_utf8_lossy(&b).into_owned()))
+}
+
+/// Registers a gateway.
+pub fn put_gateway(kv: &mut impl Kv, pubkey: &[u8; 32], name: &str) {
+    kv.put(keys::gateway(pubkey), name.as_bytes().to_vec());
+}
+
+/// A user's balance (0 if never funded).
+pub fn balance(kv: &impl KvRead, user: &str) -> Result<u64, Fatal> {
+    u64_or(kv, &keys::balance(user), 0)
+}
+
+/// Sets a user's balance.
+pub fn put_balance(kv: &mut impl Kv, user: &str, amount: u64) {
+    put_u64(kv, keys::balance(user), amount);
+}
+
+/// Time of the last block (0 before the first).
+pub fn last_time(kv: &impl KvRead) -> Result<u64, Fatal> {
+    u64_or(kv, keys::LAST_TIME, 0)
+}
+
+/// Records the time of the block being run.
+pub fn put_last_time(kv: &mut impl Kv, time: u64) {
+    put_u64(kv, keys::LAST_TIME.to_vec(), time);
+}
+
+/// Window of the last block, if a block ran.
+pub fn cur_window(kv: &impl KvRead) -> Result<Option<u64>, Fatal> {
+    get_u64(kv, keys::CUR_WINDOW)
+}
+
+/// Records the window of the block being run.
+pub fn put_cur_window(kv: &mut impl Kv, window: u64) {
+    put_u64(kv, keys::CUR_WINDOW.to_vec(), window);
+}
+
+/// Whether a report id was accepted and has not expired.
+pub fn report_seen(kv: &impl KvRead, report_id: &[u8]) -> Result<bool, Fatal> {
+    Ok(kv.get(&keys::report_id(report_id))?.is_some())
+}
+
+/// Remembers an accepted report id until `expires_at`.
+pub fn put_report(kv: &mut impl Kv, report_id: &[u8], expires_at: u64) {
+    put_u64(kv, keys::report_id(report_id), expires_at);
+    kv.put(keys::report_expiry(expires_at, report_id), Vec::new());
+}
+
+/// Forgets every report id that expires at or before `time`: each id, then
+/// one range delete of their expiry entries.
+pub fn forget_reports_through(kv: &mut impl Kv, time: u64) -> Result<(), Fatal> {
+    let start = keys::report_expiry_start();
+    let end = keys::report_expiry_through(time);
+    let mut expired = Vec::new();
+    let mut bad = false;
+    kv.for_each(&start, &end, &mut |k, _| {
+        match keys::parse_report_expiry(k) {
+            Some(id) => expired.push(id.to_vec()),
+            None => bad = true,
+        }
+        !bad
+    })?;
+    if bad {
+        return Err(Fatal::Corrupt("report expiry key"));
+    }
+    if !expired.is_empty() {
+        for id in &expired {
+            kv.delete(keys::report_id(id));
+        }
+        kv.delete_range(start, end);
+    }
+    Ok(())
+}
+
+/// A window's totals, if any report landed in it.
+pub fn window_info(kv: &impl KvRead, window: u64) -> Result<Option<WindowInfo>, Fatal> {
+    match kv.get(&keys::window(window))? {
+        None => Ok(None),
+        Some(b) => WindowInfo::decode(&b)
+            .map(Some)
+            .ok_or(Fatal::Corrupt("window")),
+    }
+}
+
+/// Stores a window's totals.
+pub fn put_window_info(kv: &mut impl Kv, window: u64, info: &WindowInfo) {
+    kv.put(keys::window(window), info.encode());
+}
+
+/// A route's counters in `window`, if it has a record there.
+pub fn route(kv: &impl KvRead, id: &RouteId, window: u64) -> Result<Option<Counters>, Fatal> {
+    match kv.get(&keys::route(id, window))? {
+        None => Ok(None),
+        Some(b) => Counters::decode(&b)
+            .map(Some)
+            .ok_or(Fatal::Corrupt("route record")),
+    }
+}
+
+/// Stores a route's counters; a new record is also indexed by provider and
+/// by user.
+pub fn put_route(kv: &mut impl Kv, id: &RouteId, window: u64, c: &Counters, is_new: bool) {
+    kv.put(keys::route(id, window), c.encode());
+    if is_new {
+        kv.put(keys::by_provider(id, window), Vec::new());
+        kv.put(keys::by_user(id, window), Vec::new());
+    }
+}
+
+/// Credits `provider` is owed by `user` in an open `window` (0 if none).
+pub fn owed(kv: &impl KvRead, window: u64, provider: &str, user: &str) -> Result<u64, Fatal> {
+    u64_or(kv, &keys::owed(window, provider, user), 0)
+}
+
+/// Sets what `provider` is owed by `user` in `window`.
+pub fn put_owed(kv: &mut impl Kv, window: u64, provider: &str, user: &str, amount: u64) {
+    put_u64(kv, keys::owed(window, provider, user), amount);
+}
+
+/// One entry of what was owed in a window.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Owed {
+    /// Who is owed.
+    pub provider: String,
+    /// Who owes.
+    pub user: String,
+    /// Credits.
+    pub amount: u64,
+}
+
+/// Everything owed in `window`, in key order.
+pub fn owed_in(kv: &impl KvRead, window: u64) -> Result<Vec<Owed>, Fatal> {
+    let prefix = keys::owed_prefix(window);
+    let rows = kv.scan_prefix(&prefix, usize::MAX)?;
+    let mut out = Vec::with_capacity(rows.len());
+    for (k, v) in rows {
+        let (provider, user) = keys::parse_owed(&k, window).ok_or(Fatal::Corrupt("owed key"))?;
+        out.push(Owed {
+            provider,
+            user,
+            amount: super::decode_u64(&v, "owed amount")?,
+        });
+    }
+    Ok(out)
+}
+
+/// Forgets everything owed in `window` (one range delete).
+pub fn clear_owed(kv: &mut impl Kv, window: u64) {
+    kv.delete_prefix(&keys::owed_prefix(window));
+}

@@ -1,0 +1,61 @@
+//! The 32-byte digests validators threshold-sign: a batch of hub calls, a
+//! hub result, a hub block's deposits. Layouts in `docs/signing.md`; the
+//! hub recomputes the batch digest, so these bytes are a wire format.
+//!
+//! Pure functions of their input; imports only the protobuf types.
+
+use sha2::{Digest, Sha256};
+
+use crate::proto::{HubBlock, HubCall, HubResult};
+
+/// The digest validators sign for a batch.
+pub fn batch_digest(chain: &str, nonce: u64, calls: &[HubCall]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(b"tally/batch/v1");
+    put_str(&mut h, chain);
+    h.update(nonce.to_be_bytes());
+    h.update((calls.len() as u64).to_be_bytes());
+    for c in calls {
+        h.update(c.id.to_be_bytes());
+        put_str(&mut h, &c.user);
+        put_str(&mut h, &c.provider);
+        h.update(c.amount.to_be_bytes());
+        h.update(c.window.to_be_bytes());
+    }
+    h.finalize().into()
+}
+
+/// The digest validators sign for a hub result.
+pub fn result_digest(r: &HubResult) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(b"tally/hub-result/v1");
+    put_str(&mut h, &r.chain);
+    h.update(r.nonce.to_be_bytes());
+    h.update(r.attempt.to_be_bytes());
+    h.update([u8::from(r.settled)]);
+    h.finalize().into()
+}
+
+/// The digest validators sign for a hub block.
+pub fn block_digest(b: &HubBlock) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(b"tally/hub-block/v1");
+    put_str(&mut h, &b.chain);
+    h.update(b.from_height.to_be_bytes());
+    h.update(b.to_height.to_be_bytes());
+    h.update((b.deposits.len() as u64).to_be_bytes());
+    for d in &b.deposits {
+        h.update(d.seq.to_be_bytes());
+        put_str(&mut h, &d.user);
+        h.update(d.amount.to_be_bytes());
+    }
+    h.finalize().into()
+}
+
+/// A string as one length byte and at most 255 bytes.
+fn put_str(h: &mut Sha256, s: &str) {
+    let b = s.as_bytes();
+    let n = b.len().min(255);
+    h.update([n as u8]);
+    h.update(b.get(..n).unwrap_or(b));
+}

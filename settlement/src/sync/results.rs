@@ -1,0 +1,73 @@
+//! Hub results: what the hub did with one attempt of the current batch,
+//! observed by each validator's relay and threshold-signed. A signed
+//! result ends the attempt (HubSyncEnd): settled retires the batch and its
+//! calls; failed backdates `last_sync` so the next attempt waits only the
+//! cooldown.
+
+use tally_store::Kv;
+
+use super::digest::result_digest;
+use crate::error::Fatal;
+use crate::genesis::Params;
+use crate::proto::{HubResult, SyncState};
+use crate::state::sync::{batch, delete_hub_call, put_batch, put_sync_state, sync_state};
+use crate::types::{BatchStatus, Block, Event};
+
+/// Whether the chain waits for a signature on result `r` with `digest`:
+/// it is for the current batch of the hub chain, for an attempt that was
+/// made (settled) or for the current attempt not yet failed (failed).
+pub fn awaits_result(p: &Params, st: &SyncState, r: &HubResult, digest: &[u8; 32]) -> bool {
+    let current = r.chain == p.hub_chain && st.current_nonce != 0 && r.nonce == st.current_nonce;
+    let attempt_ok = if r.settled {
+        r.attempt <= st.attempt
+    } else {
+        r.attempt == st.attempt && st.failed_attempt < r.attempt
+    };
+    current && attempt_ok && result_digest(r) == *digest
+}
+
+/// HubSyncEnd(chain, ids, ok): a threshold-signed result for `block`.
+pub fn hub_sync_end(
+    kv: &mut impl Kv,
+    block: &Block,
+    p: &Params,
+    r: &HubResult,
+) -> Result<Event, Fatal> {
+    let mut st = sync_state(kv, &r.chain)?;
+    st.last_result_at = block.time;
+    let outcome;
+    if r.settled {
+        let mut b = batch(kv, &r.chain, r.nonce)?.ok_or(Fatal::Corrupt("settled batch"))?;
+        for id in &b.call_ids {
+            delete_hub_call(kv, *id);
+        }
+        b.status = BatchStatus::Settled.value();
+        put_batch(kv, &r.chain, r.nonce, &b);
+        st.current_nonce = 0;
+        st.attempt = 0;
+        st.last_sync = block.time;
+        st.settled_batches += 1;
+        st.last_error.clear();
+        outcome = "settled";
+    } else {
+        st.last_sync = block.time.saturating_sub(p.failure_backdate_secs);
+        st.failures += 1;
+        st.failed_attempt = r.attempt;
+        st.last_error = format!(
+            "attempt {} of batch {} failed on hub {}",
+            r.attempt, r.nonce, r.chain
+        );
+        outcome = "failed";
+    }
+    put_sync_state(kv, &r.chain, &st);
+    Ok(Event::new(
+        "hub_sync_end",
+        [
+            ("chain", r.chain.clone()),
+            ("nonce", r.nonce.to_string()),
+            ("attempt", r.attempt.to_string()),
+            ("outcome", outcome.into()),
+            ("retry_layer", "settlement".into()),
+        ],
+    ))
+}

@@ -1,0 +1,166 @@
+//! Golden app hashes: four in-process validators with a 3-of-4 threshold key
+//! run 1,000 blocks of seeded traffic through every kind of state change the
+//! chain has (reports, invalid transactions, window closes, SyncTxStart,
+//! partial signatures in vote extensions, failed and settled hub results,
+//! hub deposit ranges). The app hashes at heights 100, 500 and 1000 were
+//! recorded from the code before the module refactor of issue 9; any change
+//! to them is a change of consensus behaviour and must be deliberate.
+
+use tally_settlement::bls::deal;
+use tally_settlement::proto::{HubBlock, HubDeposit, HubResult};
+use tally_tests::driver::Net;
+use tally_tests::traffic::{gateway_key, Traffic};
+
+const CHAIN: &str = "tally-golden";
+const T0: i64 = 1_800_000_000;
+
+/// Hex app hashes at heights 100, 500 and 1000.
+const GOLDEN: [(usize, &str); 3] = [
+    (
+        100,
+        "2b36ed9f3fb0ee6da8560a7750fe78d9e725b13fea8448a55f6675a876c26b41",
+    ),
+    (
+        500,
+        "511ebcf70c8b36a7f9006edc7979018d3ccfd0c9a9e1fcef5f53f6336efdfcd3",
+    ),
+    (
+        1000,
+        "e949f33039a54d0ed7e7e33b5c55fd4084be94d6b3b97aae9ec769f087ddbc71",
+    ),
+];
+
+fn query(net: &Net, path: &str) -> serde_json::Value {
+    let r = net.nodes[0].app.query_path(path);
+    serde_json::from_slice(&r.value).unwrap_or(serde_json::Value::Null)
+}
+
+fn run() -> anyhow::Result<Vec<String>> {
+    let key = gateway_key(9);
+    let mut traffic = Traffic::new(2024, key.clone(), CHAIN, [5, 3, 2, 3]);
+    let coeffs: Vec<[u8; 64]> = (0..3u8).map(|i| [i + 41; 64]).collect();
+    let (pubs, shares) = deal(4, 3, &coeffs)?;
+    let hexkey = |k: &blst::min_pk::PublicKey| hex::encode(k.compress());
+    let app_state = serde_json::json!({
+        "params": {
+            "settlement_window_secs": 30,
+            "hub_chain": "hub",
+            "max_batch_calls": 5,
+            "partial_expiry_blocks": 6,
+            "hub_block_range": 4,
+        },
+        "gateways": [{"name": "gw", "pubkey": hex::encode(key.verifying_key().to_bytes())}],
+        "balances": traffic.users.iter()
+            .map(|u| serde_json::json!({"user": u, "amount": 150_000}))
+            .collect::<Vec<_>>(),
+        "dkg": {
+            "threshold": 3,
+            "group_key": hexkey(&pubs.group),
+            "public_shares": pubs.shares.iter().map(hexkey).collect::<Vec<_>>(),
+        },
+    });
+    let mut net = Net::in_memory(4, CHAIN, T0)?;
+    net.init(&app_state.to_string())?;
+    net.set_signers(shares);
+
+    let mut replay: Option<Vec<u8>> = None;
+    let mut hashes = Vec::new();
+    for h in 1..=1000u64 {
+        let mut txs = Vec::new();
+        for _ in 0..traffic.pick(0..3) {
+            let n = traffic.pick(1..12);
+            let recs = traffic.records(n, 9);
+            txs.push(traffic.report(recs, net.now as u64, 120));
+        }
+        match h % 37 {
+            5 => txs.extend(replay.take()),
+            11 => txs.push(vec![0xba, 0xad, 0xf0, 0x0d]),
+            23 => {
+                let recs = traffic.records(2, 1);
+                txs.push(traffic.report(recs, net.now as u64 - 500, 100));
+            }
+            _ => {}
+        }
+        if let Some(t) = txs.first() {
+            replay = Some(t.clone());
+        }
+
+        // The relay stand-in: every third nonce fails its first attempt
+        // (cooldown), the rest settle once signed.
+        let s = query(&net, "/sync/hub");
+        if let Some(nonce) = s["nonce"].as_u64() {
+            let attempt = s["attempt"].as_u64().unwrap_or(0) as u32;
+            if query(&net, &format!("/batch/hub/{nonce}"))["status"] == "signed" {
+                let settled = !(nonce % 3 == 0 && attempt <= 1);
+                let r = HubResult {
+                    chain: "hub".into(),
+                    nonce,
+                    attempt,
+                    settled,
+                };
+                for n in &net.nodes {
+                    n.app.hand_in(r.clone());
+                }
+            }
+        }
+        // Hub deposit ranges: the range at the chain's cursor every seventh
+        // block, with the sequence numbers the chain expects next.
+        if h % 7 == 0 {
+            let cur = query(&net, "/sync/hub");
+            let from = cur["hub_cursor"].as_u64().unwrap_or(1);
+            let seq = cur["next_deposit_seq"].as_u64().unwrap_or(1);
+            let deposits = (0..(h % 3))
+                .map(|i| HubDeposit {
+                    seq: seq + i,
+                    user: traffic.users[(h + i) as usize % traffic.users.len()].clone(),
+                    amount: 10 + h,
+                })
+                .collect();
+            let b = HubBlock {
+                chain: "hub".into(),
+                from_height: from,
+                to_height: from + 3,
+                deposits,
+            };
+            for n in &net.nodes {
+                n.app.hand_in(b.clone());
+            }
+        }
+        let step = 1 + traffic.pick(0..3) as i64;
+        let out = net.block(txs, step)?;
+        if [100, 500, 1000].contains(&h) {
+            hashes.push(hex::encode(&out.app_hash));
+        }
+    }
+    // The run must have exercised what the hashes are meant to pin.
+    let sync = query(&net, "/sync/hub");
+    println!("final sync state: {sync}");
+    let mut settled = 0;
+    let mut nonce = 1;
+    while query(&net, &format!("/batch/hub/{nonce}"))["status"] == "settled" {
+        settled += 1;
+        nonce += 1;
+    }
+    anyhow::ensure!(settled >= 10, "only {settled} batches settled");
+    anyhow::ensure!(
+        sync["next_deposit_seq"].as_u64().unwrap_or(0) > 20,
+        "deposits were not credited: {sync}"
+    );
+    anyhow::ensure!(
+        sync["hub_cursor"].as_u64().unwrap_or(0) > 100,
+        "hub ranges were not credited: {sync}"
+    );
+    Ok(hashes)
+}
+
+#[test]
+fn app_hashes_match_the_recorded_golden_values() -> anyhow::Result<()> {
+    let got = run()?;
+    for ((height, _), got) in GOLDEN.iter().zip(&got) {
+        println!("height {height}: {got}");
+    }
+    for ((height, want), got) in GOLDEN.iter().zip(&got) {
+        assert_eq!(got, want, "app hash at height {height}");
+    }
+    Ok(())
+}
