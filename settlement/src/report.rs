@@ -19,8 +19,8 @@ use crate::ident;
 use crate::proto::{tx, Outcome, ReportUsage, SignedReport, Tx};
 use crate::record::{Counters, RouteId};
 use crate::state::chain::{
-    balance, chain_id, gateway, owed, params, put_balance, put_owed, put_report, put_route,
-    put_window_info, report_seen, route, window_info,
+    balance, chain_id, gateway, owed_slot, params, put_balance, put_owed_slot, put_report,
+    put_route, put_window_info, report_seen, route, window_info, OwedSlot,
 };
 use crate::tx::decode_tx;
 use crate::types::{Event, TxResult, WindowInfo};
@@ -40,14 +40,6 @@ struct PlannedRoute {
     is_new: bool,
 }
 
-/// What a provider will be owed by a user after the report.
-#[derive(Debug)]
-struct PlannedOwed {
-    provider: String,
-    user: String,
-    total: u64,
-}
-
 /// Everything a valid report will write, computed from reads only.
 #[derive(Debug)]
 pub struct Plan {
@@ -59,7 +51,8 @@ pub struct Plan {
     routes: Vec<PlannedRoute>,
     /// Users charged and their balance after the report.
     balances: Vec<(String, u64)>,
-    owed: Vec<PlannedOwed>,
+    /// What each provider will be owed by each user after the report.
+    owed: Vec<OwedSlot>,
     window_info: WindowInfo,
 }
 
@@ -291,14 +284,9 @@ fn plan_report(
         if amount == 0 {
             continue;
         }
-        let total = owed(kv, window, provider, user)?
-            .checked_add(amount)
-            .ok_or_else(overflow)?;
-        owed_new.push(PlannedOwed {
-            provider: provider.to_string(),
-            user: user.to_string(),
-            total,
-        });
+        let mut slot = owed_slot(kv, window, provider, user)?;
+        slot.amount = slot.amount.checked_add(amount).ok_or_else(overflow)?;
+        owed_new.push(slot);
     }
 
     Ok(Plan {
@@ -324,8 +312,8 @@ impl Plan {
         for (user, left) in &self.balances {
             put_balance(kv, user, *left);
         }
-        for o in &self.owed {
-            put_owed(kv, self.window, &o.provider, &o.user, o.total);
+        for slot in self.owed {
+            put_owed_slot(kv, slot);
         }
         put_window_info(kv, self.window, &self.window_info);
         let rid = hex::encode(&self.report_id);

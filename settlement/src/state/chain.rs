@@ -156,14 +156,31 @@ pub fn put_route(kv: &mut impl Kv, id: &RouteId, window: u64, c: &Counters, is_n
     }
 }
 
-/// Credits `provider` is owed by `user` in an open `window` (0 if none).
-pub fn owed(kv: &impl KvRead, window: u64, provider: &str, user: &str) -> Result<u64, Fatal> {
-    u64_or(kv, &keys::owed(window, provider, user), 0)
+/// What one provider is owed by one user in an open window, read once and
+/// written back with [`put_owed_slot`]: the key is built once for both
+/// (report execution does this for every (provider, user) of a report).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwedSlot {
+    key: Vec<u8>,
+    /// The amount owed.
+    pub amount: u64,
 }
 
-/// Sets what `provider` is owed by `user` in `window`.
-pub fn put_owed(kv: &mut impl Kv, window: u64, provider: &str, user: &str, amount: u64) {
-    put_u64(kv, keys::owed(window, provider, user), amount);
+/// Reads what `provider` is owed by `user` in `window` (0 if none).
+pub fn owed_slot(
+    kv: &impl KvRead,
+    window: u64,
+    provider: &str,
+    user: &str,
+) -> Result<OwedSlot, Fatal> {
+    let key = keys::owed(window, provider, user);
+    let amount = u64_or(kv, &key, 0)?;
+    Ok(OwedSlot { key, amount })
+}
+
+/// Writes a slot read by [`owed_slot`] back with its (changed) amount.
+pub fn put_owed_slot(kv: &mut impl Kv, slot: OwedSlot) {
+    put_u64(kv, slot.key, slot.amount);
 }
 
 /// One entry of what was owed in a window.
