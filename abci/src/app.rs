@@ -8,18 +8,9 @@ use tally_settlement::bls::SecretShare;
 use tally_settlement::{self as settlement};
 use tally_store::halt::{Halt, HaltEvent, HaltReason};
 use tally_store::{Backend, ChangeSet, CommitMeta, Pending, StoreError};
-use tendermint_abci::Application;
-use tendermint_proto::v0_38::abci::{
-    RequestCheckTx, RequestExtendVote, RequestFinalizeBlock, RequestInfo, RequestInitChain,
-    RequestPrepareProposal, RequestProcessProposal, RequestQuery, RequestVerifyVoteExtension,
-    ResponseCheckTx, ResponseCommit, ResponseExtendVote, ResponseFinalizeBlock, ResponseInfo,
-    ResponseInitChain, ResponsePrepareProposal, ResponseProcessProposal, ResponseQuery,
-    ResponseVerifyVoteExtension,
-};
 use tracing::error;
 
 use crate::inbox::{HandIn, Inbox};
-use crate::{finalize, info, init, proposal, vote_extension};
 
 /// Errors of the adapter that are not ABCI responses.
 #[derive(Debug, thiserror::Error)]
@@ -187,50 +178,5 @@ impl TallyApp {
     pub(crate) fn fatal_store_error(&self, height: u64, what: &str) {
         error!(height, error = %what, "FATAL: local store failure; stopping the app (CometBFT will replay from the last commit after restart)");
         self.halt(HaltReason::StoreFailure, height, what.to_string());
-    }
-}
-
-impl Application for TallyApp {
-    fn info(&self, req: RequestInfo) -> ResponseInfo {
-        info::info(self, req)
-    }
-
-    fn init_chain(&self, req: RequestInitChain) -> ResponseInitChain {
-        init::init_chain(self, req)
-    }
-
-    fn query(&self, req: RequestQuery) -> ResponseQuery {
-        info::query(self, req)
-    }
-
-    fn check_tx(&self, req: RequestCheckTx) -> ResponseCheckTx {
-        info::check_tx(self, req)
-    }
-
-    fn prepare_proposal(&self, req: RequestPrepareProposal) -> ResponsePrepareProposal {
-        proposal::prepare_proposal(self, req)
-    }
-
-    fn process_proposal(&self, req: RequestProcessProposal) -> ResponseProcessProposal {
-        proposal::process_proposal(self, req)
-    }
-
-    fn extend_vote(&self, req: RequestExtendVote) -> ResponseExtendVote {
-        vote_extension::extend_vote(self, req)
-    }
-
-    fn verify_vote_extension(
-        &self,
-        req: RequestVerifyVoteExtension,
-    ) -> ResponseVerifyVoteExtension {
-        vote_extension::verify_vote_extension(self, req)
-    }
-
-    fn finalize_block(&self, req: RequestFinalizeBlock) -> ResponseFinalizeBlock {
-        finalize::finalize_block(self, req)
-    }
-
-    fn commit(&self) -> ResponseCommit {
-        finalize::commit(self)
     }
 }

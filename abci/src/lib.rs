@@ -3,8 +3,9 @@
 //!
 //! One module per handler group, each only translating and dispatching:
 //!
-//! - [`app`]: the [`TallyApp`] and its shared state; the `Application`
-//!   impl delegating to the handlers below.
+//! - [`app`]: the [`TallyApp`] and its shared state.
+//! - `application`: the `Application` impl, delegating to the handlers
+//!   below.
 //! - `init`: InitChain.
 //! - `info`: Info, Query and CheckTx (read committed state only).
 //! - `proposal`: PrepareProposal and ProcessProposal.
@@ -27,6 +28,7 @@
 //! never exits the process itself.
 
 pub mod app;
+mod application;
 mod convert;
 mod finalize;
 pub mod inbox;
