@@ -154,12 +154,14 @@ impl Application for HubApp {
             .unwrap_or_else(|e| e.into_inner());
         let mut tx_results = Vec::with_capacity(req.txs.len());
         for tx in &req.txs {
-            let r = machine::deliver(&mut c.0, height, tx);
-            if r.code == HubCode::Internal {
-                drop(c);
-                self.fatal(height, &r.log);
-                return ResponseFinalizeBlock::default();
-            }
+            let r = match machine::deliver(&mut c.0, height, tx) {
+                Ok(r) => r,
+                Err(e) => {
+                    drop(c);
+                    self.fatal(height, &e.to_string());
+                    return ResponseFinalizeBlock::default();
+                }
+            };
             let events = if r.code == HubCode::Ok {
                 vec![Event {
                     r#type: "hub".into(),

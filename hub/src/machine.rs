@@ -75,11 +75,23 @@ fn key(parts: &[&[u8]]) -> Vec<u8> {
     parts.concat()
 }
 
+/// A stored u64 (0 when absent); bytes of the wrong length are a corrupt
+/// store, not a zero.
 fn get_u64(kv: &impl KvRead, k: &[u8]) -> Result<u64, StoreError> {
-    Ok(kv
-        .get(k)?
-        .and_then(|v| v.as_slice().try_into().ok().map(u64::from_be_bytes))
-        .unwrap_or(0))
+    match kv.get(k)? {
+        None => Ok(0),
+        Some(v) => v
+            .as_slice()
+            .try_into()
+            .map(u64::from_be_bytes)
+            .map_err(|_| {
+                StoreError::Corrupt(format!(
+                    "value of {} is {} bytes, want 8",
+                    String::from_utf8_lossy(k),
+                    v.len()
+                ))
+            }),
+    }
 }
 
 /// Parses and validates genesis.
@@ -110,12 +122,11 @@ pub fn init(kv: &mut impl Kv, app_state: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
-/// Runs one transaction at `height`.
-pub fn deliver(kv: &mut impl Kv, height: u64, tx: &[u8]) -> HubResult {
-    match deliver_inner(kv, height, tx) {
-        Ok(r) => r,
-        Err(e) => reject(HubCode::Internal, e.to_string()),
-    }
+/// Runs one transaction at `height`. An invalid transaction is an `Ok`
+/// result with its code; `Err` means this node's store failed, and the
+/// adapter halts instead of answering.
+pub fn deliver(kv: &mut impl Kv, height: u64, tx: &[u8]) -> Result<HubResult, StoreError> {
+    deliver_inner(kv, height, tx)
 }
 
 fn deliver_inner(kv: &mut impl Kv, height: u64, tx: &[u8]) -> Result<HubResult, StoreError> {

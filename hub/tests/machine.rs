@@ -8,7 +8,7 @@ use tally_hub::machine::{self, hub_tx, Deposit, HubCode, HubTx, SubmitBatch};
 use tally_settlement::bls::{self, deal, Kind, PublicShares, SecretShare};
 use tally_settlement::proto::HubCall;
 use tally_settlement::sync::batch_digest;
-use tally_store::{MemBackend, Pending};
+use tally_store::{Kv, MemBackend, Pending};
 
 const SETTLEMENT: &str = "tally-localnet";
 
@@ -71,11 +71,15 @@ fn q(kv: &Pending, path: &str) -> serde_json::Value {
 fn deposits_then_a_batch_is_paid_once() {
     let (mut kv, pubs, shares) = setup();
     assert_eq!(
-        machine::deliver(&mut kv, 1, &deposit("alice", 100)).code,
+        machine::deliver(&mut kv, 1, &deposit("alice", 100))
+            .expect("store")
+            .code,
         HubCode::Ok
     );
     assert_eq!(
-        machine::deliver(&mut kv, 2, &deposit("alice", 20)).code,
+        machine::deliver(&mut kv, 2, &deposit("alice", 20))
+            .expect("store")
+            .code,
         HubCode::Ok
     );
     let d = q(&kv, "/deposits/1/2");
@@ -92,7 +96,7 @@ fn deposits_then_a_batch_is_paid_once() {
         1,
         vec![call(1, "alice", 30), call(2, "bob", 9)],
     );
-    let r = machine::deliver(&mut kv, 3, &b);
+    let r = machine::deliver(&mut kv, 3, &b).expect("store");
     assert_eq!(r.code, HubCode::Ok, "{}", r.log);
     assert_eq!(q(&kv, "/escrow/alice")["escrow"], 90);
     assert_eq!(q(&kv, "/payout/acme")["paid"], 35);
@@ -100,7 +104,7 @@ fn deposits_then_a_batch_is_paid_once() {
     // Resubmitting the settled nonce pays nothing twice.
     let before = kv.changes().clone();
     assert_eq!(
-        machine::deliver(&mut kv, 4, &b).code,
+        machine::deliver(&mut kv, 4, &b).expect("store").code,
         HubCode::AlreadySettled
     );
     assert_eq!(kv.changes(), &before);
@@ -113,12 +117,15 @@ fn bad_signatures_nonces_and_batches_change_nothing() {
     let before = kv.changes().clone();
     // Signed for nonce 1 but submitted as nonce 2: wrong nonce first.
     let b2 = batch(&pubs, &shares, 2, vec![call(1, "bob", 1)]);
-    assert_eq!(machine::deliver(&mut kv, 1, &b2).code, HubCode::BadNonce);
+    assert_eq!(
+        machine::deliver(&mut kv, 1, &b2).expect("store").code,
+        HubCode::BadNonce
+    );
     // A signature by another key set.
     let (other, other_shares) = deal(4, 3, &[[1u8; 64], [2; 64], [3; 64]]).unwrap();
     let forged = batch(&other, &other_shares, 1, vec![call(1, "bob", 1)]);
     assert_eq!(
-        machine::deliver(&mut kv, 1, &forged).code,
+        machine::deliver(&mut kv, 1, &forged).expect("store").code,
         HubCode::BadSignature
     );
     // A valid signature over different calls.
@@ -128,7 +135,9 @@ fn bad_signatures_nonces_and_batches_change_nothing() {
         b.calls[0].amount = 2;
     }
     assert_eq!(
-        machine::deliver(&mut kv, 1, &tampered.encode_to_vec()).code,
+        machine::deliver(&mut kv, 1, &tampered.encode_to_vec())
+            .expect("store")
+            .code,
         HubCode::BadSignature
     );
     let unordered = batch(
@@ -138,18 +147,42 @@ fn bad_signatures_nonces_and_batches_change_nothing() {
         vec![call(2, "bob", 1), call(1, "bob", 1)],
     );
     assert_eq!(
-        machine::deliver(&mut kv, 1, &unordered).code,
+        machine::deliver(&mut kv, 1, &unordered)
+            .expect("store")
+            .code,
         HubCode::BadBatch
     );
     assert_eq!(
-        machine::deliver(&mut kv, 1, &[0xff, 0x00]).code,
+        machine::deliver(&mut kv, 1, &[0xff, 0x00])
+            .expect("store")
+            .code,
         HubCode::Malformed
     );
     assert_eq!(
-        machine::deliver(&mut kv, 1, &deposit("alice", 0)).code,
+        machine::deliver(&mut kv, 1, &deposit("alice", 0))
+            .expect("store")
+            .code,
         HubCode::BadDeposit
     );
     assert_eq!(kv.changes(), &before, "nothing changed");
     assert_eq!(machine::query(&kv, "/batch/hub/1").code, HubCode::NotFound);
     assert_eq!(machine::query(&kv, "/nope").code, HubCode::UnknownPath);
+}
+
+/// A corrupt stored integer is the node's fault, not the sender's: deliver
+/// returns the store error (the adapter halts) instead of a result code,
+/// and a query answers `internal`.
+#[test]
+fn a_corrupt_integer_is_a_store_error_not_a_result() {
+    let (mut kv, pubs, shares) = setup();
+    kv.put(b"last_nonce/hub".to_vec(), vec![1, 2, 3]);
+    let b = batch(&pubs, &shares, 1, vec![call(1, "alice", 30)]);
+    match machine::deliver(&mut kv, 3, &b) {
+        Err(tally_store::StoreError::Corrupt(m)) => assert!(m.contains("last_nonce/hub"), "{m}"),
+        other => panic!("want a corrupt-store error, got {other:?}"),
+    }
+    assert_eq!(
+        machine::query(&kv, "/last_nonce/hub").code,
+        HubCode::Internal
+    );
 }
