@@ -8,6 +8,7 @@
 //! while checking halts the node instead of voting on a guess.
 
 use bytes::Bytes;
+use tally_settlement::proto::tx;
 use tally_settlement::{self as settlement, ExecError};
 use tendermint_proto::v0_38::abci::{
     response_process_proposal::ProposalStatus, RequestPrepareProposal, RequestProcessProposal,
@@ -50,8 +51,12 @@ pub(crate) fn prepare_proposal(
         Err(e) => warn!(height = block.height, error = %e, "no system transactions this block"),
     }
     for tx in req.txs {
-        // Skip what ProcessProposal would refuse; keep the mempool order.
-        if settlement::decode_tx(&tx).is_err() || settlement::is_system_tx(&tx) {
+        // Skip what ProcessProposal would refuse (undecodable bytes, system
+        // transactions from the mempool); keep the mempool order. One decode.
+        if !matches!(
+            settlement::decode_tx(&tx).map(|t| t.sum),
+            Ok(None | Some(tx::Sum::Report(_)))
+        ) {
             continue;
         }
         if used.saturating_add(tx.len()) > max {
