@@ -7,6 +7,7 @@
 //! deposit cursor has moved past.
 
 use tally_settlement::proto::{HubBlock, HubResult};
+use tally_settlement::sync::Bodies;
 
 /// Most items of each kind the inbox holds.
 pub const MAX_HELD: usize = 64;
@@ -64,6 +65,18 @@ impl Inbox {
     pub fn blocks(&self) -> &[HubBlock] {
         &self.blocks
     }
+
+    /// Every body held, by digest: what this node's proposals can carry.
+    pub fn bodies(&self) -> Bodies {
+        let mut b = Bodies::default();
+        for r in &self.results {
+            b.add_result(r.clone());
+        }
+        for x in &self.blocks {
+            b.add_block(x.clone());
+        }
+        b
+    }
 }
 
 /// Appends `item` if new, then drops the oldest beyond [`MAX_HELD`].
@@ -94,6 +107,7 @@ mod tests {
             from_height: from,
             to_height: from + 9,
             deposits: Vec::new(),
+            more: false,
         }
     }
 

@@ -28,15 +28,25 @@ pub(crate) fn prepare_proposal(
     let mut txs = Vec::with_capacity(req.txs.len() + 2);
     // System transactions first, their bytes reserved before user txs.
     let block = convert::block(req.height, req.time.as_ref());
-    let extensions: Vec<Vec<u8>> = req
+    let votes: Vec<(Vec<u8>, Vec<u8>)> = req
         .local_last_commit
         .as_ref()
-        .map(|c| c.votes.iter().map(|v| v.vote_extension.to_vec()).collect())
+        .map(|c| {
+            c.votes
+                .iter()
+                .filter(|v| !v.vote_extension.is_empty())
+                .map(|v| {
+                    let address = v.validator.as_ref().map(|x| x.address.to_vec());
+                    (address.unwrap_or_default(), v.vote_extension.to_vec())
+                })
+                .collect()
+        })
         .unwrap_or_default();
+    let bodies = app.inbox().bodies();
     let system = app
         .committed_pending()
         .map_err(ExecError::from)
-        .and_then(|mut sim| settlement::prepare_system(&mut sim, &block, &extensions));
+        .and_then(|mut sim| settlement::prepare_system(&mut sim, &block, &votes, &bodies));
     match system {
         Ok(sys) => {
             for t in sys {

@@ -1,13 +1,15 @@
 //! ExtendVote and VerifyVoteExtension. A signing validator's extension
-//! carries partial signatures on what the chain waits for: batches started
-//! in the block voted on, the current batch, and the relay's hand-ins.
-//! Verification is structural only (the next proposer drops invalid
-//! partials), so an honest extension is never refused for state this node
-//! has not seen.
+//! carries partial signatures on what the chain waits for: a batch started
+//! in the block voted on (only if this node derives the same batch from its
+//! own state), the current batch, and the relay's hand-ins. Verification
+//! checks size, structure and that every partial is under the sender's own
+//! share index, never state this node may not have seen yet (the next
+//! proposer verifies the signatures and drops invalid partials), so an
+//! honest extension is never refused.
 
 use prost::Message;
 use tally_settlement::proto::{tx, SyncTxStart};
-use tally_settlement::{self as settlement};
+use tally_settlement::{self as settlement, Block};
 use tendermint_proto::v0_38::abci::{
     response_verify_vote_extension::VerifyStatus, RequestExtendVote, RequestVerifyVoteExtension,
     ResponseExtendVote, ResponseVerifyVoteExtension,
@@ -15,6 +17,7 @@ use tendermint_proto::v0_38::abci::{
 use tracing::warn;
 
 use crate::app::TallyApp;
+use crate::convert;
 
 pub(crate) fn extend_vote(app: &TallyApp, req: RequestExtendVote) -> ResponseExtendVote {
     let signer = app
@@ -39,9 +42,21 @@ pub(crate) fn extend_vote(app: &TallyApp, req: RequestExtendVote) -> ResponseExt
         let inbox = app.inbox();
         (inbox.results().to_vec(), inbox.blocks().to_vec())
     };
+    let block: Block = convert::block(req.height, req.time.as_ref());
+    let start = match app.committed_pending() {
+        Ok(mut sim) => settlement::rederive_start(&mut sim, &block, &proposed),
+        Err(e) => Err(e.into()),
+    };
     let backend = app.committed_state();
-    let ext = settlement::chain_id(backend).and_then(|chain| {
-        settlement::sync::extension(backend, &chain, &share, &proposed, &observed, &blocks)
+    let ext = start.and_then(|start| {
+        if start.is_none() && !proposed.is_empty() {
+            warn!(
+                height = req.height,
+                "not signing the proposed sync start: it differs from the one this node derives"
+            );
+        }
+        let chain = settlement::chain_id(backend)?;
+        settlement::sync::extension(backend, &chain, &share, start.as_ref(), &observed, &blocks)
     });
     match ext {
         Ok(e) => ResponseExtendVote {
@@ -59,12 +74,22 @@ pub(crate) fn verify_vote_extension(
     app: &TallyApp,
     req: RequestVerifyVoteExtension,
 ) -> ResponseVerifyVoteExtension {
-    let status =
-        if settlement::sync::extension_well_formed(app.committed_state(), &req.vote_extension) {
-            VerifyStatus::Accept
-        } else {
+    let status = match settlement::sync::check_extension(
+        app.committed_state(),
+        &req.validator_address,
+        &req.vote_extension,
+    ) {
+        Ok(_) => VerifyStatus::Accept,
+        Err(e) => {
+            warn!(
+                height = req.height,
+                validator = %hex::encode(&req.validator_address),
+                error = %e,
+                "rejecting vote extension"
+            );
             VerifyStatus::Reject
-        };
+        }
+    };
     ResponseVerifyVoteExtension {
         status: status as i32,
     }

@@ -57,6 +57,10 @@ pub fn deal(homes: &[PathBuf], threshold: u32) -> Result<DkgGenesis, DealerError
             b
         })
         .collect();
+    let signers = homes
+        .iter()
+        .map(|h| validator_address(h))
+        .collect::<Result<Vec<_>, _>>()?;
     let (pubs, shares) =
         bls::deal(n, threshold, &randomness).map_err(|e| DealerError::Invalid(e.to_string()))?;
     let group_key = hex::encode(pubs.group.compress());
@@ -78,7 +82,49 @@ pub fn deal(homes: &[PathBuf], threshold: u32) -> Result<DkgGenesis, DealerError
             .iter()
             .map(|k| hex::encode(k.compress()))
             .collect(),
+        signers,
     })
+}
+
+/// `<home>/config/priv_validator_key.json`, CometBFT's consensus key file.
+pub fn validator_key_path(home: &Path) -> PathBuf {
+    home.join("config").join("priv_validator_key.json")
+}
+
+/// The consensus address (lower-case hex, 20 bytes) in a home's CometBFT
+/// `priv_validator_key.json`: the validator a share index is bound to.
+pub fn validator_address(home: &Path) -> Result<String, DealerError> {
+    let path = validator_key_path(home);
+    let text = std::fs::read_to_string(&path).map_err(|source| DealerError::Io {
+        path: path.clone(),
+        source,
+    })?;
+    let bad = |m: &str| DealerError::Invalid(format!("{}: {m}", path.display()));
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(&e.to_string()))?;
+    let addr = v["address"]
+        .as_str()
+        .ok_or_else(|| bad("no \"address\" field"))?;
+    match hex::decode(addr) {
+        Ok(b) if b.len() == 20 => Ok(hex::encode(b)),
+        _ => Err(bad("address is not 20 bytes of hex")),
+    }
+}
+
+/// Checks that genesis binds share `index` to the validator with consensus
+/// `address`: otherwise every vote extension of this node would be refused
+/// by the others (they only accept partials under the sender's own index).
+pub fn check_binding(g: &DkgGenesis, index: u32, address: &str) -> Result<(), DealerError> {
+    let bound = index
+        .checked_sub(1)
+        .and_then(|i| g.signers.get(i as usize))
+        .map(|s| s.to_ascii_lowercase());
+    if bound.as_deref() != Some(address.to_ascii_lowercase().as_str()) {
+        return Err(DealerError::Invalid(format!(
+            "share {index} is bound in genesis to validator {}, but this node's consensus address is {address}",
+            bound.unwrap_or_else(|| "none".into())
+        )));
+    }
+    Ok(())
 }
 
 /// `<home>/config/bls_share.json`.
@@ -121,7 +167,10 @@ pub fn load_share(path: &Path, genesis: Option<&DkgGenesis>) -> Result<SecretSha
         return Err(bad("public_share does not match secret".into()));
     }
     if let Some(g) = genesis {
-        let want = g.public_shares.get(f.index as usize - 1);
+        let want = f
+            .index
+            .checked_sub(1)
+            .and_then(|i| g.public_shares.get(i as usize));
         if want != Some(&public) || g.group_key != f.group_key {
             return Err(bad(format!(
                 "share {} does not belong to the genesis threshold key",
@@ -142,10 +191,26 @@ mod tests {
         let homes: Vec<PathBuf> = (0..4)
             .map(|i| dir.path().join(format!("node{i}")))
             .collect();
+        // No consensus key yet: the dealer cannot bind shares.
+        assert!(deal(&homes, 3).is_err());
+        for (i, h) in homes.iter().enumerate() {
+            std::fs::create_dir_all(h.join("config")).unwrap();
+            let addr = format!("{:02X}", i + 0xA0).repeat(20);
+            std::fs::write(
+                validator_key_path(h),
+                format!(r#"{{"address":"{addr}","pub_key":{{}},"priv_key":{{}}}}"#),
+            )
+            .unwrap();
+        }
         let g = deal(&homes, 3).unwrap();
         assert_eq!(g.public_shares.len(), 4);
-        for h in &homes {
-            load_share(&share_path(h), Some(&g)).unwrap();
+        assert_eq!(g.signers[2], "a2".repeat(20));
+        for (i, h) in homes.iter().enumerate() {
+            let s = load_share(&share_path(h), Some(&g)).unwrap();
+            let addr = validator_address(h).unwrap();
+            check_binding(&g, s.index, &addr).unwrap();
+            let other = validator_address(&homes[(i + 1) % 4]).unwrap();
+            assert!(check_binding(&g, s.index, &other).is_err());
         }
         let other = deal(&homes[..2], 2).unwrap();
         assert!(load_share(&share_path(&homes[3]), Some(&other)).is_err());

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use tally_settlement::proto::{BatchRecord, SyncState};
+use tally_settlement::proto::{BatchRecord, HubDeposit, SyncState};
 use tally_settlement::BatchStatus;
 
 /// The hub height range `(from, to)` to hand in as the next `HubBlock`:
@@ -14,6 +14,23 @@ use tally_settlement::BatchStatus;
 pub fn deposit_range(cursor: u64, range: u64, tip: u64, confirmations: u64) -> Option<(u64, u64)> {
     let to = cursor.checked_add(range.max(1) - 1)?;
     (tip >= to.saturating_add(confirmations)).then_some((cursor, to))
+}
+
+/// The next hub-block message of a range from the hub's deposits in it
+/// (`all`, any order): the deposits from sequence number `next_seq` on, at
+/// most `cap` of them, and whether the range holds more after those. Every
+/// honest relay that reads the same finalized range builds the same
+/// message, so a burst of deposits becomes several messages of `cap`.
+pub fn deposit_message(
+    mut all: Vec<HubDeposit>,
+    next_seq: u64,
+    cap: usize,
+) -> (Vec<HubDeposit>, bool) {
+    all.retain(|d| d.seq >= next_seq);
+    all.sort_by_key(|d| d.seq);
+    let more = all.len() > cap;
+    all.truncate(cap);
+    (all, more)
 }
 
 /// What the hub showed for the current nonce.
@@ -159,6 +176,32 @@ mod tests {
         // A zero range still means one height; no overflow at the top.
         assert_eq!(deposit_range(5, 0, 5, 0), Some((5, 5)));
         assert_eq!(deposit_range(u64::MAX, 2, u64::MAX, 0), None);
+    }
+
+    fn dep(seq: u64) -> HubDeposit {
+        HubDeposit {
+            seq,
+            user: format!("u{seq}"),
+            amount: seq,
+        }
+    }
+
+    #[test]
+    fn deposit_messages_take_at_most_cap_from_the_cursor() {
+        // Hand-computed: seqs 3..=9 in the range, cursor at 5, cap 3.
+        let all: Vec<HubDeposit> = [9, 3, 4, 5, 6, 7, 8].into_iter().map(dep).collect();
+        let (d, more) = deposit_message(all.clone(), 5, 3);
+        assert_eq!(d.iter().map(|x| x.seq).collect::<Vec<_>>(), [5, 6, 7]);
+        assert!(more);
+        let (d, more) = deposit_message(all.clone(), 8, 3);
+        assert_eq!(d.iter().map(|x| x.seq).collect::<Vec<_>>(), [8, 9]);
+        assert!(!more);
+        // Exactly cap left: all of them, nothing more.
+        let (d, more) = deposit_message(all.clone(), 7, 3);
+        assert_eq!(d.len(), 3);
+        assert!(!more);
+        let (d, more) = deposit_message(all, 10, 3);
+        assert!(d.is_empty() && !more);
     }
 
     #[test]

@@ -133,8 +133,7 @@ impl Relay {
         // The hub's tip, read once per poll for deposits and settlement.
         let tip = read_hub("tip", &self.hub, Hub::tip).await;
         if let Some(tip) = tip {
-            self.deposits(kv, &p.hub_chain, p.hub_block_range, tip)
-                .await;
+            self.deposits(kv, &p, tip).await;
         }
         let Ok(st) = sync::sync_state(kv, &p.hub_chain) else {
             return;
@@ -205,11 +204,24 @@ impl Relay {
     }
 
     /// Deposits: the next fixed range of hub heights, once it is
-    /// `confirmations` blocks deep, goes to the signer.
-    async fn deposits(&self, kv: &impl tally_store::KvRead, chain: &str, range: u64, tip: u64) {
-        let Ok(sync::HubCursor { height: cursor, .. }) = sync::hub_cursor(kv, chain) else {
+    /// `confirmations` blocks deep, goes to the signer, as the next message
+    /// of at most `max_block_deposits` deposits from the chain's sequence
+    /// cursor (see [`decide::deposit_message`]).
+    async fn deposits(
+        &self,
+        kv: &impl tally_store::KvRead,
+        p: &tally_settlement::Params,
+        tip: u64,
+    ) {
+        let chain = p.hub_chain.as_str();
+        let Ok(sync::HubCursor {
+            height: cursor,
+            deposit_seq,
+        }) = sync::hub_cursor(kv, chain)
+        else {
             return;
         };
+        let range = p.hub_block_range;
         self.metrics
             .set_cursor_lag(tip.saturating_sub(cursor.saturating_sub(1)));
         let Some((from, to)) = decide::deposit_range(cursor, range, tip, self.cfg.confirmations)
@@ -218,11 +230,14 @@ impl Relay {
         };
         if let Some(deposits) = read_hub("deposits", &self.hub, move |h| h.deposits(from, to)).await
         {
+            let (deposits, more) =
+                decide::deposit_message(deposits, deposit_seq, p.max_block_deposits as usize);
             self.app.hand_in(HubBlock {
                 chain: chain.to_string(),
                 from_height: from,
                 to_height: to,
                 deposits,
+                more,
             });
         }
     }

@@ -232,6 +232,20 @@ impl PublicShares {
         bad
     }
 
+    /// Whether every one of `partials` is a valid signature of `msg`: one
+    /// batched check (two pairings) however many there are, no bisection.
+    /// For a proposal, where a single bad partial refuses the block.
+    pub fn all_valid(&self, msg: &[u8], partials: &[Partial]) -> bool {
+        match partials {
+            [] => true,
+            [one] => self.verify_partial(msg, one),
+            _ => {
+                let all: Vec<usize> = (0..partials.len()).collect();
+                self.batch_ok(msg, partials, &all)
+            }
+        }
+    }
+
     fn bisect(&self, msg: &[u8], partials: &[Partial], idx: &[usize], bad: &mut Vec<usize>) {
         match idx.len() {
             0 => {}

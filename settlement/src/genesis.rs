@@ -33,6 +33,17 @@ pub struct Params {
     pub partial_expiry_blocks: u64,
     /// Hub heights covered by one signed HubBlock (deposits).
     pub hub_block_range: u64,
+    /// Most deposits one HubBlock message carries; a range with more is
+    /// credited in several messages (`more` set on all but the last).
+    pub max_block_deposits: u32,
+    /// Largest vote extension accepted, in bytes (checked in ExtendVote and
+    /// VerifyVoteExtension before decoding).
+    pub max_vote_extension_bytes: u32,
+    /// Most partial signatures in one vote extension.
+    pub max_extension_partials: u32,
+    /// Most distinct messages (digests) a block's SubmitPartials may carry
+    /// partials for.
+    pub max_block_messages: u32,
 }
 
 impl Default for Params {
@@ -49,6 +60,10 @@ impl Default for Params {
             attempt_deadline_secs: 30,
             partial_expiry_blocks: 50,
             hub_block_range: 10,
+            max_block_deposits: 256,
+            max_vote_extension_bytes: 4096,
+            max_extension_partials: 8,
+            max_block_messages: 8,
         }
     }
 }
@@ -86,6 +101,18 @@ impl Params {
         }
         if !(1..=1000).contains(&self.hub_block_range) {
             return bad("hub_block_range must be 1..=1000");
+        }
+        if !(1..=10_000).contains(&self.max_block_deposits) {
+            return bad("max_block_deposits must be 1..=10000");
+        }
+        if !(512..=65_536).contains(&self.max_vote_extension_bytes) {
+            return bad("max_vote_extension_bytes must be 512..=65536");
+        }
+        if !(1..=64).contains(&self.max_extension_partials) {
+            return bad("max_extension_partials must be 1..=64");
+        }
+        if !(1..=64).contains(&self.max_block_messages) {
+            return bad("max_block_messages must be 1..=64");
         }
         Ok(())
     }
@@ -139,6 +166,10 @@ pub struct DkgGenesis {
     pub group_key: String,
     /// Hex compressed G1 public key of share i at position i - 1.
     pub public_shares: Vec<String>,
+    /// Hex CometBFT consensus address (20 bytes) of the validator that
+    /// holds share i, at position i - 1: a vote extension may only carry
+    /// partials under its sender's own index.
+    pub signers: Vec<String>,
 }
 
 impl DkgGenesis {
@@ -163,11 +194,43 @@ impl DkgGenesis {
             .enumerate()
             .map(|(i, h)| key(&format!("public share {}", i + 1), h))
             .collect::<Result<Vec<_>, _>>()?;
+        self.signer_addresses()?;
         Ok(crate::bls::PublicShares {
             threshold: self.threshold,
             group: key("group key", &self.group_key)?,
             shares,
         })
+    }
+
+    /// The signers' consensus addresses in index order: one per public
+    /// share, 20 bytes each, all distinct.
+    pub fn signer_addresses(&self) -> Result<Vec<[u8; 20]>, GenesisError> {
+        if self.signers.len() != self.public_shares.len() {
+            return Err(GenesisError::Invalid(format!(
+                "dkg lists {} signers for {} public shares",
+                self.signers.len(),
+                self.public_shares.len()
+            )));
+        }
+        let mut out: Vec<[u8; 20]> = Vec::with_capacity(self.signers.len());
+        for (i, h) in self.signers.iter().enumerate() {
+            let a: [u8; 20] = hex::decode(h.trim())
+                .ok()
+                .and_then(|b| b.try_into().ok())
+                .ok_or_else(|| {
+                    GenesisError::Invalid(format!(
+                        "dkg signer {} ({h:?}) is not a 20-byte hex address",
+                        i + 1
+                    ))
+                })?;
+            if out.contains(&a) {
+                return Err(GenesisError::Invalid(format!(
+                    "dkg signer address {h} holds two shares"
+                )));
+            }
+            out.push(a);
+        }
+        Ok(out)
     }
 }
 

@@ -55,6 +55,6 @@ pub use machine::{check_tx, deliver_tx, init_chain};
 pub use record::{Counters, Overflow, RouteId, RouteRecordView, WindowView};
 pub use report::{sign_report, REPORT_SIGN_DOMAIN};
 pub use state::chain::{balance, chain_id, params};
-pub use system::{prepare_system, verify_system};
+pub use system::{prepare_system, rederive_start, verify_system};
 pub use tx::{decode_tx, is_system_tx};
 pub use types::{BatchStatus, Block, Event, TxResult, WindowInfo};

@@ -164,12 +164,20 @@ pub struct SyncTxStart {
     pub digest: Vec<u8>,
 }
 
-/// System transaction: partial signatures taken from vote extensions.
+/// System transaction: partial signatures taken from vote extensions, with
+/// the body of each hub result and hub block they sign carried once.
 #[derive(Clone, PartialEq, Eq, prost::Message)]
 pub struct SubmitPartials {
-    /// The partials.
+    /// The partials (at most `max_block_messages` distinct digests).
     #[prost(message, repeated, tag = "1")]
     pub partials: Vec<PartialSig>,
+    /// Bodies of the hub results signed, each once; one the chain already
+    /// holds as a pending message may be left out.
+    #[prost(message, repeated, tag = "2")]
+    pub hub_results: Vec<HubResult>,
+    /// Bodies of the hub blocks signed, each once, same rule.
+    #[prost(message, repeated, tag = "3")]
+    pub hub_blocks: Vec<HubBlock>,
 }
 
 /// What a validator puts in its vote extension.
@@ -195,12 +203,6 @@ pub struct PartialSig {
     /// 96-byte compressed G2 signature.
     #[prost(bytes = "vec", tag = "4")]
     pub signature: Vec<u8>,
-    /// For hub results: the result itself, so the chain can act on it.
-    #[prost(message, optional, tag = "5")]
-    pub hub_result: Option<HubResult>,
-    /// For hub blocks: the range and its deposits.
-    #[prost(message, optional, tag = "6")]
-    pub hub_block: Option<HubBlock>,
 }
 
 /// The deposits of a fixed range of finalized hub heights.
@@ -215,9 +217,14 @@ pub struct HubBlock {
     /// Last hub height covered (from + hub_block_range - 1).
     #[prost(uint64, tag = "3")]
     pub to_height: u64,
-    /// Deposits in those heights, by sequence number.
+    /// Deposits in those heights from the chain's next sequence number, by
+    /// sequence number, at most `max_block_deposits`.
     #[prost(message, repeated, tag = "4")]
     pub deposits: Vec<HubDeposit>,
+    /// The range holds more deposits after these: crediting this message
+    /// moves the sequence cursor but not the height cursor.
+    #[prost(bool, tag = "5")]
+    pub more: bool,
 }
 
 /// One deposit on the hub.

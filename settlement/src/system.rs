@@ -8,9 +8,10 @@ use tally_store::Kv;
 
 use crate::block::begin_block;
 use crate::codes::Code;
-use crate::error::{reject, ExecError};
-use crate::proto::tx;
+use crate::error::{reject, ExecError, Fatal};
+use crate::proto::{tx, SyncTxStart};
 use crate::state::chain::chain_id;
+use crate::sync::awaited::Bodies;
 use crate::sync::batch::{apply_start, next_sync_start};
 use crate::sync::partials::apply_partials;
 use crate::sync::vote_extension::collect_partials;
@@ -18,12 +19,15 @@ use crate::tx::{decode_tx, encode_partials, encode_sync_start};
 use crate::types::Block;
 
 /// PrepareProposal's system transactions for `block`, computed on `sim`:
-/// a sync start when one is due, then the new valid partials of
-/// `extensions` (the last commit's vote extensions).
+/// a sync start when one is due, then the new valid partials of `votes`
+/// (the last commit's vote extensions with their senders' consensus
+/// addresses), carrying the bodies this proposer's relay handed in
+/// (`bodies`) where the chain does not hold them yet.
 pub fn prepare_system(
     sim: &mut impl Kv,
     block: &Block,
-    extensions: &[Vec<u8>],
+    votes: &[(Vec<u8>, Vec<u8>)],
+    bodies: &Bodies,
 ) -> Result<Vec<Vec<u8>>, ExecError> {
     begin_block(sim, block)?;
     let mut out = Vec::new();
@@ -32,46 +36,67 @@ pub fn prepare_system(
         out.push(encode_sync_start(start));
     }
     let chain = chain_id(sim)?;
-    if let Some(p) = collect_partials(sim, &chain, extensions)? {
+    if let Some(p) = collect_partials(sim, &chain, votes, bodies)? {
         out.push(encode_partials(p));
     }
     Ok(out)
 }
 
 /// ProcessProposal's check of a block's system transactions on `sim`:
-/// they come first, at most one sync start, each exactly what committed
-/// state allows, every partial valid and new. User transactions are not
-/// run. A block without system transactions passes. An invalid proposal
-/// is [`ExecError::Rejected`]; [`ExecError::Fatal`] means this node could
-/// not tell.
+/// they come first, in the order PrepareProposal puts them (at most one
+/// sync start, then at most one SubmitPartials), each exactly what
+/// committed state allows, every partial valid and new, within the size
+/// caps of [`crate::sync::check_shape`] (checked before any pairing, so a
+/// stuffed proposal costs no more than a full honest one). User
+/// transactions are not run. A block without system transactions passes.
+/// An invalid proposal is [`ExecError::Rejected`]; [`ExecError::Fatal`]
+/// means this node could not tell.
 pub fn verify_system(sim: &mut impl Kv, block: &Block, txs: &[&[u8]]) -> Result<(), ExecError> {
     begin_block(sim, block)?;
     let chain = chain_id(sim)?;
-    let mut user_seen = false;
-    let mut starts = 0;
+    // 0: nothing yet, 1: sync start seen, 2: partials seen, 3: user txs.
+    let mut stage = 0u8;
     for (i, t) in txs.iter().enumerate() {
+        let out_of_place = |what: &str| {
+            reject(
+                Code::BadSystemTx,
+                format!("tx {i}: {what} out of place (system transactions come first: one sync start, then one SubmitPartials)"),
+            )
+        };
         match decode_tx(t)?.sum {
             Some(tx::Sum::SyncStart(s)) => {
-                starts += 1;
-                if user_seen || starts > 1 {
-                    return Err(reject(
-                        Code::BadSystemTx,
-                        format!("tx {i}: sync start out of place"),
-                    ));
+                if stage >= 1 {
+                    return Err(out_of_place("sync start"));
                 }
+                stage = 1;
                 apply_start(sim, block, &s)?;
             }
             Some(tx::Sum::Partials(p)) => {
-                if user_seen {
-                    return Err(reject(
-                        Code::BadSystemTx,
-                        format!("tx {i}: system tx after user txs"),
-                    ));
+                if stage >= 2 {
+                    return Err(out_of_place("SubmitPartials"));
                 }
+                stage = 2;
                 apply_partials(sim, block, &chain, &p, true)?;
             }
-            _ => user_seen = true,
+            _ => stage = 3,
         }
     }
     Ok(())
+}
+
+/// ExtendVote's re-derivation of the sync start in the block being voted
+/// on: runs the block's start-of-block work on `sim` (committed state) and
+/// returns the start this node computes itself, if `proposed` is exactly
+/// one start equal to it. A validator signs a batch only if it derived
+/// the same batch from its own state.
+pub fn rederive_start(
+    sim: &mut impl Kv,
+    block: &Block,
+    proposed: &[SyncTxStart],
+) -> Result<Option<SyncTxStart>, Fatal> {
+    let [one] = proposed else {
+        return Ok(None);
+    };
+    begin_block(sim, block)?;
+    Ok(next_sync_start(sim, block.time)?.filter(|want| want == one))
 }

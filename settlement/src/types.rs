@@ -9,6 +9,7 @@ use crate::bls::{Kind, PublicShares};
 use crate::codes::Code;
 use crate::error::{Fatal, Rejection, UnknownValue};
 use crate::genesis::DkgGenesis;
+use crate::proto::{HubBlock, HubResult};
 use crate::record::Counters;
 
 /// The block a transaction runs in: height and header time (unix seconds).
@@ -177,6 +178,18 @@ pub struct ThresholdKey {
     pub genesis: DkgGenesis,
     /// The parsed keys.
     pub shares: PublicShares,
+    /// Consensus address of the validator holding share `i`, at `i - 1`.
+    pub signers: Vec<[u8; 20]>,
+}
+
+impl ThresholdKey {
+    /// The share index bound to the validator with consensus `address`.
+    pub fn index_of(&self, address: &[u8]) -> Option<u32> {
+        self.signers
+            .iter()
+            .position(|a| a.as_slice() == address)
+            .and_then(|i| u32::try_from(i + 1).ok())
+    }
 }
 
 /// Where a hub chain's deposits continue: the next hub height a HubBlock
@@ -198,6 +211,10 @@ pub struct Awaited {
     pub digest: [u8; 32],
     /// The exact bytes signed (`bls::message`).
     pub message: Vec<u8>,
+    /// The hub result it is about (kind 2).
+    pub hub_result: Option<HubResult>,
+    /// The hub block it is about (kind 3).
+    pub hub_block: Option<HubBlock>,
 }
 
 #[cfg(test)]

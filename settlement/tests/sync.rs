@@ -53,6 +53,7 @@ impl Env {
                 threshold: 3,
                 group_key: hexk(&pubs.group),
                 public_shares: pubs.shares.iter().map(hexk).collect(),
+                signers: (0..4u8).map(|i| hex::encode([i; 20])).collect(),
             }),
             ..Genesis::default()
         };
@@ -121,7 +122,7 @@ impl Env {
         sync::sync_state(&self.kv, "hub").unwrap()
     }
 
-    fn batch_partials(&self, signers: &[usize]) -> Vec<PartialSig> {
+    fn batch_partials(&self, signers: &[usize]) -> SubmitPartials {
         let st = self.state();
         let b = sync::batch(&self.kv, "hub", st.current_nonce)
             .unwrap()
@@ -137,13 +138,12 @@ impl Env {
                     .sign(&bls::message(CHAIN, Kind::Batch, &d))
                     .sig_bytes()
                     .to_vec(),
-                hub_result: None,
-                hub_block: None,
             })
-            .collect()
+            .collect::<Vec<PartialSig>>()
+            .into_tx(None, None)
     }
 
-    fn result_partials(&self, r: &HubResult, signers: &[usize]) -> Vec<PartialSig> {
+    fn result_partials(&self, r: &HubResult, signers: &[usize]) -> SubmitPartials {
         let d = result_digest(r);
         signers
             .iter()
@@ -155,14 +155,28 @@ impl Env {
                     .sign(&bls::message(CHAIN, Kind::HubResult, &d))
                     .sig_bytes()
                     .to_vec(),
-                hub_result: Some(r.clone()),
-                hub_block: None,
             })
-            .collect()
+            .collect::<Vec<PartialSig>>()
+            .into_tx(Some(r.clone()), None)
     }
 }
 
-fn block_partials(env: &Env, b: &HubBlock, signers: &[usize]) -> Vec<PartialSig> {
+/// Partials with the body they sign, as one SubmitPartials.
+trait IntoTx {
+    fn into_tx(self, r: Option<HubResult>, b: Option<HubBlock>) -> SubmitPartials;
+}
+
+impl IntoTx for Vec<PartialSig> {
+    fn into_tx(self, r: Option<HubResult>, b: Option<HubBlock>) -> SubmitPartials {
+        SubmitPartials {
+            partials: self,
+            hub_results: r.into_iter().collect(),
+            hub_blocks: b.into_iter().collect(),
+        }
+    }
+}
+
+fn block_partials(env: &Env, b: &HubBlock, signers: &[usize]) -> SubmitPartials {
     let d = sync::block_digest(b);
     signers
         .iter()
@@ -174,10 +188,9 @@ fn block_partials(env: &Env, b: &HubBlock, signers: &[usize]) -> Vec<PartialSig>
                 .sign(&bls::message(CHAIN, Kind::HubBlock, &d))
                 .sig_bytes()
                 .to_vec(),
-            hub_result: None,
-            hub_block: Some(b.clone()),
         })
-        .collect()
+        .collect::<Vec<PartialSig>>()
+        .into_tx(None, Some(b.clone()))
 }
 
 fn balance(env: &Env, user: &str) -> u64 {
@@ -197,6 +210,7 @@ fn hub_deposits_are_credited_once_over_consecutive_ranges() {
         from_height: 1,
         to_height: 10,
         deposits: vec![dep(1, "alice", 50), dep(2, "carol", 7)],
+        more: false,
     };
     env.block(vec![partials_tx(block_partials(&env, &b1, &[0, 1, 2]))], 1);
     assert_eq!(balance(&env, "alice"), 1050);
@@ -217,12 +231,14 @@ fn hub_deposits_are_credited_once_over_consecutive_ranges() {
         from_height: 11,
         to_height: 20,
         deposits: vec![dep(4, "alice", 1)],
+        more: false,
     };
     let off = HubBlock {
         chain: "hub".into(),
         from_height: 12,
         to_height: 21,
         deposits: vec![],
+        more: false,
     };
     env.block(
         vec![
@@ -244,6 +260,7 @@ fn hub_deposits_are_credited_once_over_consecutive_ranges() {
         from_height: 11,
         to_height: 20,
         deposits: vec![],
+        more: false,
     };
     env.block(
         vec![partials_tx(block_partials(&env, &empty, &[0, 1, 3]))],
@@ -259,9 +276,9 @@ fn hub_deposits_are_credited_once_over_consecutive_ranges() {
     assert_eq!(balance(&env, "alice"), 1050);
 }
 
-fn partials_tx(p: Vec<PartialSig>) -> Vec<u8> {
+fn partials_tx(p: SubmitPartials) -> Vec<u8> {
     Tx {
-        sum: Some(tx::Sum::Partials(SubmitPartials { partials: p })),
+        sum: Some(tx::Sum::Partials(p)),
     }
     .encode_to_vec()
 }
@@ -285,7 +302,7 @@ fn batch_signature_and_settled_result_in_one_transaction() {
         settled: true,
     };
     let mut p = env.result_partials(&settled, &[0, 1, 2]);
-    p.extend(env.batch_partials(&[0, 1, 2]));
+    p.partials.extend(env.batch_partials(&[0, 1, 2]).partials);
     let out = env.block(vec![partials_tx(p)], 1);
     assert!(out.iter().all(|(c, _)| *c == Code::Ok), "{out:?}");
     let st = env.state();

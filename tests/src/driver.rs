@@ -125,8 +125,15 @@ fn ts(secs: i64) -> Option<Timestamp> {
     })
 }
 
-fn address(i: usize) -> Bytes {
+/// Consensus address of node `i` (20 bytes of `i`).
+pub fn address(i: usize) -> Bytes {
     Bytes::from(vec![i as u8; 20])
+}
+
+/// The genesis `dkg.signers` of an `n`-node net: share `i + 1` is bound to
+/// node `i`'s consensus address.
+pub fn signers(n: usize) -> Vec<String> {
+    (0..n).map(|i| hex::encode(address(i))).collect()
 }
 
 impl Net {

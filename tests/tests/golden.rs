@@ -57,6 +57,7 @@ fn run() -> anyhow::Result<Vec<String>> {
             "threshold": 3,
             "group_key": hexkey(&pubs.group),
             "public_shares": pubs.shares.iter().map(hexkey).collect::<Vec<_>>(),
+            "signers": tally_tests::driver::signers(4),
         },
     });
     let mut net = Net::in_memory(4, CHAIN, T0)?;
@@ -121,6 +122,7 @@ fn run() -> anyhow::Result<Vec<String>> {
                 from_height: from,
                 to_height: from + 3,
                 deposits,
+                more: false,
             };
             for n in &net.nodes {
                 n.app.hand_in(b.clone());

@@ -42,6 +42,7 @@ fn setup_with(extra_params: serde_json::Value) -> (Net, Traffic, PublicShares, t
             "threshold": 3,
             "group_key": hexkey(&pubs.group),
             "public_shares": pubs.shares.iter().map(hexkey).collect::<Vec<_>>(),
+            "signers": tally_tests::driver::signers(4),
         },
     });
     let dir = tempfile::tempdir().expect("tempdir");

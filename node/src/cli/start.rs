@@ -49,6 +49,10 @@ impl Command for StartCommand {
                 None
             };
             let share = tally_node::dealer::load_share(&share_path, dkg.as_ref())?;
+            if let Some(g) = &dkg {
+                let address = tally_node::dealer::validator_address(home)?;
+                tally_node::dealer::check_binding(g, share.index, &address)?;
+            }
             tracing::info!(index = share.index, file = %share_path.display(), "threshold signer enabled");
             rank = Some(share.index.saturating_sub(1));
             app.set_signer(share);

@@ -38,7 +38,14 @@ fn parse_threshold_key(b: &[u8]) -> Result<ThresholdKey, Fatal> {
     let shares = genesis
         .public_shares()
         .map_err(|_| Fatal::Corrupt("dkg keys"))?;
-    let key = ThresholdKey { genesis, shares };
+    let signers = genesis
+        .signer_addresses()
+        .map_err(|_| Fatal::Corrupt("dkg signers"))?;
+    let key = ThresholdKey {
+        genesis,
+        shares,
+        signers,
+    };
     *memo = Some((b.to_vec(), key.clone()));
     Ok(key)
 }
@@ -246,6 +253,7 @@ mod tests {
                 .iter()
                 .map(|k| hex::encode(k.compress()))
                 .collect(),
+            signers: (0..3u8).map(|i| hex::encode([i; 20])).collect(),
         };
         (serde_json::to_vec(&d).unwrap(), pubs)
     }

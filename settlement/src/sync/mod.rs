@@ -32,8 +32,10 @@ pub use crate::state::sync::{
     batch, hub_call, hub_cursor, pending_calls, sync_state, threshold_key as dkg,
 };
 pub use crate::types::{BatchStatus, HubCursor, ThresholdKey};
+pub use awaited::Bodies;
 pub use batch::{is_running, next_attempt_not_before, next_sync_start};
 pub use digest::{batch_digest, block_digest, result_digest};
+pub use partials::check_shape;
 pub use vote_extension::{
-    collect_partials, extension, extension_well_formed, MAX_EXTENSION_PARTIALS,
+    check_extension, check_extension_with, collect_partials, extension, BadExtension,
 };

@@ -1,36 +1,45 @@
 //! Vote extensions carry partial threshold signatures: ExtendVote signs
-//! what the chain waits for ([`extension`]), VerifyVoteExtension checks
-//! only the structure ([`extension_well_formed`]), and the next proposer
-//! gathers the valid, new partials of the last commit's extensions into one
+//! what the chain waits for ([`extension`]), VerifyVoteExtension checks the
+//! size and structure and that every partial is under the sender's own
+//! share index ([`check_extension`]), and the next proposer gathers the
+//! valid, new partials of the last commit's extensions into one
 //! SubmitPartials system transaction ([`collect_partials`]).
+//!
+//! An extension carries digests and signatures only (about 140 bytes per
+//! partial): the bodies of hub results and hub blocks travel once, in the
+//! SubmitPartials, from the proposer's own relay or the chain's pending
+//! messages. So an extension's size does not depend on how many deposits
+//! a hub range holds, and is capped by `max_extension_partials` and
+//! `max_vote_extension_bytes` before anything is decoded.
 
 use std::collections::BTreeMap;
 
 use prost::Message;
 use tally_store::KvRead;
 
-use super::awaited::recognize;
-use super::digest::{block_digest, result_digest};
+use super::awaited::{recognize, Bodies};
 use crate::bls::{self, Kind, Partial, SecretShare};
 use crate::error::Fatal;
+use crate::genesis::Params;
 use crate::proto::{HubBlock, HubResult, PartialSig, SubmitPartials, SyncTxStart, VoteExtension};
 use crate::state::chain::params;
-use crate::state::sync::{batch, batch_status, has_partial, sync_state, threshold_key};
-use crate::types::BatchStatus;
+use crate::state::sync::{
+    batch, batch_status, has_partial, pending_message, sync_state, threshold_key,
+};
+use crate::types::{BatchStatus, ThresholdKey};
 
-/// Most partials one vote extension may carry.
-pub const MAX_EXTENSION_PARTIALS: usize = 16;
-
-/// The partials a validator with `share` should sign now: the digest of a
-/// batch in the block being voted on (`proposed`), the current unsigned
-/// batch, the hub blocks (`blocks`) and hub results (`observed`) the relay
-/// handed in, each only while the chain waits for it and this signer has
-/// no partial stored for it.
+/// The partials a validator with `share` should sign now: the batch of
+/// `start` (a SyncTxStart in the block being voted on, which the caller
+/// re-derived from its own state), the current unsigned batch, and the hub
+/// results (`observed`) and hub blocks (`blocks`) its relay handed in, each
+/// only while the chain waits for it and this signer has no partial stored
+/// for it. At most `max_extension_partials`, and never more bytes than
+/// `max_vote_extension_bytes` (batches first, then results, then blocks).
 pub fn extension(
     kv: &impl KvRead,
     chain_id: &str,
     share: &SecretShare,
-    proposed: &[SyncTxStart],
+    start: Option<&SyncTxStart>,
     observed: &[HubResult],
     blocks: &[HubBlock],
 ) -> Result<VoteExtension, Fatal> {
@@ -43,180 +52,281 @@ pub fn extension(
     }
     let params = params(kv)?;
     let st = sync_state(kv, &params.hub_chain)?;
-    let mut digests: Vec<[u8; 32]> = Vec::new();
-    for s in proposed {
-        if let Ok(d) = <[u8; 32]>::try_from(s.digest.as_slice()) {
-            let signed = match batch(kv, &s.chain, s.batch_nonce)? {
-                Some(b) => batch_status(&b)? != BatchStatus::Pending,
-                None => false,
-            };
-            if !signed {
-                digests.push(d);
-            }
+    // (kind, digest, already known to be awaited): the batch of a start in
+    // the voted block is not in committed state yet, but was re-derived.
+    let mut wanted: Vec<(Kind, Vec<u8>, bool)> = Vec::new();
+    if let Some(s) = start {
+        let signed = match batch(kv, &s.chain, s.batch_nonce)? {
+            Some(b) => batch_status(&b)? != BatchStatus::Pending,
+            None => false,
+        };
+        if !signed {
+            wanted.push((Kind::Batch, s.digest.clone(), true));
         }
     }
     if st.current_nonce != 0 {
         if let Some(b) = batch(kv, &params.hub_chain, st.current_nonce)? {
             if batch_status(&b)? == BatchStatus::Pending {
-                if let Ok(d) = <[u8; 32]>::try_from(b.digest.as_slice()) {
-                    digests.push(d);
-                }
+                wanted.push((Kind::Batch, b.digest, false));
             }
         }
     }
-    digests.sort_unstable();
-    digests.dedup();
-    for d in digests {
+    let mut bodies = Bodies::default();
+    for r in observed {
+        let (d, _) = bodies.add_result(r.clone());
+        wanted.push((Kind::HubResult, d.to_vec(), false));
+    }
+    for b in blocks {
+        let (d, _) = bodies.add_block(b.clone());
+        wanted.push((Kind::HubBlock, d.to_vec(), false));
+    }
+    let max = params.max_extension_partials as usize;
+    let mut done: Vec<(Kind, Vec<u8>)> = Vec::new();
+    for (kind, digest, derived) in wanted {
+        if out.partials.len() >= max {
+            break;
+        }
+        if done.contains(&(kind, digest.clone())) {
+            continue;
+        }
+        done.push((kind, digest.clone()));
+        let Ok(d) = <[u8; 32]>::try_from(digest.as_slice()) else {
+            continue;
+        };
+        let message = if derived {
+            bls::message(chain_id, kind, &d)
+        } else {
+            match recognize(kv, chain_id, kind.value(), &d, &bodies)? {
+                Some(a) => a.message,
+                None => continue,
+            }
+        };
         if has_partial(kv, &d, share.index)? {
             continue; // already on chain
         }
-        let sig = share.sign(&bls::message(chain_id, Kind::Batch, &d));
         out.partials.push(PartialSig {
             index: share.index,
-            kind: Kind::Batch.value(),
+            kind: kind.value(),
             digest: d.to_vec(),
-            signature: sig.sig_bytes().to_vec(),
-            hub_result: None,
-            hub_block: None,
+            signature: share.sign(&message).sig_bytes().to_vec(),
         });
     }
-    for b in blocks {
-        let unsigned = PartialSig {
-            index: share.index,
-            kind: Kind::HubBlock.value(),
-            digest: block_digest(b).to_vec(),
-            signature: Vec::new(),
-            hub_result: None,
-            hub_block: Some(b.clone()),
-        };
-        push_signed(kv, chain_id, share, unsigned, &mut out)?;
+    while out.encoded_len() > params.max_vote_extension_bytes as usize {
+        out.partials.pop();
     }
-    for r in observed {
-        let unsigned = PartialSig {
-            index: share.index,
-            kind: Kind::HubResult.value(),
-            digest: result_digest(r).to_vec(),
-            signature: Vec::new(),
-            hub_result: Some(r.clone()),
-            hub_block: None,
-        };
-        push_signed(kv, chain_id, share, unsigned, &mut out)?;
-    }
-    out.partials.truncate(MAX_EXTENSION_PARTIALS);
     Ok(out)
 }
 
-/// Signs `unsigned` and adds it to `out` if the chain waits for its
-/// message and this signer has no partial stored for it.
-fn push_signed(
+/// Why a vote extension was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BadExtension {
+    /// More bytes than `max_vote_extension_bytes` (checked before decoding).
+    #[error("vote extension is {len} bytes, at most {max}")]
+    TooLarge {
+        /// Its size.
+        len: usize,
+        /// The cap.
+        max: usize,
+    },
+    /// Not a `VoteExtension` message.
+    #[error("vote extension does not decode")]
+    Undecodable,
+    /// More partials than `max_extension_partials`.
+    #[error("vote extension carries {count} partials, at most {max}")]
+    TooManyPartials {
+        /// How many.
+        count: usize,
+        /// The cap.
+        max: usize,
+    },
+    /// The sender holds no share, yet sent partials.
+    #[error("the sender holds no threshold share")]
+    NotASigner,
+    /// A partial under another index than the sender's own.
+    #[error("partial under share index {got}, the sender's index is {own}")]
+    ForeignIndex {
+        /// The index in the partial.
+        got: u32,
+        /// The sender's bound index.
+        own: u32,
+    },
+    /// A partial that is malformed (unknown kind, digest not 32 bytes,
+    /// signature not a valid subgroup point) or signs one message twice.
+    #[error("partial {position} is malformed: {why}")]
+    Malformed {
+        /// Position in the extension.
+        position: usize,
+        /// What is wrong.
+        why: &'static str,
+    },
+    /// This node could not read its own state.
+    #[error("state unreadable: {0}")]
+    State(String),
+}
+
+/// VerifyVoteExtension's check of the extension `bytes` sent by the
+/// validator with consensus `address`: at most `max_vote_extension_bytes`
+/// (before decoding) and `max_extension_partials`, every partial under the
+/// sender's bound share index, of a known kind, over a 32-byte digest,
+/// with a signature that is a valid point, no message twice. Empty bytes
+/// always pass. Signatures are not verified here (no pairings): a bad one
+/// can only ever count against its own sender's index.
+pub fn check_extension(
     kv: &impl KvRead,
-    chain_id: &str,
-    share: &SecretShare,
-    unsigned: PartialSig,
-    out: &mut VoteExtension,
-) -> Result<(), Fatal> {
-    let Some(a) = recognize(kv, chain_id, &unsigned)? else {
-        return Ok(());
-    };
-    if has_partial(kv, &a.digest, share.index)? {
-        return Ok(());
-    }
-    let sig = share.sign(&a.message);
-    out.partials.push(PartialSig {
-        signature: sig.sig_bytes().to_vec(),
-        ..unsigned
-    });
-    Ok(())
-}
-
-/// Structural check of a vote extension (VerifyVoteExtension): decodes,
-/// at most [`MAX_EXTENSION_PARTIALS`] partials, indices in range, valid
-/// points, 32-byte digests, known kinds. Empty bytes pass; without a
-/// threshold key (or if it cannot be read) only an empty extension passes.
-pub fn extension_well_formed(kv: &impl KvRead, bytes: &[u8]) -> bool {
+    address: &[u8],
+    bytes: &[u8],
+) -> Result<VoteExtension, BadExtension> {
     if bytes.is_empty() {
-        return true;
+        return Ok(VoteExtension::default());
     }
-    let Ok(ext) = VoteExtension::decode(bytes) else {
-        return false;
-    };
-    if ext.partials.len() > MAX_EXTENSION_PARTIALS {
-        return false;
-    }
-    let n = match threshold_key(kv) {
-        Ok(Some(key)) => key.shares.shares.len() as u32,
-        _ => return ext.partials.is_empty(),
-    };
-    ext.partials.iter().all(|p| {
-        (1..=n).contains(&p.index)
-            && Kind::try_from(p.kind).is_ok()
-            && p.digest.len() == 32
-            && Partial::from_bytes(p.index, &p.signature).is_ok()
-    })
+    let p = params(kv).map_err(|e| BadExtension::State(e.to_string()))?;
+    let key = threshold_key(kv).map_err(|e| BadExtension::State(e.to_string()))?;
+    check_extension_with(&p, key.as_ref(), address, bytes)
 }
 
-/// The partials gathered for one message.
+/// [`check_extension`] with the parameters and key already read.
+pub fn check_extension_with(
+    p: &Params,
+    key: Option<&ThresholdKey>,
+    address: &[u8],
+    bytes: &[u8],
+) -> Result<VoteExtension, BadExtension> {
+    let max = p.max_vote_extension_bytes as usize;
+    if bytes.len() > max {
+        return Err(BadExtension::TooLarge {
+            len: bytes.len(),
+            max,
+        });
+    }
+    let ext = VoteExtension::decode(bytes).map_err(|_| BadExtension::Undecodable)?;
+    let max_partials = p.max_extension_partials as usize;
+    if ext.partials.len() > max_partials {
+        return Err(BadExtension::TooManyPartials {
+            count: ext.partials.len(),
+            max: max_partials,
+        });
+    }
+    if ext.partials.is_empty() {
+        return Ok(ext);
+    }
+    let own = key
+        .and_then(|k| k.index_of(address))
+        .ok_or(BadExtension::NotASigner)?;
+    let mut seen: Vec<(u32, &[u8])> = Vec::with_capacity(ext.partials.len());
+    for (position, q) in ext.partials.iter().enumerate() {
+        let bad = |why| BadExtension::Malformed { position, why };
+        if q.index != own {
+            return Err(BadExtension::ForeignIndex { got: q.index, own });
+        }
+        if Kind::try_from(q.kind).is_err() {
+            return Err(bad("unknown kind"));
+        }
+        if q.digest.len() != 32 {
+            return Err(bad("digest is not 32 bytes"));
+        }
+        if seen.contains(&(q.kind, q.digest.as_slice())) {
+            return Err(bad("signs a message twice"));
+        }
+        seen.push((q.kind, q.digest.as_slice()));
+        if Partial::from_bytes(q.index, &q.signature).is_err() {
+            return Err(bad("signature is not a valid G2 point"));
+        }
+    }
+    Ok(ext)
+}
+
+/// The candidate partials gathered for one message.
 struct Harvest {
     /// The signed bytes.
     message: Vec<u8>,
-    /// One partial per signer, first seen kept.
-    partials: Vec<PartialSig>,
+    /// Its kind.
+    kind: Kind,
+    /// Body to carry (results and blocks the chain does not hold yet).
+    result: Option<HubResult>,
+    /// Body to carry (hub blocks the chain does not hold yet).
+    block: Option<HubBlock>,
+    /// Wire form and parsed form of every candidate, unverified.
+    partials: Vec<(PartialSig, Partial)>,
 }
 
 /// PrepareProposal: the valid, new partials among the last commit's vote
-/// extensions, de-duplicated, as one system transaction (or `None`).
-/// Undecodable extensions and partials the chain does not wait for are
-/// skipped.
+/// extensions (`votes`: sender's consensus address and extension bytes) as
+/// one system transaction, or `None`. Each extension is checked as in
+/// VerifyVoteExtension (one that fails is skipped whole); a hub result or
+/// block is only included if its body is in `bodies` (this proposer's
+/// relay) or held by the chain. Partials are verified before they are
+/// de-duplicated, so no bad partial displaces a good one. At most
+/// `max_block_messages` messages: batches first, then the messages with
+/// most candidates; at most twice that many are verified.
 pub fn collect_partials(
     kv: &impl KvRead,
     chain_id: &str,
-    extensions: &[Vec<u8>],
+    votes: &[(Vec<u8>, Vec<u8>)],
+    bodies: &Bodies,
 ) -> Result<Option<SubmitPartials>, Fatal> {
     let Some(key) = threshold_key(kv)? else {
         return Ok(None);
     };
-    let pubs = key.shares;
+    let p = params(kv)?;
     let mut by_digest: BTreeMap<[u8; 32], Harvest> = BTreeMap::new();
-    for e in extensions {
-        let Ok(ext) = VoteExtension::decode(e.as_slice()) else {
+    for (address, bytes) in votes {
+        let Ok(ext) = check_extension_with(&p, Some(&key), address, bytes) else {
             continue;
         };
-        for p in ext.partials.into_iter().take(MAX_EXTENSION_PARTIALS) {
-            let Some(a) = recognize(kv, chain_id, &p)? else {
+        for ps in ext.partials {
+            let Some(a) = recognize(kv, chain_id, ps.kind, &ps.digest, bodies)? else {
                 continue;
             };
-            if pubs.share(p.index).is_none() || has_partial(kv, &a.digest, p.index)? {
+            if has_partial(kv, &a.digest, ps.index)? {
                 continue;
             }
+            let Ok(q) = Partial::from_bytes(ps.index, &ps.signature) else {
+                continue;
+            };
             let h = by_digest.entry(a.digest).or_insert_with(|| Harvest {
                 message: a.message,
+                kind: a.kind,
+                result: a.hub_result,
+                block: a.hub_block,
                 partials: Vec::new(),
             });
-            if h.partials.iter().all(|q| q.index != p.index) {
-                h.partials.push(p);
-            }
+            h.partials.push((ps, q));
         }
     }
-    let mut out = Vec::new();
-    for h in by_digest.into_values() {
-        let parsed: Vec<(PartialSig, Partial)> = h
-            .partials
-            .into_iter()
-            .filter_map(|p| {
-                Partial::from_bytes(p.index, &p.signature)
-                    .ok()
-                    .map(|q| (p, q))
-            })
-            .collect();
-        let sigs: Vec<Partial> = parsed.iter().map(|(_, q)| q.clone()).collect();
-        let bad = pubs.invalid_partials(&h.message, &sigs);
-        out.extend(
-            parsed
-                .into_iter()
-                .enumerate()
-                .filter(|(i, _)| !bad.contains(i))
-                .map(|(_, (p, _))| p),
-        );
+    let mut order: Vec<Harvest> = by_digest.into_values().collect();
+    order.sort_by_key(|h| (h.kind != Kind::Batch, std::cmp::Reverse(h.partials.len())));
+    let max_msgs = p.max_block_messages as usize;
+    let mut out = SubmitPartials::default();
+    let mut taken = 0usize;
+    for h in order.into_iter().take(max_msgs.saturating_mul(2)) {
+        if taken >= max_msgs {
+            break;
+        }
+        let sigs: Vec<Partial> = h.partials.iter().map(|(_, q)| q.clone()).collect();
+        let bad = key.shares.invalid_partials(&h.message, &sigs);
+        let mut kept: Vec<u32> = Vec::new();
+        let mut any = false;
+        for (i, (ps, _)) in h.partials.into_iter().enumerate() {
+            if bad.contains(&i) || kept.contains(&ps.index) {
+                continue;
+            }
+            kept.push(ps.index);
+            out.partials.push(ps);
+            any = true;
+        }
+        if !any {
+            continue;
+        }
+        taken += 1;
+        let digest = out.partials.last().map(|q| q.digest.clone());
+        let held = match &digest {
+            Some(d) => pending_message(kv, d)?.is_some(),
+            None => true,
+        };
+        if !held {
+            out.hub_results.extend(h.result);
+            out.hub_blocks.extend(h.block);
+        }
     }
-    Ok((!out.is_empty()).then_some(SubmitPartials { partials: out }))
+    Ok((!out.partials.is_empty()).then_some(out))
 }

@@ -239,6 +239,7 @@ fn proposal_bench() -> Result<()> {
         "threshold": t,
         "group_key": hexkey(&pubs.group),
         "public_shares": pubs.shares.iter().map(hexkey).collect::<Vec<_>>(),
+        "signers": (0..n).map(|i| hex::encode([i as u8; 20])).collect::<Vec<_>>(),
     });
     let dir = tempfile::tempdir()?;
     let app = TallyApp::new(Arc::new(RocksBackend::open(dir.path())?), halt_exits())?;
@@ -320,9 +321,13 @@ fn proposal_bench() -> Result<()> {
     let exts: Vec<ExtendedVoteInfo> = shares
         .iter()
         .map(|s| {
-            let e = tally_settlement::sync::extension(backend, CHAIN, s, &[], &[], &[])
+            let e = tally_settlement::sync::extension(backend, CHAIN, s, None, &[], &[])
                 .unwrap_or_default();
             ExtendedVoteInfo {
+                validator: Some(tendermint_proto::v0_38::abci::Validator {
+                    address: Bytes::from(vec![(s.index - 1) as u8; 20]),
+                    power: 10,
+                }),
                 vote_extension: prost::Message::encode_to_vec(&e).into(),
                 ..Default::default()
             }
