@@ -135,12 +135,12 @@ fn a_field_holding_another_message_is_reported() {
         "Option<HubBlock>",
         true,
     );
-    // The first such line is PartialSig's.
+    // The first such line is PendingMessage's.
     assert_eq!(m.len(), 1, "{m:?}");
-    assert_eq!(m[0].item, "message PartialSig");
+    assert_eq!(m[0].item, "message PendingMessage");
     assert_eq!(
         m[0].found.as_deref(),
-        Some("message, optional, tag = \"5\" -> HubBlock")
+        Some("message, optional, tag = \"3\" -> HubBlock")
     );
 }
 
@@ -208,11 +208,11 @@ fn a_message_on_one_side_only_is_reported() {
 fn a_missing_field_is_reported() {
     let mut f = found(&hand_source());
     f.messages
-        .get_mut("PartialSig")
-        .expect("PartialSig")
-        .remove("hub_block");
+        .get_mut("HubBlock")
+        .expect("HubBlock")
+        .remove("more");
     let m = compare(&expected(), &f);
     assert_eq!(m.len(), 1, "{m:?}");
-    assert_eq!(m[0].member.as_deref(), Some("hub_block"));
+    assert_eq!(m[0].member.as_deref(), Some("more"));
     assert_eq!(m[0].found, None);
 }
