@@ -131,8 +131,19 @@ pub fn apply_partials(
         .map_err(|e| reject(Code::BadSystemTx, format!("SubmitPartials refused: {e}")))?;
     let mut groups: BTreeMap<[u8; 32], Group> = BTreeMap::new();
     let mut ignored = 0usize;
+    // One recognition per message, not per partial (a hub block body is
+    // hashed and its users checked once).
+    let mut known_cache: BTreeMap<(u32, &[u8]), Option<Awaited>> = BTreeMap::new();
     for ps in &tx.partials {
-        let known = recognize(kv, chain_id, ps.kind, &ps.digest, &bodies)?;
+        let key = (ps.kind, ps.digest.as_slice());
+        let known = match known_cache.get(&key) {
+            Some(k) => k.clone(),
+            None => {
+                let k = recognize(kv, chain_id, ps.kind, &ps.digest, &bodies)?;
+                known_cache.insert(key, k.clone());
+                k
+            }
+        };
         let parsed = Partial::from_bytes(ps.index, &ps.signature).ok();
         let fresh = match &known {
             Some(a) => pubs.share(ps.index).is_some() && !has_partial(kv, &a.digest, ps.index)?,

@@ -26,7 +26,7 @@ use crate::state::chain::params;
 use crate::state::sync::{
     batch, batch_status, has_partial, pending_message, sync_state, threshold_key,
 };
-use crate::types::{BatchStatus, ThresholdKey};
+use crate::types::{Awaited, BatchStatus, ThresholdKey};
 
 /// The partials a validator with `share` should sign now: the batch of
 /// `start` (a SyncTxStart in the block being voted on, which the caller
@@ -269,12 +269,22 @@ pub fn collect_partials(
     };
     let p = params(kv)?;
     let mut by_digest: BTreeMap<[u8; 32], Harvest> = BTreeMap::new();
+    let mut known_cache: BTreeMap<(u32, Vec<u8>), Option<Awaited>> = BTreeMap::new();
     for (address, bytes) in votes {
         let Ok(ext) = check_extension_with(&p, Some(&key), address, bytes) else {
             continue;
         };
         for ps in ext.partials {
-            let Some(a) = recognize(kv, chain_id, ps.kind, &ps.digest, bodies)? else {
+            let cache_key = (ps.kind, ps.digest.clone());
+            let known = match known_cache.get(&cache_key) {
+                Some(k) => k.clone(),
+                None => {
+                    let k = recognize(kv, chain_id, ps.kind, &ps.digest, bodies)?;
+                    known_cache.insert(cache_key, k.clone());
+                    k
+                }
+            };
+            let Some(a) = known else {
                 continue;
             };
             if has_partial(kv, &a.digest, ps.index)? {
