@@ -33,6 +33,10 @@ pub struct Params {
     pub partial_expiry_blocks: u64,
     /// Hub heights covered by one signed HubBlock (deposits).
     pub hub_block_range: u64,
+    /// Most owed entries of closed windows turned into hub calls at the
+    /// start of one block (1..=100000): a window with more is converted
+    /// over several blocks, oldest window first.
+    pub max_close_per_block: u32,
 }
 
 impl Default for Params {
@@ -49,6 +53,7 @@ impl Default for Params {
             attempt_deadline_secs: 30,
             partial_expiry_blocks: 50,
             hub_block_range: 10,
+            max_close_per_block: 1000,
         }
     }
 }
@@ -86,6 +91,9 @@ impl Params {
         }
         if !(1..=1000).contains(&self.hub_block_range) {
             return bad("hub_block_range must be 1..=1000");
+        }
+        if !(1..=100_000).contains(&self.max_close_per_block) {
+            return bad("max_close_per_block must be 1..=100000");
         }
         Ok(())
     }
@@ -258,6 +266,13 @@ mod tests {
         assert!(e.to_string().contains("not hex"), "{e}");
         let e = Genesis::parse(br#"{"balances":[{"user":"a b","amount":1}]}"#).unwrap_err();
         assert!(e.to_string().contains("character"), "{e}");
+        for bad in [0, 100_001] {
+            let json = format!(r#"{{"params":{{"max_close_per_block":{bad}}}}}"#);
+            let e = Genesis::parse(json.as_bytes()).unwrap_err();
+            assert!(e.to_string().contains("max_close_per_block"), "{e}");
+        }
+        let g = Genesis::parse(br#"{"params":{"max_close_per_block":100000}}"#).unwrap();
+        assert_eq!(g.params.max_close_per_block, 100_000);
         let e = Genesis::parse(br#"{"bogus":1}"#).unwrap_err();
         assert!(e.to_string().contains("bogus"), "{e}");
     }
