@@ -85,6 +85,22 @@ impl Chain {
         pending_calls(&self.kv, CHAIN, None, usize::MAX).unwrap()
     }
 
+    /// What closed windows (before `open`) still owe in state: (window,
+    /// provider, user, amount) in key order.
+    fn owed_left(&self, open: u64) -> Vec<(u64, String, String, u64)> {
+        let rows = self
+            .kv
+            .scan(keys::OWED, &keys::owed_prefix(open), usize::MAX)
+            .unwrap();
+        rows.into_iter()
+            .map(|(k, v)| {
+                let w = u64::from_be_bytes(k[keys::OWED.len()..][..8].try_into().unwrap());
+                let (p, u) = keys::parse_owed(&k, w).unwrap();
+                (w, p, u, u64::from_be_bytes(v.try_into().unwrap()))
+            })
+            .collect()
+    }
+
     fn queue_empty(&self) -> bool {
         oldest_closing(&self.kv).unwrap().is_none()
             && self.kv.scan_prefix(keys::OWED, 1).unwrap().is_empty()
@@ -104,6 +120,16 @@ impl Model {
             self.queue
                 .push_back((w, owed.iter().map(|(k, v)| (k.clone(), *v)).collect()));
         }
+    }
+
+    fn owed_left(&self) -> Vec<(u64, String, String, u64)> {
+        let mut out = Vec::new();
+        for (w, entries) in &self.queue {
+            for ((p, u), a) in entries {
+                out.push((*w, p.clone(), u.clone(), *a));
+            }
+        }
+        out
     }
 
     fn step(&mut self, budget: u32) {
@@ -192,6 +218,9 @@ fn a_large_window_converts_over_blocks_within_the_budget() {
     c.owe(0, &o);
     let (_, made) = c.block(SECS);
     assert_eq!(made, 2);
+    // The converted entries are gone; the others wait.
+    let left: Vec<_> = c.owed_left(1).into_iter().map(|o| o.1).collect();
+    assert_eq!(left, ["p2", "p3", "p4"]);
     assert_eq!(
         oldest_closing(&c.kv).unwrap(),
         Some(Closing {
@@ -310,6 +339,7 @@ proptest! {
                 prop_assert!(made <= u64::from(budget));
                 m.step(budget);
                 prop_assert_eq!(c.calls(), m.calls.clone());
+                prop_assert_eq!(c.owed_left(w), m.owed_left());
             }
             let closed = w;
             w += gap;
@@ -318,6 +348,7 @@ proptest! {
             m.close(closed, owed);
             m.step(budget);
             prop_assert_eq!(c.calls(), m.calls.clone());
+            prop_assert_eq!(c.owed_left(w), m.owed_left());
         }
         // Drain the backlog in the last window.
         let total = all.len() as u64;
