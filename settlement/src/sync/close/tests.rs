@@ -24,7 +24,6 @@ type Owed = BTreeMap<(String, String), u64>;
 struct Chain {
     kv: Pending,
     height: u64,
-    budget: u32,
 }
 
 impl Chain {
@@ -37,11 +36,7 @@ impl Chain {
         };
         put_params(&mut kv, &p).unwrap();
         kv.commit(0).unwrap();
-        Chain {
-            kv,
-            height: 0,
-            budget,
-        }
+        Chain { kv, height: 0 }
     }
 
     /// Runs one block's start at `time`, uncommitted: its events and how
