@@ -303,7 +303,10 @@ fn a_closed_window_is_converting_until_its_last_hub_call() {
         &report(
             4,
             T0 + 100,
-            vec![rec("alice", Outcome::Ok, 1, 2), rec("bob", Outcome::Ok, 1, 3)],
+            vec![
+                rec("alice", Outcome::Ok, 1, 2),
+                rec("bob", Outcome::Ok, 1, 3),
+            ],
         ),
     );
     assert_eq!(deliver(&mut p, &b, &tx).code, Code::Ok);

@@ -17,8 +17,7 @@ use crate::error::Fatal;
 use crate::genesis::Params;
 use crate::proto::HubCall;
 use crate::state::chain::{
-    clear_owed, clear_owed_through, delete_closing, oldest_closing, owed_page, put_closing,
-    Closing,
+    clear_owed, clear_owed_through, delete_closing, oldest_closing, owed_page, put_closing, Closing,
 };
 use crate::state::sync::{next_call_id, put_next_call_id, put_pending_call};
 use crate::types::Event;

@@ -102,10 +102,13 @@ impl Chain {
     }
 }
 
+/// A window's entries not yet converted, in key order.
+type Left = VecDeque<((String, String), u64)>;
+
 /// The model: windows waiting in order, each with its entries left.
 #[derive(Default)]
 struct Model {
-    queue: VecDeque<(u64, VecDeque<((String, String), u64)>)>,
+    queue: VecDeque<(u64, Left)>,
     calls: Vec<HubCall>,
 }
 
@@ -180,7 +183,10 @@ fn attr<'a>(e: &'a Event, key: &str) -> &'a str {
 fn a_small_window_converts_in_the_block_it_closes_without_a_queue_entry() {
     let mut c = Chain::new(1000);
     c.block(0);
-    c.owe(0, &owed(&[("p2", "u", 5), ("p1", "u2", 3), ("p1", "u1", 7)]));
+    c.owe(
+        0,
+        &owed(&[("p2", "u", 5), ("p1", "u2", 3), ("p1", "u1", 7)]),
+    );
     let (events, made) = c.begin(SECS);
     // The queue key is never written, not even as a delete.
     assert!(!c.written().contains(&keys::closing(0)));
@@ -239,7 +245,10 @@ fn a_large_window_converts_over_blocks_within_the_budget() {
 fn a_second_window_waits_behind_the_first_and_a_jump_closes_the_last() {
     let mut c = Chain::new(3);
     c.block(0);
-    c.owe(0, &owed(&[("a", "u", 1), ("b", "u", 1), ("c", "u", 1), ("d", "u", 1)]));
+    c.owe(
+        0,
+        &owed(&[("a", "u", 1), ("b", "u", 1), ("c", "u", 1), ("d", "u", 1)]),
+    );
     c.block(SECS); // window 0 closes: a, b, c; d waits
     c.owe(1, &owed(&[("a", "v", 2), ("b", "v", 2), ("c", "v", 2)]));
     // A block five windows later closes window 1 (no block ran between).
@@ -264,7 +273,10 @@ fn a_second_window_waits_behind_the_first_and_a_jump_closes_the_last() {
 fn a_window_closing_while_the_budget_is_spent_waits_in_the_queue() {
     let mut c = Chain::new(2);
     c.block(0);
-    c.owe(0, &owed(&[("a", "u", 1), ("b", "u", 1), ("c", "u", 1), ("d", "u", 1)]));
+    c.owe(
+        0,
+        &owed(&[("a", "u", 1), ("b", "u", 1), ("c", "u", 1), ("d", "u", 1)]),
+    );
     c.block(SECS);
     c.owe(1, &owed(&[("a", "v", 2)]));
     let (_, made) = c.block(2 * SECS); // a, b of 0 earlier; c, d now
