@@ -1,8 +1,9 @@
 //! Work at the start of every block, before its transactions: forget
-//! report ids that can no longer be replayed, close the settlement windows
-//! the block time has left (their totals freeze and what users owe becomes
-//! escrowed hub calls), record the block's window and time, and expire
-//! partial signatures that never reached the threshold.
+//! report ids that can no longer be replayed, close the settlement window
+//! the block time has left (its totals freeze), turn a bounded number of
+//! closed windows' debts into escrowed hub calls (see [`crate::sync::close`]),
+//! record the block's window and time, and expire partial signatures that
+//! never reached the threshold.
 
 use tally_store::Kv;
 
@@ -11,7 +12,7 @@ use crate::state::chain::{
     cur_window, forget_reports_through, params, put_cur_window, put_last_time, put_window_info,
     window_info,
 };
-use crate::sync::batch::close_window;
+use crate::sync::close::convert_closed;
 use crate::sync::partials::expire_partials;
 use crate::types::{Block, Event};
 
@@ -24,25 +25,23 @@ pub fn begin_block(kv: &mut impl Kv, block: &Block) -> Result<Vec<Event>, Fatal>
     let params = params(kv)?;
     let now_window = block.time / params.settlement_window_secs;
     let prev = cur_window(kv)?;
-    if let Some(prev) = prev {
-        if now_window > prev {
-            let calls = close_window(kv, prev, &params.hub_chain)?;
-            if let Some(mut info) = window_info(kv, prev)? {
-                info.closed = true;
-                put_window_info(kv, prev, &info);
-                events.push(Event::new(
-                    "window_closed",
-                    [
-                        ("window", prev.to_string()),
-                        ("routes", info.routes.to_string()),
-                        ("requests", info.totals.requests.to_string()),
-                        ("amount", info.totals.amount.to_string()),
-                        ("hub_calls", calls.to_string()),
-                    ],
-                ));
-            }
+    let closed = prev.filter(|prev| now_window > *prev);
+    if let Some(prev) = closed {
+        if let Some(mut info) = window_info(kv, prev)? {
+            info.closed = true;
+            put_window_info(kv, prev, &info);
+            events.push(Event::new(
+                "window_closed",
+                [
+                    ("window", prev.to_string()),
+                    ("routes", info.routes.to_string()),
+                    ("requests", info.totals.requests.to_string()),
+                    ("amount", info.totals.amount.to_string()),
+                ],
+            ));
         }
     }
+    events.extend(convert_closed(kv, closed, &params)?);
     if prev != Some(now_window) {
         put_cur_window(kv, now_window);
     }

@@ -44,6 +44,10 @@ pub struct Params {
     /// Most distinct messages (digests) a block's SubmitPartials may carry
     /// partials for.
     pub max_block_messages: u32,
+    /// Most owed entries of closed windows turned into hub calls at the
+    /// start of one block (1..=100000): a window with more is converted
+    /// over several blocks, oldest window first.
+    pub max_close_per_block: u32,
 }
 
 impl Default for Params {
@@ -64,6 +68,7 @@ impl Default for Params {
             max_vote_extension_bytes: 4096,
             max_extension_partials: 8,
             max_block_messages: 8,
+            max_close_per_block: 1000,
         }
     }
 }
@@ -113,6 +118,9 @@ impl Params {
         }
         if !(1..=64).contains(&self.max_block_messages) {
             return bad("max_block_messages must be 1..=64");
+        }
+        if !(1..=100_000).contains(&self.max_close_per_block) {
+            return bad("max_close_per_block must be 1..=100000");
         }
         Ok(())
     }
@@ -321,6 +329,13 @@ mod tests {
         assert!(e.to_string().contains("not hex"), "{e}");
         let e = Genesis::parse(br#"{"balances":[{"user":"a b","amount":1}]}"#).unwrap_err();
         assert!(e.to_string().contains("character"), "{e}");
+        for bad in [0, 100_001] {
+            let json = format!(r#"{{"params":{{"max_close_per_block":{bad}}}}}"#);
+            let e = Genesis::parse(json.as_bytes()).unwrap_err();
+            assert!(e.to_string().contains("max_close_per_block"), "{e}");
+        }
+        let g = Genesis::parse(br#"{"params":{"max_close_per_block":100000}}"#).unwrap();
+        assert_eq!(g.params.max_close_per_block, 100_000);
         let e = Genesis::parse(br#"{"bogus":1}"#).unwrap_err();
         assert!(e.to_string().contains("bogus"), "{e}");
     }

@@ -35,8 +35,12 @@ pub const BY_PROVIDER: &[u8] = b"ip/";
 pub const BY_USER: &[u8] = b"iu/";
 /// `win/<window>`: a window's totals.
 pub const WINDOW: &[u8] = b"win/";
-/// `owed/<window>/<provider>\0<user>`: credits owed in an open window.
+/// `owed/<window>/<provider>\0<user>`: credits owed in a window, until
+/// they become a hub call.
 pub const OWED: &[u8] = b"owed/";
+/// `closing/<window>`: a closed window whose owed entries are still
+/// becoming hub calls (the closing queue, oldest window first).
+pub const CLOSING: &[u8] = b"closing/";
 
 /// `dkg`: the validators' threshold key (JSON), written at genesis.
 pub const DKG: &[u8] = b"dkg";
@@ -75,7 +79,8 @@ pub const LAYOUT: &[(&[u8], &str)] = &[
     (BY_PROVIDER, "route records by provider"),
     (BY_USER, "route records by user"),
     (WINDOW, "window totals"),
-    (OWED, "credits owed in open windows"),
+    (OWED, "credits owed, not yet hub calls"),
+    (CLOSING, "closed windows still becoming hub calls"),
     (DKG, "threshold key"),
     (HUB_CALL, "escrowed hub calls"),
     (HUB_PENDING, "hub calls not yet in a batch"),
@@ -259,6 +264,17 @@ pub fn parse_owed(key: &[u8], window: u64) -> Option<(String, String)> {
     ))
 }
 
+/// `closing/<window>`.
+pub fn closing(window: u64) -> Vec<u8> {
+    cat(&[CLOSING, &window.to_be_bytes()])
+}
+
+/// The window of a `closing/` key.
+pub fn parse_closing(key: &[u8]) -> Option<u64> {
+    let w = key.strip_prefix(CLOSING)?;
+    Some(u64::from_be_bytes(w.try_into().ok()?))
+}
+
 /// `hc/<id>`.
 pub fn hub_call(id: u64) -> Vec<u8> {
     cat(&[HUB_CALL, &id.to_be_bytes()])
@@ -387,5 +403,7 @@ mod tests {
             Some(("p".to_string(), "u".to_string()))
         );
         assert_eq!(parse_owed(&owed(3, "p", "u"), 4), None);
+        assert_eq!(parse_closing(&closing(7)), Some(7));
+        assert_eq!(parse_closing(b"closing/abc"), None);
     }
 }

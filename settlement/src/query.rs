@@ -29,7 +29,7 @@ use crate::ident;
 use crate::keys;
 use crate::query_path;
 use crate::record::{Counters, RouteId, RouteRecordView, WindowView};
-use crate::state::chain::{balance, last_time, params};
+use crate::state::chain::{balance, is_closing, last_time, params};
 use crate::state::sync::batch_status;
 use crate::sync;
 use crate::time::rfc3339;
@@ -227,6 +227,7 @@ fn route_query(kv: &impl KvRead, full: &str) -> Result<serde_json::Value, ExecEr
                     window_start: rfc3339(start),
                     window_end: rfc3339(start.saturating_add(secs)),
                     closed: info.closed,
+                    converting: info.closed && is_closing(kv, w)?,
                     routes: info.routes,
                     requests: info.totals.requests,
                     fail_count: info.totals.fail_count(),

@@ -201,6 +201,10 @@ pub struct WindowView {
     pub window_start: String,
     pub window_end: String,
     pub closed: bool,
+    /// Closed, and its owed entries are still becoming hub calls (the
+    /// closing queue holds it).
+    #[serde(default)]
+    pub converting: bool,
     pub routes: u64,
     pub requests: u64,
     pub fail_count: u64,

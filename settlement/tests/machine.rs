@@ -267,6 +267,56 @@ fn duplicate_is_refused_until_expiry_then_forgotten() {
     assert_eq!(deliver(&mut p, &b, &tx).code, Code::ReportExpired);
 }
 
+/// `/windows` and `/hubcalls/hub` after a block: each window's (closed,
+/// converting) and the pending call ids.
+fn windows_and_calls(p: &Pending) -> (Vec<(bool, bool)>, Vec<u64>) {
+    let w: serde_json::Value = serde_json::from_slice(&query(p, "/windows").value).unwrap();
+    let ws = w["windows"].as_array().unwrap();
+    let flags = ws
+        .iter()
+        .map(|w| {
+            (
+                w["closed"].as_bool().unwrap(),
+                w["converting"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    let c: serde_json::Value = serde_json::from_slice(&query(p, "/hubcalls/hub").value).unwrap();
+    let ids = c["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_u64().unwrap())
+        .collect();
+    (flags, ids)
+}
+
+#[test]
+fn a_closed_window_is_converting_until_its_last_hub_call() {
+    let mut p = setup(100);
+    let mut params = tally_settlement::params(&p).unwrap();
+    params.max_close_per_block = 1;
+    tally_settlement::state::chain::put_params(&mut p, &params).unwrap();
+    let b = block(&mut p, 1, T0 + 5);
+    let tx = sign_report(
+        &gw_key(),
+        &report(
+            4,
+            T0 + 100,
+            vec![
+                rec("alice", Outcome::Ok, 1, 2),
+                rec("bob", Outcome::Ok, 1, 3),
+            ],
+        ),
+    );
+    assert_eq!(deliver(&mut p, &b, &tx).code, Code::Ok);
+    assert_eq!(windows_and_calls(&p), (vec![(false, false)], vec![]));
+    block(&mut p, 2, T0 + 60);
+    assert_eq!(windows_and_calls(&p), (vec![(true, true)], vec![1]));
+    block(&mut p, 3, T0 + 61);
+    assert_eq!(windows_and_calls(&p), (vec![(true, false)], vec![1, 2]));
+}
+
 #[test]
 fn windows_close_and_freeze() {
     let mut p = setup(100);

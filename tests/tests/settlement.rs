@@ -244,10 +244,48 @@ fn settlement_timeline_with_cooldown_expiry_and_faults() -> anyhow::Result<()> {
 /// settled once; credits moved equal the usage charged.
 #[test]
 fn every_call_settles_exactly_once_across_crashes() -> anyhow::Result<()> {
-    let (mut net, mut traffic, _pubs, _dir) = setup_with(serde_json::json!({"max_batch_calls": 2}));
+    settle_everything_across_crashes(serde_json::json!({"max_batch_calls": 2}), 4, 400)?;
+    Ok(())
+}
+
+/// The same with one owed entry turned into a hub call per block and two
+/// blocks per window: closed windows convert over many blocks (some are
+/// seen `converting`), a window closes while the one before it still
+/// converts, batches form meanwhile, and still every call settles exactly
+/// once.
+#[test]
+fn every_call_settles_exactly_once_when_windows_convert_over_many_blocks() -> anyhow::Result<()> {
+    let converting = settle_everything_across_crashes(
+        serde_json::json!({"max_batch_calls": 2, "max_close_per_block": 1}),
+        30,
+        1500,
+    )?;
+    assert!(converting > 0, "no window was ever seen converting");
+    Ok(())
+}
+
+/// Runs [`every_call_settles_exactly_once_across_crashes`] with `params`,
+/// blocks `step` seconds apart, for `secs` seconds; returns in how many
+/// blocks some window was `converting`.
+fn settle_everything_across_crashes(
+    params: serde_json::Value,
+    step: i64,
+    secs: i64,
+) -> anyhow::Result<usize> {
+    let (mut net, mut traffic, _pubs, _dir) = setup_with(params);
     let mut charged = 0u64;
     let mut h = 0u64;
-    while net.now < T0 + 400 {
+    let mut converting = 0;
+    while net.now < T0 + secs {
+        let ws = query(&net, 0, "/windows");
+        if ws["windows"]
+            .as_array()
+            .expect("windows")
+            .iter()
+            .any(|w| w["converting"] == true)
+        {
+            converting += 1;
+        }
         h += 1;
         let mut txs = Vec::new();
         if net.now < T0 + 200 && h.is_multiple_of(3) {
@@ -270,7 +308,7 @@ fn every_call_settles_exactly_once_across_crashes() -> anyhow::Result<()> {
                 }
             }
         }
-        let out = net.block_crashing(txs, 4, (h % 4) as usize)?;
+        let out = net.block_crashing(txs, step, (h % 4) as usize)?;
         assert!(
             out.tx_results.iter().all(|r| r.code == 0),
             "{:?}",
@@ -310,7 +348,7 @@ fn every_call_settles_exactly_once_across_crashes() -> anyhow::Result<()> {
     for i in 0..4 {
         assert_eq!(psig_keys(&net, i), 0);
     }
-    Ok(())
+    Ok(converting)
 }
 
 /// Partials that never reach the threshold expire and are range-deleted;

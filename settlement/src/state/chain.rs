@@ -1,7 +1,7 @@
 //! Chain metadata, gateways, balances, report ids, windows and route
 //! records: the state usage reports read and write.
 
-use tally_store::{Kv, KvRead};
+use tally_store::{prefix_end, Kv, KvRead};
 
 use super::{get_u64, put_u64, u64_or};
 use crate::error::Fatal;
@@ -194,10 +194,20 @@ pub struct Owed {
     pub amount: u64,
 }
 
-/// Everything owed in `window`, in key order.
-pub fn owed_in(kv: &impl KvRead, window: u64) -> Result<Vec<Owed>, Fatal> {
+/// Up to `limit` entries owed in `window`, in key order, starting after
+/// the entry `after` (provider, user) if given: one bounded range scan.
+pub fn owed_page(
+    kv: &impl KvRead,
+    window: u64,
+    after: Option<(&str, &str)>,
+    limit: usize,
+) -> Result<Vec<Owed>, Fatal> {
     let prefix = keys::owed_prefix(window);
-    let rows = kv.scan_prefix(&prefix, usize::MAX)?;
+    let start = match after {
+        Some((provider, user)) => successor(keys::owed(window, provider, user)),
+        None => prefix.clone(),
+    };
+    let rows = kv.scan(&start, &prefix_end(&prefix), limit)?;
     let mut out = Vec::with_capacity(rows.len());
     for (k, v) in rows {
         let (provider, user) = keys::parse_owed(&k, window).ok_or(Fatal::Corrupt("owed key"))?;
@@ -210,7 +220,125 @@ pub fn owed_in(kv: &impl KvRead, window: u64) -> Result<Vec<Owed>, Fatal> {
     Ok(out)
 }
 
+/// The smallest key after `key`.
+fn successor(mut key: Vec<u8>) -> Vec<u8> {
+    key.push(0);
+    key
+}
+
 /// Forgets everything owed in `window` (one range delete).
 pub fn clear_owed(kv: &mut impl Kv, window: u64) {
     kv.delete_prefix(&keys::owed_prefix(window));
+}
+
+/// Forgets what was owed in `window` up to and including the entry of
+/// (`provider`, `user`) (one range delete).
+pub fn clear_owed_through(kv: &mut impl Kv, window: u64, provider: &str, user: &str) {
+    kv.delete_range(
+        keys::owed_prefix(window),
+        successor(keys::owed(window, provider, user)),
+    );
+}
+
+/// A closed window in the closing queue: its owed entries are still
+/// becoming hub calls, in key order, a bounded number per block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Closing {
+    /// The window.
+    pub window: u64,
+    /// Hub calls made from it so far.
+    pub calls: u64,
+    /// The cursor: (provider, user) of the last owed entry converted,
+    /// `None` before the first.
+    pub last: Option<(String, String)>,
+}
+
+impl Closing {
+    /// Window `window`, nothing converted yet.
+    pub fn new(window: u64) -> Self {
+        Self {
+            window,
+            calls: 0,
+            last: None,
+        }
+    }
+
+    /// `calls` (8 bytes, big-endian), then `<provider>\0<user>` of the
+    /// last entry converted (nothing before the first).
+    fn encode(&self) -> Vec<u8> {
+        let mut v = self.calls.to_be_bytes().to_vec();
+        if let Some((provider, user)) = &self.last {
+            v.extend_from_slice(provider.as_bytes());
+            v.push(0);
+            v.extend_from_slice(user.as_bytes());
+        }
+        v
+    }
+
+    /// Inverse of [`Closing::encode`].
+    fn decode(window: u64, b: &[u8]) -> Option<Self> {
+        let calls = u64::from_be_bytes(b.get(..8)?.try_into().ok()?);
+        let rest = b.get(8..)?;
+        let last = if rest.is_empty() {
+            None
+        } else {
+            let sep = rest.iter().position(|c| *c == 0)?;
+            let provider = std::str::from_utf8(rest.get(..sep)?).ok()?;
+            let user = std::str::from_utf8(rest.get(sep + 1..)?).ok()?;
+            Some((provider.to_string(), user.to_string()))
+        };
+        Some(Self {
+            window,
+            calls,
+            last,
+        })
+    }
+}
+
+/// The oldest window of the closing queue, if any (one read of at most one
+/// entry).
+pub fn oldest_closing(kv: &impl KvRead) -> Result<Option<Closing>, Fatal> {
+    let Some((k, v)) = kv.scan_prefix(keys::CLOSING, 1)?.into_iter().next() else {
+        return Ok(None);
+    };
+    let window = keys::parse_closing(&k).ok_or(Fatal::Corrupt("closing key"))?;
+    Closing::decode(window, &v)
+        .map(Some)
+        .ok_or(Fatal::Corrupt("closing entry"))
+}
+
+/// Whether `window` is in the closing queue.
+pub fn is_closing(kv: &impl KvRead, window: u64) -> Result<bool, Fatal> {
+    Ok(kv.get(&keys::closing(window))?.is_some())
+}
+
+/// Puts a window in the closing queue or moves its cursor.
+pub fn put_closing(kv: &mut impl Kv, c: &Closing) {
+    kv.put(keys::closing(c.window), c.encode());
+}
+
+/// Takes a window out of the closing queue (all its entries converted).
+pub fn delete_closing(kv: &mut impl Kv, window: u64) {
+    kv.delete(keys::closing(window));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_closing_entry_decodes_back_and_refuses_corrupt_bytes() {
+        for c in [
+            Closing::new(3),
+            Closing {
+                window: 9,
+                calls: 1001,
+                last: Some(("p:1".into(), "u/2".into())),
+            },
+        ] {
+            assert_eq!(Closing::decode(c.window, &c.encode()), Some(c));
+        }
+        assert_eq!(Closing::decode(1, &[0; 7]), None);
+        assert_eq!(Closing::decode(1, b"\0\0\0\0\0\0\0\x01no-separator"), None);
+    }
 }

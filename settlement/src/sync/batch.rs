@@ -1,7 +1,6 @@
-//! Batches: a closed window's debts become escrowed hub calls, the
-//! proposer's SyncTxStart gathers pending calls into a batch (or retries
-//! the unsettled one), and the batch is marked signed once its group
-//! signature is combined.
+//! Batches: the proposer's SyncTxStart gathers pending hub calls (made by
+//! [`super::close`]) into a batch (or retries the unsettled one), and the
+//! batch is marked signed once its group signature is combined.
 //!
 //! Attempts follow `AsyncBatchState { last_sync, attempt }`: an attempt
 //! "runs" for `sync_window_secs` after `last_sync`, and a failure backdates
@@ -14,40 +13,13 @@ use super::digest::batch_digest;
 use crate::codes::Code;
 use crate::error::{reject, ExecError, Fatal};
 use crate::genesis::Params;
-use crate::proto::{BatchRecord, HubCall, SyncState, SyncTxStart};
-use crate::state::chain::{clear_owed, owed_in, params};
+use crate::proto::{BatchRecord, SyncState, SyncTxStart};
+use crate::state::chain::params;
 use crate::state::sync::{
-    batch, batch_status, hub_call, next_call_id, pending_calls, put_batch, put_next_call_id,
-    put_pending_call, put_sync_state, sync_state, threshold_key, unpend_call,
+    batch, batch_status, hub_call, pending_calls, put_batch, put_sync_state, sync_state,
+    threshold_key, unpend_call,
 };
 use crate::types::{BatchStatus, Block, Event, TxResult};
-
-/// Window `w` closed: what each user owes each provider becomes a hub call
-/// on `chain`, escrowed (the credits already left the user's balance).
-/// Returns how many calls were made.
-pub fn close_window(kv: &mut impl Kv, w: u64, chain: &str) -> Result<u64, Fatal> {
-    let owed = owed_in(kv, w)?;
-    if owed.is_empty() {
-        return Ok(0);
-    }
-    let mut next = next_call_id(kv)?;
-    let mut made = 0;
-    for o in owed {
-        let call = HubCall {
-            id: next,
-            provider: o.provider,
-            user: o.user,
-            amount: o.amount,
-            window: w,
-        };
-        put_pending_call(kv, chain, &call);
-        next += 1;
-        made += 1;
-    }
-    put_next_call_id(kv, next);
-    clear_owed(kv, w);
-    Ok(made)
-}
 
 /// `is_hub_sync_running(now)`: an attempt exists and started (or was
 /// backdated to) no more than `sync_window_secs` ago.

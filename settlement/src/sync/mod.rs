@@ -9,7 +9,8 @@
 //! and the leaf and `state` modules:
 //!
 //! - [`digest`]: the bytes validators sign (a leaf).
-//! - [`batch`](mod@batch): window close into hub calls, SyncTxStart, signed batches.
+//! - [`close`]: closed windows into hub calls, a bounded number per block.
+//! - [`batch`](mod@batch): SyncTxStart, signed batches.
 //! - [`results`]: hub results for an attempt (HubSyncEnd).
 //! - [`deposits`]: hub blocks and the deposits they credit.
 //! - [`awaited`]: which messages the chain waits for (dispatch on kind).
@@ -22,6 +23,7 @@
 
 pub mod awaited;
 pub mod batch;
+pub mod close;
 pub mod deposits;
 pub mod digest;
 pub mod partials;

@@ -1,0 +1,117 @@
+//! Window close, incrementally: a closed window's owed entries become
+//! escrowed hub calls, at most `max_close_per_block` of them per block.
+//!
+//! A window that closes joins the closing queue (`closing/<window>`, oldest
+//! window first) unless the block converts all of it at once. Every block
+//! converts owed entries from the front of the queue, in owed-key order,
+//! giving each the next call id, and range-deletes the ones it converted;
+//! the queue entry keeps the last entry converted as its cursor, so a
+//! block's work is one bounded scan whatever was converted before. Call
+//! ids are therefore the same as if each window were converted whole when
+//! it closed, only spread over blocks. A block with an empty queue and no
+//! window closing reads one key range and writes nothing.
+
+use tally_store::Kv;
+
+use crate::error::Fatal;
+use crate::genesis::Params;
+use crate::proto::HubCall;
+use crate::state::chain::{
+    clear_owed, clear_owed_through, delete_closing, oldest_closing, owed_page, put_closing, Closing,
+};
+use crate::state::sync::{next_call_id, put_next_call_id, put_pending_call};
+use crate::types::Event;
+
+/// The start-of-block conversion: `closed` is the window this block closed,
+/// if any (it is newer than every window in the queue). Converts at most
+/// `p.max_close_per_block` owed entries, oldest closing window first, into
+/// pending hub calls on `p.hub_chain`. Emits `hub_calls_made {window,
+/// calls, first_id, last_id}` per window it converted entries of, and
+/// `window_converted {window, hub_calls}` when a window has none left.
+pub fn convert_closed(
+    kv: &mut impl Kv,
+    closed: Option<u64>,
+    p: &Params,
+) -> Result<Vec<Event>, Fatal> {
+    let mut events = Vec::new();
+    let mut left = p.max_close_per_block as usize;
+    let mut fresh = closed.map(Closing::new);
+    loop {
+        let (mut c, stored) = match oldest_closing(kv)? {
+            Some(c) => (c, true),
+            None => match fresh.take() {
+                Some(c) => (c, false),
+                None => break,
+            },
+        };
+        if left == 0 {
+            if !stored {
+                fresh = Some(c);
+            }
+            break;
+        }
+        let last = c.last.as_ref().map(|(p, u)| (p.as_str(), u.as_str()));
+        let rows = owed_page(kv, c.window, last, left.saturating_add(1))?;
+        let done = rows.len() <= left;
+        let made = rows.len().min(left);
+        if made > 0 {
+            let first = next_call_id(kv)?;
+            let mut next = first;
+            for o in rows.into_iter().take(made) {
+                let call = HubCall {
+                    id: next,
+                    provider: o.provider,
+                    user: o.user,
+                    amount: o.amount,
+                    window: c.window,
+                };
+                put_pending_call(kv, &p.hub_chain, &call);
+                next = next.saturating_add(1);
+                c.last = Some((call.provider, call.user));
+            }
+            put_next_call_id(kv, next);
+            left -= made;
+            c.calls = c.calls.saturating_add(made as u64);
+            events.push(Event::new(
+                "hub_calls_made",
+                [
+                    ("window", c.window.to_string()),
+                    ("calls", made.to_string()),
+                    ("first_id", first.to_string()),
+                    ("last_id", (next - 1).to_string()),
+                ],
+            ));
+        }
+        if !done {
+            if let Some((provider, user)) = &c.last {
+                clear_owed_through(kv, c.window, provider, user);
+            }
+            put_closing(kv, &c);
+            break;
+        }
+        if c.calls > 0 {
+            clear_owed(kv, c.window);
+            events.push(Event::new(
+                "window_converted",
+                [
+                    ("window", c.window.to_string()),
+                    ("hub_calls", c.calls.to_string()),
+                ],
+            ));
+        }
+        if stored {
+            delete_closing(kv, c.window);
+        }
+    }
+    // The budget ran out before the window closed by this block was
+    // reached: it waits in the queue if it owes anything.
+    if let Some(c) = fresh {
+        if !owed_page(kv, c.window, None, 1)?.is_empty() {
+            put_closing(kv, &c);
+        }
+    }
+    Ok(events)
+}
+
+#[cfg(test)]
+mod tests;
