@@ -8,3 +8,4 @@ pub mod harness;
 pub mod localnet;
 pub mod proxy;
 pub mod traffic;
+pub mod worst;

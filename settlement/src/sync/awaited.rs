@@ -17,7 +17,7 @@ use super::digest::{block_digest, result_digest};
 use super::results::awaits_result;
 use crate::bls::{self, Kind};
 use crate::error::Fatal;
-use crate::proto::{HubBlock, HubResult};
+use crate::proto::{HubBlock, HubResult, PendingMessage};
 use crate::state::chain::params;
 use crate::state::sync::{pending_message, sync_state};
 use crate::types::Awaited;
@@ -93,7 +93,7 @@ pub fn recognize(
         Kind::HubResult => {
             out.hub_result = match bodies.result(&digest) {
                 Some(r) => Some(r.clone()),
-                None => stored_body(kv, &digest, kind)?.and_then(|m| m.0),
+                None => stored_body(kv, &digest, kind)?.and_then(|m| m.hub_result),
             };
             out.hub_result
                 .as_ref()
@@ -102,7 +102,7 @@ pub fn recognize(
         Kind::HubBlock => {
             out.hub_block = match bodies.block(&digest) {
                 Some(b) => Some(b.clone()),
-                None => stored_body(kv, &digest, kind)?.and_then(|m| m.1),
+                None => stored_body(kv, &digest, kind)?.and_then(|m| m.hub_block),
             };
             match &out.hub_block {
                 Some(b) => awaits_block(kv, &params, b, &digest)?,
@@ -123,8 +123,6 @@ fn stored_body(
     kv: &impl KvRead,
     digest: &[u8; 32],
     kind: Kind,
-) -> Result<Option<(Option<HubResult>, Option<HubBlock>)>, Fatal> {
-    Ok(pending_message(kv, digest)?
-        .filter(|m| m.kind == kind.value())
-        .map(|m| (m.hub_result, m.hub_block)))
+) -> Result<Option<PendingMessage>, Fatal> {
+    Ok(pending_message(kv, digest)?.filter(|m| m.kind == kind.value()))
 }

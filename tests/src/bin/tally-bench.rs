@@ -11,6 +11,9 @@
 //! against scan-and-delete.
 //! `proposal`: PrepareProposal and ProcessProposal latency with a full
 //! batch (100 hub calls) and with 67 validators' partials to verify.
+//! `worst`: the worst ProcessProposal and FinalizeBlock a byzantine
+//! proposer can cause within the caps (ADR 0010) at `--validators N`
+//! (default 100): p50/p99/max over `--reps R` (default 30) runs.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -384,6 +387,8 @@ fn propose_and_check(
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut blocks = 30;
+    let mut validators = 100u32;
+    let mut reps = 30usize;
     let mut which = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -394,8 +399,24 @@ fn main() -> Result<()> {
                     .and_then(|v| v.parse().ok())
                     .ok_or_else(|| anyhow::anyhow!("--blocks needs a number"))?
             }
-            "finalize" | "bls" | "range" | "proposal" => which.push(a.clone()),
-            other => bail!("unknown argument {other:?}; benches: finalize, bls, range, proposal"),
+            "--validators" => {
+                validators = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|v| (1..=255).contains(v))
+                    .ok_or_else(|| anyhow::anyhow!("--validators needs a number 1..=255"))?
+            }
+            "--reps" => {
+                reps = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|v| *v > 0)
+                    .ok_or_else(|| anyhow::anyhow!("--reps needs a positive number"))?
+            }
+            "finalize" | "bls" | "range" | "proposal" | "worst" => which.push(a.clone()),
+            other => {
+                bail!("unknown argument {other:?}; benches: finalize, bls, range, proposal, worst")
+            }
         }
     }
     if which.is_empty() {
@@ -411,8 +432,22 @@ fn main() -> Result<()> {
             "finalize" => finalize(blocks)?,
             "bls" => bls_bench()?,
             "range" => range_bench()?,
+            "worst" => worst_bench(validators, reps)?,
             _ => proposal_bench()?,
         }
+    }
+    Ok(())
+}
+
+fn worst_bench(validators: u32, reps: usize) -> Result<()> {
+    println!(
+        "worst case within the caps, {validators} validators, {reps} runs each (RocksDB state)"
+    );
+    for t in tally_tests::worst::run(validators, reps)? {
+        println!(
+            "  {}: {} bytes; p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            t.name, t.tx_bytes, t.p50, t.p99, t.max
+        );
     }
     Ok(())
 }
