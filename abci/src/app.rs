@@ -140,9 +140,7 @@ impl TallyApp {
     pub fn hand_in(&self, item: impl Into<HandIn>) {
         let item = item.into();
         let cursor = match &item {
-            HandIn::Block(b) => settlement::sync::hub_cursor(&self.inner.backend, &b.chain)
-                .ok()
-                .map(|c| c.height),
+            HandIn::Block(b) => settlement::sync::hub_cursor(&self.inner.backend, &b.chain).ok(),
             HandIn::Result(_) => None,
         };
         self.inbox().put(item, cursor);

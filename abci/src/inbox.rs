@@ -3,11 +3,12 @@
 //!
 //! One typed entry, [`HandIn`], through `TallyApp::hand_in`. The inbox
 //! keeps at most [`MAX_HELD`] items of each kind (the oldest go first),
-//! never the same one twice, and drops hub blocks for ranges the chain's
-//! deposit cursor has moved past.
+//! never the same one twice, and drops hub blocks the chain's deposit
+//! cursor has moved past (an earlier range, or an earlier part of a range
+//! split into several messages).
 
 use tally_settlement::proto::{HubBlock, HubResult};
-use tally_settlement::sync::Bodies;
+use tally_settlement::sync::{Bodies, HubCursor};
 
 /// Most items of each kind the inbox holds.
 pub const MAX_HELD: usize = 64;
@@ -42,14 +43,18 @@ pub struct Inbox {
 
 impl Inbox {
     /// Adds `item` unless already held. For a hub block, `cursor` is the
-    /// chain's next hub height for that hub (if it could be read): held
-    /// blocks below it are dropped first.
-    pub fn put(&mut self, item: HandIn, cursor: Option<u64>) {
+    /// chain's deposit cursor for that hub (if it could be read): held
+    /// blocks it has moved past are dropped first.
+    pub fn put(&mut self, item: HandIn, cursor: Option<HubCursor>) {
         match item {
             HandIn::Result(r) => push_bounded(&mut self.results, r),
             HandIn::Block(b) => {
-                if let Some(cursor) = cursor {
-                    self.blocks.retain(|x| x.from_height >= cursor);
+                if let Some(c) = cursor {
+                    self.blocks.retain(|x| {
+                        let first = x.deposits.first().map_or(u64::MAX, |d| d.seq);
+                        x.from_height > c.height
+                            || (x.from_height == c.height && first >= c.deposit_seq)
+                    });
                 }
                 push_bounded(&mut self.blocks, b);
             }
@@ -101,6 +106,13 @@ mod tests {
         }
     }
 
+    fn cur(height: u64) -> Option<HubCursor> {
+        Some(HubCursor {
+            height,
+            deposit_seq: 1,
+        })
+    }
+
     fn block(from: u64) -> HubBlock {
         HubBlock {
             chain: "hub".into(),
@@ -128,13 +140,41 @@ mod tests {
     #[test]
     fn drops_blocks_the_cursor_moved_past() {
         let mut inbox = Inbox::default();
-        inbox.put(block(1).into(), Some(1));
-        inbox.put(block(11).into(), Some(1));
+        inbox.put(block(1).into(), cur(1));
+        inbox.put(block(11).into(), cur(1));
         assert_eq!(inbox.blocks().len(), 2);
-        inbox.put(block(21).into(), Some(11));
+        inbox.put(block(21).into(), cur(11));
         assert_eq!(inbox.blocks(), &[block(11), block(21)]);
         // An unreadable cursor keeps what is held.
         inbox.put(block(31).into(), None);
         assert_eq!(inbox.blocks().len(), 3);
+    }
+
+    #[test]
+    fn drops_parts_of_a_split_range_already_credited() {
+        let part = |first: u64, more: bool| HubBlock {
+            chain: "hub".into(),
+            from_height: 11,
+            to_height: 20,
+            deposits: (first..first + 2)
+                .map(|seq| tally_settlement::proto::HubDeposit {
+                    seq,
+                    user: "u".into(),
+                    amount: 1,
+                })
+                .collect(),
+            more,
+        };
+        let mut inbox = Inbox::default();
+        let at = |seq| {
+            Some(HubCursor {
+                height: 11,
+                deposit_seq: seq,
+            })
+        };
+        inbox.put(part(5, true).into(), at(5));
+        inbox.put(part(7, false).into(), at(7));
+        // The first part was credited (cursor at seq 7): only the second stays.
+        assert_eq!(inbox.blocks(), &[part(7, false)]);
     }
 }
