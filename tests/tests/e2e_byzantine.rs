@@ -238,6 +238,10 @@ fn wait_rejections(f: &Net, why: &str, before: [usize; 3], at_least: usize) -> R
     loop {
         let now: [usize; 3] = std::array::from_fn(|i| rejections(&f.net, i, &f.byz_address, why));
         if now.iter().zip(before).all(|(n, b)| *n >= b + at_least) {
+            eprintln!(
+                "[e2e] validators 0..2 rejected {now:?} extensions of validator {BYZ} ({why:?}) after {:.1}s",
+                start.elapsed().as_secs_f64()
+            );
             return Ok(now);
         }
         ensure!(
