@@ -35,8 +35,7 @@ use tendermint_proto::v0_38::abci::{
     RequestVerifyVoteExtension, ResponseApplySnapshotChunk, ResponseCheckTx, ResponseCommit,
     ResponseEcho, ResponseExtendVote, ResponseFinalizeBlock, ResponseFlush, ResponseInfo,
     ResponseInitChain, ResponseListSnapshots, ResponseLoadSnapshotChunk, ResponseOfferSnapshot,
-    ResponsePrepareProposal, ResponseProcessProposal, ResponseQuery,
-    ResponseVerifyVoteExtension,
+    ResponsePrepareProposal, ResponseProcessProposal, ResponseQuery, ResponseVerifyVoteExtension,
 };
 
 /// The environment variable `tallyd-byzantine start` reads its [`Mode`]
@@ -318,8 +317,8 @@ impl Application for Byzantine {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tally_settlement::{DkgGenesis, Params};
     use tally_settlement::sync::{check_extension_with, BadExtension, ThresholdKey};
+    use tally_settlement::{DkgGenesis, Params};
 
     fn key() -> ThresholdKey {
         let (shares, _) = bls::deal(4, 3, &[[1u8; 64], [2u8; 64], [3u8; 64]]).unwrap();

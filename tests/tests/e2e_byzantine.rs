@@ -131,7 +131,11 @@ impl Net {
 fn byzantine_bin() -> Result<PathBuf> {
     if let Some(p) = std::env::var_os("TALLY_BYZANTINE_BIN") {
         let p = PathBuf::from(p);
-        ensure!(p.exists(), "TALLY_BYZANTINE_BIN={} does not exist", p.display());
+        ensure!(
+            p.exists(),
+            "TALLY_BYZANTINE_BIN={} does not exist",
+            p.display()
+        );
         return Ok(p);
     }
     // target/<profile>/deps/<test> -> target/<profile>, target
@@ -153,7 +157,10 @@ fn byzantine_bin() -> Result<PathBuf> {
         .env("CARGO_TARGET_DIR", target_dir)
         .status()
         .context("running cargo build for tallyd-byzantine")?;
-    ensure!(status.success(), "building tallyd-byzantine failed: {status}");
+    ensure!(
+        status.success(),
+        "building tallyd-byzantine failed: {status}"
+    );
     let p = profile_dir.join("tallyd-byzantine");
     ensure!(p.exists(), "{} was not built", p.display());
     Ok(p)
@@ -219,8 +226,8 @@ fn strip_ansi(text: &str) -> String {
 /// Validator `i`'s tallyd log lines that reject an extension of validator 3
 /// and contain `why`.
 fn rejections(net: &Localnet, i: usize, byz_address: &str, why: &str) -> usize {
-    let log = std::fs::read_to_string(net.dir().join(format!("node{i}/tallyd.log")))
-        .unwrap_or_default();
+    let log =
+        std::fs::read_to_string(net.dir().join(format!("node{i}/tallyd.log"))).unwrap_or_default();
     strip_ansi(&log)
         .lines()
         .filter(|l| {
@@ -372,7 +379,11 @@ fn wait_paid(f: &Net) -> Result<()> {
         let settled = s["settled_batches"].as_u64().unwrap_or(0);
         let mut payouts = Vec::new();
         for p in f.paid.keys() {
-            payouts.push(query(&f.hub, &format!("/payout/{p}"))?["paid"].as_u64().unwrap_or(0));
+            payouts.push(
+                query(&f.hub, &format!("/payout/{p}"))?["paid"]
+                    .as_u64()
+                    .unwrap_or(0),
+            );
         }
         let want: Vec<u64> = f.paid.values().copied().collect();
         if formed > 0 && settled == formed && payouts == want {
