@@ -48,12 +48,19 @@ stop_pid() {
   rm -f "$f"
 }
 
+# node_app I: the binary that runs validator I's app: TALLYD_<I> if set
+# (tests run a test-only tallyd-byzantine there), else TALLYD.
+node_app() {
+  local var="TALLYD_$1"
+  echo "${!var:-$TALLYD}"
+}
+
 # start_node I: start tallyd and CometBFT of validator I in the background.
 start_node() {
   local i="$1" home
   home="$(node_home "$i")"
   pid_alive "$home/tallyd.pid" || {
-    nohup "$TALLYD" start --home "$home" >>"$home/tallyd.log" 2>&1 &
+    nohup "$(node_app "$i")" start --home "$home" >>"$home/tallyd.log" 2>&1 &
     echo $! >"$home/tallyd.pid"
   }
   # CometBFT dials the app at start: wait for the ABCI port.

@@ -6,6 +6,7 @@
 #   localnet/up.sh              build, start, demo
 #   localnet/up.sh --no-demo    build, start
 #   TALLYD=/path/to/tallyd localnet/up.sh --no-build
+#   TALLYD_3=/path/to/other-binary ...   validator 3's app runs that binary
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -14,7 +15,7 @@ for a in "$@"; do
   case "$a" in
     --no-demo) demo=0 ;;
     --no-build) build=0 ;;
-    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
     *) die "unknown option $a" ;;
   esac
 done
@@ -22,6 +23,9 @@ done
 "$TALLY_REPO/localnet/install-deps.sh"
 [ "$build" = 1 ] && "$TALLY_REPO/localnet/build.sh"
 [ -x "$TALLYD" ] || die "no tallyd binary at $TALLYD (run localnet/build.sh)"
+for i in $(seq 0 $((NVAL - 1))); do
+  [ -x "$(node_app "$i")" ] || die "no binary at $(node_app "$i") for validator $i (TALLYD_$i)"
+done
 
 # Never two networks on the same ports: stop what this dir runs, then check.
 "$TALLY_REPO/localnet/down.sh" >/dev/null 2>&1 || true

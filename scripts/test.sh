@@ -46,8 +46,19 @@ cargo fmt --all -- --check
 cargo fmt "${proto_check[@]}" --all -- --check
 echo "== build (release profile; first run compiles RocksDB, ~25 min on 2 cores)"
 cargo build --release --locked --workspace --all-targets
+# The test-only tallyd-byzantine of tests/tests/e2e_byzantine.rs (feature
+# `byzantine`, which no workspace crate enables): `--bin`, so that tallyd is
+# not rebuilt with the feature; checked below.
+echo "== build tallyd-byzantine (test-only)"
+cargo build --release --locked -p tally-node --features byzantine --bin tallyd-byzantine
+if grep -q TALLY_BYZANTINE_MODE "$CARGO_TARGET_DIR/release/tallyd"; then
+  echo "error: $CARGO_TARGET_DIR/release/tallyd contains the byzantine wrapper" >&2
+  exit 1
+fi
+export TALLY_BYZANTINE_BIN="$CARGO_TARGET_DIR/release/tallyd-byzantine"
 echo "== clippy"
 cargo clippy --release --locked --workspace --all-targets -- -D warnings
+cargo clippy --release --locked -p tally-node --features byzantine --all-targets -- -D warnings
 cargo clippy --release --locked "${proto_check[@]}" --all-targets -- -D warnings
 echo "== tests (unit, property, in-process ABCI driver, end-to-end on CometBFT, wire format)"
 log="$(mktemp)"
@@ -55,6 +66,10 @@ trap 'rm -f "$log"' EXIT
 set +e
 cargo test --release --locked --workspace --lib --bins --tests -- --test-threads 2 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
+echo "== the test-only byzantine wrapper's unit tests"
+cargo test --release --locked -p tally-node --features byzantine --lib byzantine 2>&1 | tee -a "$log"
+byz_status=${PIPESTATUS[0]}
+[ "$status" -ne 0 ] || status=$byz_status
 echo "== wire format: settlement/src/proto.rs against proto/tally/v1/*.proto"
 cargo test --release --locked "${proto_check[@]}" 2>&1 | tee -a "$log"
 proto_status=${PIPESTATUS[0]}

@@ -1,6 +1,10 @@
 //! Library side of `tallyd`: configuration, key files, the CometBFT RPC
-//! client and report building, shared by the binary and the tests.
+//! client and report building, shared by the binary and the tests. With the
+//! test-only `byzantine` feature, also the misbehaving app wrapper of
+//! `tallyd-byzantine` (module `byzantine`).
 
+#[cfg(feature = "byzantine")]
+pub mod byzantine;
 pub mod config;
 pub mod dealer;
 pub mod keyfile;

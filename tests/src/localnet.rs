@@ -21,7 +21,23 @@ pub struct Localnet {
     tallyd: PathBuf,
     hub_bin: PathBuf,
     window_secs: u64,
+    /// [`Options::env`] and [`Options::node_bins`], for every script run.
+    env: Vec<(String, String)>,
     watchdog: Option<Child>,
+}
+
+/// What a localnet runs besides the defaults of [`Localnet::start`].
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Extra environment for `up.sh` only (e.g. `TALLY_HUB_ENDPOINTS`).
+    pub up_env: Vec<(String, String)>,
+    /// Extra environment for every script run, so also for the validators
+    /// `node.sh` restarts (e.g. what a test-only binary reads).
+    pub env: Vec<(String, String)>,
+    /// Validators whose app runs another binary than `tallyd`, with
+    /// `tallyd`'s command line (`start --home H`): the scripts'
+    /// `TALLYD_<i>`.
+    pub node_bins: Vec<(usize, PathBuf)>,
 }
 
 /// The repository root.
@@ -118,6 +134,31 @@ impl Localnet {
         window_secs: u64,
         env: &[(&str, &str)],
     ) -> Result<Self> {
+        let opts = Options {
+            up_env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..Options::default()
+        };
+        Self::launch(validators, port_base, timeout_commit, window_secs, &opts)
+    }
+
+    /// Like [`Localnet::start`] with [`Options`].
+    pub fn launch(
+        validators: usize,
+        port_base: u16,
+        timeout_commit: &str,
+        window_secs: u64,
+        opts: &Options,
+    ) -> Result<Self> {
+        let mut env = opts.env.clone();
+        for (i, bin) in &opts.node_bins {
+            if !bin.exists() {
+                bail!("{} (validator {i}'s app) does not exist", bin.display());
+            }
+            env.push((format!("TALLYD_{i}"), bin.display().to_string()));
+        }
         let mut net = Self {
             dir: tempfile::Builder::new().prefix("tally-e2e-").tempdir()?,
             port_base,
@@ -125,6 +166,7 @@ impl Localnet {
             tallyd: tallyd_path()?,
             hub_bin: hub_path()?,
             window_secs,
+            env,
             watchdog: None,
         };
         // From here on, Drop (or the watchdog, if Drop never runs) stops
@@ -147,7 +189,7 @@ impl Localnet {
             .script("up.sh")
             .args(["--no-build", "--no-demo"])
             .env("TALLY_TIMEOUT_COMMIT", timeout_commit)
-            .envs(env.iter().copied())
+            .envs(opts.up_env.iter().cloned())
             .output()
             .context("running localnet/up.sh")?;
         if !out.status.success() {
@@ -163,7 +205,7 @@ impl Localnet {
 
     /// The environment the localnet scripts need for this network.
     pub fn script_env(&self) -> Vec<(String, String)> {
-        vec![
+        let mut env = vec![
             (
                 "TALLY_LOCALNET_DIR".into(),
                 self.dir.path().display().to_string(),
@@ -173,7 +215,9 @@ impl Localnet {
             ("TALLY_WINDOW_SECS".into(), self.window_secs.to_string()),
             ("TALLYD".into(), self.tallyd.display().to_string()),
             ("TALLY_HUB_BIN".into(), self.hub_bin.display().to_string()),
-        ]
+        ];
+        env.extend(self.env.iter().cloned());
+        env
     }
 
     fn script(&self, name: &str) -> Command {
@@ -247,8 +291,22 @@ impl Localnet {
         self.node_sh(action, "hub")
     }
 
+    /// Runs `localnet/node.sh ACTION i` with extra environment (start a
+    /// validator with other settings than the network's).
+    pub fn node_with_env(&self, action: &str, i: usize, env: &[(&str, &str)]) -> Result<()> {
+        self.node_sh_env(action, &i.to_string(), env)
+    }
+
     fn node_sh(&self, action: &str, who: &str) -> Result<()> {
-        let out = self.script("node.sh").args([action, who]).output()?;
+        self.node_sh_env(action, who, &[])
+    }
+
+    fn node_sh_env(&self, action: &str, who: &str, env: &[(&str, &str)]) -> Result<()> {
+        let out = self
+            .script("node.sh")
+            .args([action, who])
+            .envs(env.iter().copied())
+            .output()?;
         if !out.status.success() {
             bail!(
                 "node.sh {action} {who}: {}\n{}",

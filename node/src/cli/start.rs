@@ -1,5 +1,7 @@
 //! `tallyd start`: check the genesis, open the store, load the threshold key
 //! share, spawn the relay and serve ABCI until the process ends.
+//! [`StartCommand::execute_with`] serves a wrapper around the app instead
+//! (the test-only `tallyd-byzantine` does).
 
 use std::sync::Arc;
 
@@ -22,6 +24,18 @@ pub struct StartCommand {
 
 impl Command for StartCommand {
     fn execute(self, ctx: &Context) -> anyhow::Result<()> {
+        self.execute_with(ctx, |app| app)
+    }
+}
+
+impl StartCommand {
+    /// Runs `tallyd start`, serving `wrap(app)` over ABCI instead of the
+    /// app itself (the relay still works with the app).
+    pub fn execute_with<A: tendermint_abci::Application>(
+        self,
+        ctx: &Context,
+        wrap: impl FnOnce(tally_abci::TallyApp) -> A,
+    ) -> anyhow::Result<()> {
         let home = ctx.home();
         let cfg = AppConfig::load(home)?;
         self.log.init(&cfg.log_format, &cfg.log_level)?;
@@ -76,7 +90,7 @@ impl Command for StartCommand {
             "tallyd starting"
         );
         let server = tendermint_abci::ServerBuilder::default()
-            .bind(cfg.abci_listen.as_str(), app)
+            .bind(cfg.abci_listen.as_str(), wrap(app))
             .with_context(|| format!("binding ABCI server to {}", cfg.abci_listen))?;
         server.listen().context("ABCI server stopped")?;
         Ok(())
