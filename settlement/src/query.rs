@@ -327,6 +327,7 @@ fn route_query(kv: &impl KvRead, full: &str) -> Result<serde_json::Value, ExecEr
                     "validators": key.genesis.public_shares.len(),
                     "group_key": key.genesis.group_key,
                     "public_shares": key.genesis.public_shares,
+                    "signers": key.genesis.signers,
                     "dst": String::from_utf8_lossy(crate::bls::DST),
                 })),
                 None => Err(reject(

@@ -368,3 +368,23 @@ fn a_new_batch_forgets_the_last_batchs_failed_attempt() {
         "batch 2's first failure was ignored"
     );
 }
+
+#[test]
+fn dkg_query_shows_which_validator_holds_each_share() {
+    let env = Env::new();
+    let r = tally_settlement::query::query(&env.kv, "/dkg");
+    let v: serde_json::Value = serde_json::from_slice(&r.value).unwrap();
+    // Hand-written: share i+1 is bound to address [i; 20] in Env's genesis.
+    assert_eq!(
+        v["signers"],
+        serde_json::json!([
+            "0000000000000000000000000000000000000000",
+            "0101010101010101010101010101010101010101",
+            "0202020202020202020202020202020202020202",
+            "0303030303030303030303030303030303030303"
+        ])
+    );
+    let key = sync::dkg(&env.kv).unwrap().unwrap();
+    assert_eq!(key.index_of(&[2u8; 20]), Some(3));
+    assert_eq!(key.index_of(&[9u8; 20]), None);
+}
