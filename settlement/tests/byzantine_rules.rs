@@ -782,9 +782,15 @@ fn sync_start_that_state_does_not_allow_is_refused() {
         "no sync may start now",
     );
     env.now = T0 + 61 + 361;
-    let mut other = start.clone();
-    other.batch_nonce = 2;
-    bad_system(env.verify(&[start_tx(other)]), "does not match state");
+    let mut nonce = start.clone();
+    nonce.batch_nonce = 2;
+    let mut digest = start.clone();
+    digest.digest[31] ^= 1;
+    let mut calls = start.clone();
+    calls.call_ids.push(2);
+    for other in [nonce, digest, calls] {
+        bad_system(env.verify(&[start_tx(other)]), "does not match state");
+    }
     assert_eq!(env.verify(&[start_tx(start)]), Ok(()));
 }
 
