@@ -574,7 +574,10 @@ fn bad_system(r: Result<(), (Code, String)>, log: &str) {
 fn submit_partials_without_a_threshold_key_is_refused() {
     let mut env = Env::with_dkg(Params::default(), false);
     let tx = partials_tx(only(vec![env.partial(Kind::Batch, &[1; 32], 0)]));
-    bad_system(env.verify(&[tx.clone()]), "the chain has no threshold key");
+    bad_system(
+        env.verify(std::slice::from_ref(&tx)),
+        "the chain has no threshold key",
+    );
     let out = env.block(vec![tx], 1);
     assert_eq!(out[0].0, Code::BadSystemTx, "{}", out[0].1);
 }
@@ -591,7 +594,7 @@ fn shape_violations_refuse_the_whole_transaction_in_both_modes() {
         env.partial(Kind::Batch, &d, 1),
     ]));
     bad_system(
-        env.verify(&[tx.clone()]),
+        env.verify(std::slice::from_ref(&tx)),
         "SubmitPartials refused: partial of signer 2",
     );
     let out = env.block(vec![tx], 1);
@@ -609,7 +612,7 @@ fn partial_for_a_message_nobody_waits_for_rejects_strictly_and_is_ignored_lenien
         env.partial(Kind::Batch, &[0x5a; 32], 1),
     ]));
     bad_system(
-        env.verify(&[tx.clone()]),
+        env.verify(std::slice::from_ref(&tx)),
         "partial of signer 2 is not for a message",
     );
     let out = env.block(vec![tx], 1);
@@ -632,7 +635,7 @@ fn partial_under_an_index_without_a_share_rejects_strictly() {
     q.index = 5;
     let tx = partials_tx(only(vec![env.partial(Kind::Batch, &d, 0), q]));
     bad_system(
-        env.verify(&[tx.clone()]),
+        env.verify(std::slice::from_ref(&tx)),
         "partial of signer 5 is not for a message",
     );
     assert_eq!(
@@ -651,7 +654,10 @@ fn partial_already_stored_rejects_strictly_and_is_ignored_leniently() {
         env.block(vec![first.clone()], 1)[0].1,
         "1 partial signature(s) stored, 0 ignored"
     );
-    bad_system(env.verify(&[first.clone()]), "or already stored");
+    bad_system(
+        env.verify(std::slice::from_ref(&first)),
+        "or already stored",
+    );
     assert_eq!(
         env.block(vec![first], 1)[0].1,
         "0 partial signature(s) stored, 1 ignored"
@@ -690,7 +696,7 @@ fn invalid_signature_rejects_strictly_and_only_it_is_dropped_leniently() {
         env.partial(Kind::Batch, &d, 0),
         env.bogus(Kind::Batch, &d, 1),
     ]));
-    bad_system(env.verify(&[tx.clone()]), "do not verify");
+    bad_system(env.verify(std::slice::from_ref(&tx)), "do not verify");
     assert_eq!(
         env.block(vec![tx], 1)[0].1,
         "1 partial signature(s) stored, 1 ignored"

@@ -99,7 +99,7 @@ fn input() -> impl Strategy<Value = Input> {
 }
 
 fn built(c: u8, ids: &[String], n: u64) -> QueryPath {
-    let w = if n % 2 == 0 { Some(n) } else { None };
+    let w = if n.is_multiple_of(2) { Some(n) } else { None };
     match c {
         0 => qp::sla_route(&ids[0], &ids[1], &ids[2], &ids[3]),
         1 => qp::sla_route_window(&ids[0], &ids[1], &ids[2], &ids[3], n),
