@@ -55,6 +55,9 @@ pub fn params() -> Params {
     }
 }
 
+/// A pool message before it is signed: kind, digest, body.
+type Entry = (Kind, [u8; 32], Option<HubResult>, Option<HubBlock>);
+
 /// One message of the pool.
 #[derive(Clone, Debug)]
 pub struct Msg {
@@ -287,8 +290,7 @@ impl Env {
     fn build_pool(&mut self, batch: [u8; 32]) {
         let full: Vec<HubDeposit> = (1..=4).map(|s| dep(s, "alice", s)).collect();
         let over: Vec<HubDeposit> = (1..=5).map(|s| dep(s, "bob", 1)).collect();
-        let mut pool: Vec<(Kind, [u8; 32], Option<HubResult>, Option<HubBlock>)> =
-            vec![(Kind::Batch, batch, None, None)];
+        let mut pool: Vec<Entry> = vec![(Kind::Batch, batch, None, None)];
         for r in [result(1, 1, true), result(1, 1, false), result(1, 2, true)] {
             pool.push((Kind::HubResult, result_digest(&r), Some(r), None));
         }

@@ -154,6 +154,9 @@ pub fn shape_ok(tx: &SubmitPartials) -> bool {
             .all(|(k, d)| messages.contains(&(*k, d.to_vec())))
 }
 
+/// A partial's share index and signature bytes.
+type Signed = (u32, Vec<u8>);
+
 /// What applying `tx` on `sim` gives: `Err` if the transaction is refused
 /// (`strict`: any partial that is not new, awaited and valid; always: a
 /// shape violation), else how many partials are stored. Updates `sim`.
@@ -168,7 +171,7 @@ pub fn apply(env: &Env, sim: &mut Sim, tx: &SubmitPartials, strict: bool) -> Res
         .chain(tx.hub_blocks.iter().map(block_digest))
         .collect();
     // Recognised, parsed and fresh partials, grouped by message.
-    let mut groups: Vec<(usize, Vec<(u32, Vec<u8>)>)> = Vec::new();
+    let mut groups: Vec<(usize, Vec<Signed>)> = Vec::new();
     for q in &tx.partials {
         let m = env
             .msgs
@@ -198,7 +201,7 @@ pub fn apply(env: &Env, sim: &mut Sim, tx: &SubmitPartials, strict: bool) -> Res
         if !sim.awaited(env, m) {
             continue;
         }
-        let valid = |(i, sig): &(u32, Vec<u8>)| env.msgs[m].sigs[*i as usize - 1].as_slice() == sig;
+        let valid = |(i, sig): &Signed| env.msgs[m].sigs[*i as usize - 1].as_slice() == sig;
         if strict && !partials.iter().all(valid) {
             return Err(());
         }
