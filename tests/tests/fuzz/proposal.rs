@@ -450,7 +450,18 @@ fn stuffed_submit_partials_are_refused_by_shape() {
         hub_results: Vec::new(),
         hub_blocks: vec![env.msgs[10].block.clone().expect("block")],
     };
-    for (what, tx) in [("1000 partials", stuffed), ("5 deposits", over_cap)] {
+    // 1 MiB of empty partials (2 bytes each on the wire): decoding them
+    // allocates ~28 MiB before the shape check counts them (noted in
+    // docs/fuzzing.md; bounded by CometBFT's block size, not by a Tally cap).
+    let empty = SubmitPartials {
+        partials: vec![PartialSig::default(); 1 << 19],
+        ..SubmitPartials::default()
+    };
+    for (what, tx) in [
+        ("1000 partials", stuffed),
+        ("5 deposits", over_cap),
+        ("524288 empty partials", empty),
+    ] {
         assert!(!oracle::shape_ok(&tx), "{what}");
         let t = Instant::now();
         let shape = sync::check_shape(&tx, &p, N);
