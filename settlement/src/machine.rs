@@ -15,7 +15,7 @@ use crate::genesis::{parse_pubkey, Genesis, GenesisError};
 use crate::proto::tx;
 use crate::report::plan_tx;
 use crate::state::chain::{
-    chain_id, last_time, put_balance, put_chain_id, put_gateway, put_params,
+    chain_id, last_time, params, put_balance, put_chain_id, put_gateway, put_params,
 };
 use crate::state::sync::put_threshold_key;
 use crate::sync::batch::apply_start;
@@ -56,10 +56,18 @@ pub fn deliver_tx(kv: &mut impl Kv, block: &Block, tx: &[u8]) -> Result<TxResult
 }
 
 /// Checks a transaction against committed state for the mempool, using the
-/// last block's time as "now". Changes nothing; `Err` means this node is
-/// broken.
+/// last block's time as "now". Anything over `max_tx_bytes` is refused by
+/// its length, before it is decoded. Changes nothing; `Err` means this
+/// node is broken.
 pub fn check_tx(kv: &impl KvRead, tx: &[u8]) -> Result<TxResult, Fatal> {
     let now = last_time(kv)?;
+    let max = params(kv)?.max_tx_bytes;
+    if tx.len() as u64 > max {
+        return Ok(TxResult::rejected(Rejection::new(
+            Code::TxTooLarge,
+            format!("transaction is {} bytes, at most {max} allowed", tx.len()),
+        )));
+    }
     if is_system_tx(tx) {
         return Ok(TxResult::rejected(Rejection::new(
             Code::SystemTxFromMempool,
