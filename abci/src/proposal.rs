@@ -93,18 +93,8 @@ pub(crate) fn process_proposal(
 }
 
 fn verdict(app: &TallyApp, req: &RequestProcessProposal) -> ProposalStatus {
-    if let Some(i) = req
-        .txs
-        .iter()
-        .position(|tx| settlement::decode_tx(tx).is_err())
-    {
-        warn!(
-            height = req.height,
-            index = i,
-            "rejecting proposal: undecodable transaction"
-        );
-        return ProposalStatus::Reject;
-    }
+    // verify_system checks every transaction's size, then that it decodes,
+    // then the system transactions.
     let block = convert::block(req.height, req.time.as_ref());
     let txs: Vec<&[u8]> = req.txs.iter().map(|t| t.as_ref()).collect();
     let verdict = app
@@ -114,7 +104,7 @@ fn verdict(app: &TallyApp, req: &RequestProcessProposal) -> ProposalStatus {
     match verdict {
         Ok(()) => ProposalStatus::Accept,
         Err(ExecError::Rejected(e)) => {
-            warn!(height = req.height, error = %e, "rejecting proposal: invalid system transaction");
+            warn!(height = req.height, error = %e, "rejecting proposal: oversized, undecodable or invalid system transaction");
             ProposalStatus::Reject
         }
         Err(ExecError::Fatal(f)) => {

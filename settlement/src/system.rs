@@ -10,12 +10,13 @@ use crate::block::begin_block;
 use crate::codes::Code;
 use crate::error::{reject, ExecError, Fatal};
 use crate::proto::{tx, SyncTxStart};
-use crate::state::chain::chain_id;
+use crate::state::chain::{chain_id, params};
+use crate::state::sync::threshold_key;
 use crate::sync::awaited::Bodies;
 use crate::sync::batch::{apply_start, next_sync_start};
 use crate::sync::partials::apply_partials;
 use crate::sync::vote_extension::collect_partials;
-use crate::tx::{decode_tx, encode_partials, encode_sync_start};
+use crate::tx::{check_proposed_size, decode_tx, encode_partials, encode_sync_start};
 use crate::types::Block;
 
 /// PrepareProposal's system transactions for `block`, computed on `sim`:
@@ -47,13 +48,22 @@ pub fn prepare_system(
 /// sync start, then at most one SubmitPartials), each exactly what
 /// committed state allows, every partial valid and new, within the size
 /// caps of [`crate::sync::check_shape`] (checked before any pairing, so a
-/// stuffed proposal costs no more than a full honest one). User
+/// stuffed proposal costs no more than a full honest one). Every
+/// transaction's length is checked first ([`check_proposed_size`]), so
+/// nothing larger than an honest block holds is ever decoded. User
 /// transactions are not run. A block without system transactions passes.
 /// An invalid proposal is [`ExecError::Rejected`]; [`ExecError::Fatal`]
 /// means this node could not tell.
 pub fn verify_system(sim: &mut impl Kv, block: &Block, txs: &[&[u8]]) -> Result<(), ExecError> {
     begin_block(sim, block)?;
     let chain = chain_id(sim)?;
+    let p = params(sim)?;
+    let signers = threshold_key(sim)?.map_or(0, |k| k.shares.shares.len());
+    // Sizes first, by length alone, before anything is decoded.
+    for (i, t) in txs.iter().enumerate() {
+        check_proposed_size(t, &p, signers)
+            .map_err(|r| reject(r.code, format!("tx {i}: {}", r.log)))?;
+    }
     // 0: nothing yet, 1: sync start seen, 2: partials seen, 3: user txs.
     let mut stage = 0u8;
     for (i, t) in txs.iter().enumerate() {

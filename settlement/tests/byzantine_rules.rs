@@ -1039,3 +1039,45 @@ fn check_tx_refuses_an_oversized_system_transaction_by_length() {
         Code::SystemTxFromMempool
     );
 }
+
+// ------------------------------------------------- sizes, before anything is decoded
+
+#[test]
+fn oversized_proposed_transactions_are_refused_by_length() {
+    let env = Env::new(Params::default());
+    // Hand-computed bound for 4 signers and default caps:
+    // 8 messages x (4 x 192 + 256 x 96 + 256) = 204,800 payload bytes.
+    let p = Params::default();
+    assert_eq!(tally_settlement::tx::system_tx_bound(&p, 4, 3), 204_800);
+    // 150,000 empty partials: 300,000 payload bytes, under max_tx_bytes
+    // (1 MiB) but over the bound; decoding them would allocate ~30x that.
+    let stuffed = partials_tx(SubmitPartials {
+        partials: vec![PartialSig::default(); 150_000],
+        ..SubmitPartials::default()
+    });
+    assert!(stuffed.len() < 1 << 20);
+    bad_system(
+        env.verify(&[stuffed]),
+        "tx 0: system transaction payload is 300000 bytes, at most 204800",
+    );
+    // Anything over max_tx_bytes, whatever it is, is too large.
+    let huge = vec![0u8; (1 << 20) + 1];
+    match env.verify(&[env.pay(3, 1), huge]) {
+        Err((Code::TxTooLarge, l)) => assert!(l.starts_with("tx 1: "), "{l}"),
+        other => panic!("want tx_too_large, got {other:?}"),
+    }
+}
+
+#[test]
+fn peek_payload_reads_the_envelope_without_decoding() {
+    use tally_settlement::tx::peek_payload;
+    // Hand-encoded: field 3 (0x1a), length 2, two bytes.
+    assert_eq!(peek_payload(&[0x1a, 0x02, 0x00, 0x00]), Some((3, 2)));
+    // Two payload fields: the last wins, as protobuf decodes a oneof.
+    assert_eq!(peek_payload(&[0x12, 0x01, 0x00, 0x1a, 0x00]), Some((3, 0)));
+    // A length past the end, or a truncated varint: not an envelope.
+    assert_eq!(peek_payload(&[0x1a, 0x05, 0x00]), None);
+    assert_eq!(peek_payload(&[0x1a, 0x80]), None);
+    // A varint field only: no payload.
+    assert_eq!(peek_payload(&[0x08, 0x01]), None);
+}
