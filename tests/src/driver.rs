@@ -3,13 +3,29 @@
 //! ExtendVote / VerifyVoteExtension, FinalizeBlock, Commit. Time is the
 //! driver's clock, moved only by the test. Every block checks that all
 //! nodes computed the same app hash.
+//!
+//! Byzantine nodes ([`Node::behaviour`], see [`crate::adversary`]) are
+//! modelled the way CometBFT treats them: a vote extension a node's
+//! VerifyVoteExtension refuses does not count that precommit at that node
+//! (and is left out of its `local_last_commit` when it proposes next); a
+//! height fails only if an honest node counts 2/3 or less of the voting
+//! power. A proposal honest nodes refuse is a failed round: the next live
+//! validator proposes at the same height. Honest nodes must agree on every
+//! proposal, never refuse an unaltered extension or proposal, and refuse
+//! every proposal past the SubmitPartials caps. Everything is recorded in
+//! [`Net::record`]. With [`Net::hub`] set, every node's relay hands in
+//! what it sees before each height ([`crate::hub`]).
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Instant;
 
 use anyhow::{bail, ensure, Context, Result};
 use bytes::Bytes;
 use tally_abci::{Halt, HaltLog, TallyApp};
+
+use crate::adversary::{Behaviour, Ctx, ExtensionRecord, ProposalRecord, Record, Shape};
+use crate::hub::Hub;
 use tally_settlement::bls::SecretShare;
 use tally_store::{Backend, MemBackend, RocksBackend};
 use tendermint_abci::Application;
@@ -43,6 +59,8 @@ pub struct Node {
     pub share: Option<SecretShare>,
     /// Replaces its vote extension (a faulty validator), if set.
     pub tamper: Option<fn(Vec<u8>) -> Vec<u8>>,
+    /// Replaces its honest behaviour (a byzantine validator), if set.
+    pub behaviour: Option<Box<dyn Behaviour>>,
     /// What its halt hook recorded (a real node would have exited).
     pub halts: HaltLog,
 }
@@ -60,12 +78,18 @@ impl Node {
             up: true,
             share: None,
             tamper: None,
+            behaviour: None,
             halts,
         })
     }
 }
 
 impl Node {
+    /// Whether the node runs unmodified (no tamper, no behaviour).
+    pub fn honest(&self) -> bool {
+        self.tamper.is_none() && self.behaviour.is_none()
+    }
+
     /// Fails if the node asked to halt (a real node would have exited).
     fn ensure_running(&self, i: usize) -> Result<()> {
         ensure!(
@@ -114,8 +138,21 @@ pub struct Net {
     pub blocks: Vec<Decided>,
     /// App hash after each height (index = height - 1).
     pub hashes: Vec<Vec<u8>>,
-    last_extensions: Vec<ExtendedVoteInfo>,
+    /// The hub and every node's relay, if modelled.
+    pub hub: Option<Hub>,
+    /// Every proposal and vote extension, with who refused it.
+    pub record: Record,
+    last_votes: Vec<Vote>,
     genesis: (i64, String),
+}
+
+/// A precommit of the last height, and the nodes that refused its
+/// extension (they do not count it).
+#[derive(Clone, Debug)]
+struct Vote {
+    voter: usize,
+    info: ExtendedVoteInfo,
+    refused_by: Vec<usize>,
 }
 
 fn ts(secs: i64) -> Option<Timestamp> {
@@ -161,7 +198,9 @@ impl Net {
             now,
             blocks: Vec::new(),
             hashes: Vec::new(),
-            last_extensions: Vec::new(),
+            hub: None,
+            record: Record::default(),
+            last_votes: Vec::new(),
             genesis: (now, String::new()),
         }
     }
@@ -218,7 +257,7 @@ impl Net {
     /// Runs one height with `txs` offered by the proposer's mempool; the
     /// clock then moves by `step` seconds.
     pub fn block(&mut self, txs: Vec<Vec<u8>>, step: i64) -> Result<Outcome> {
-        self.block_inner(txs, step, None)
+        self.block_inner(txs, step, None, None)
     }
 
     /// Like [`Net::block`], but node `crash` dies after its FinalizeBlock
@@ -229,7 +268,14 @@ impl Net {
         step: i64,
         crash: usize,
     ) -> Result<Outcome> {
-        self.block_inner(txs, step, Some(crash))
+        self.block_inner(txs, step, Some(crash), None)
+    }
+
+    /// Like [`Net::block`], but node `leader` proposes in round 0 (the
+    /// validators after it in later rounds): a test picks the heights a
+    /// byzantine proposer leads.
+    pub fn block_led_by(&mut self, txs: Vec<Vec<u8>>, step: i64, leader: usize) -> Result<Outcome> {
+        self.block_inner(txs, step, None, Some(leader))
     }
 
     fn block_inner(
@@ -237,94 +283,17 @@ impl Net {
         txs: Vec<Vec<u8>>,
         step: i64,
         crash: Option<usize>,
+        leader: Option<usize>,
     ) -> Result<Outcome> {
         let height = self.height + 1;
         let time = self.now;
         let live: Vec<usize> = self.live().map(|(i, _)| i).collect();
         ensure!(!live.is_empty(), "no live validator");
-        let proposer = live[(height as usize) % live.len()];
-        let prep = self.nodes[proposer]
-            .app
-            .prepare_proposal(RequestPrepareProposal {
-                max_tx_bytes: MAX_TX_BYTES,
-                txs: txs.into_iter().map(Bytes::from).collect(),
-                local_last_commit: Some(ExtendedCommitInfo {
-                    round: 0,
-                    votes: self.last_extensions.clone(),
-                }),
-                misbehavior: Vec::new(),
-                height,
-                time: ts(time),
-                next_validators_hash: Bytes::new(),
-                proposer_address: address(proposer),
-            });
-        let size: usize = prep.txs.iter().map(|t| t.len()).sum();
-        ensure!(size as i64 <= MAX_TX_BYTES, "proposal exceeds max_tx_bytes");
-        for &i in &live {
-            let r = self.nodes[i].app.process_proposal(RequestProcessProposal {
-                txs: prep.txs.clone(),
-                proposed_last_commit: None,
-                misbehavior: Vec::new(),
-                hash: Bytes::new(),
-                height,
-                time: ts(time),
-                next_validators_hash: Bytes::new(),
-                proposer_address: address(proposer),
-            });
-            ensure!(
-                r.status == ProposalStatus::Accept as i32,
-                "node{i} rejected the proposal of node{proposer} at height {height}"
-            );
-        }
-        // Precommits carry vote extensions; every other node verifies them.
-        let mut extensions = Vec::new();
-        for &i in &live {
-            let mut ext = self.nodes[i].app.extend_vote(RequestExtendVote {
-                hash: Bytes::new(),
-                height,
-                time: ts(time),
-                txs: prep.txs.clone(),
-                proposed_last_commit: None,
-                misbehavior: Vec::new(),
-                next_validators_hash: Bytes::new(),
-                proposer_address: address(proposer),
-            });
-            if let Some(f) = self.nodes[i].tamper {
-                ext.vote_extension = Bytes::from(f(ext.vote_extension.to_vec()));
-            }
-            for &j in &live {
-                if j == i {
-                    continue;
-                }
-                let v = self.nodes[j]
-                    .app
-                    .verify_vote_extension(RequestVerifyVoteExtension {
-                        hash: Bytes::new(),
-                        validator_address: address(i),
-                        height,
-                        vote_extension: ext.vote_extension.clone(),
-                    });
-                ensure!(
-                    v.status == VerifyStatus::Accept as i32,
-                    "node{j} rejected node{i}'s vote extension at height {height}"
-                );
-            }
-            let vote_extension = ext.vote_extension;
-            extensions.push(ExtendedVoteInfo {
-                validator: Some(Validator {
-                    address: address(i),
-                    power: 10,
-                }),
-                vote_extension,
-                extension_signature: Bytes::new(),
-                block_id_flag: 2,
-            });
-        }
-        let decided = Decided {
-            height,
-            time,
-            txs: prep.txs,
-        };
+        self.relay(&live)?;
+        let mempool: Vec<Bytes> = txs.into_iter().map(Bytes::from).collect();
+        let (proposer, txs) = self.propose(height, time, &live, leader, &mempool)?;
+        let votes = self.vote(height, time, &live, proposer, &txs)?;
+        let decided = Decided { height, time, txs };
         let mut first: Option<ResponseFinalizeBlock> = None;
         for &i in &live {
             let r = self.nodes[i].app.finalize_block(finalize_request(&decided));
@@ -351,7 +320,7 @@ impl Net {
         let first = first.context("no live node")?;
         self.height = height;
         self.now += step;
-        self.last_extensions = extensions;
+        self.last_votes = votes;
         self.blocks.push(decided.clone());
         self.hashes.push(first.app_hash.to_vec());
         if let Some(i) = crash {
@@ -362,6 +331,309 @@ impl Net {
             app_hash: first.app_hash.to_vec(),
             tx_results: first.tx_results,
         })
+    }
+
+    /// Every live node's relay hands in what it sees on the hub.
+    fn relay(&mut self, live: &[usize]) -> Result<()> {
+        let Some(mut hub) = self.hub.take() else {
+            return Ok(());
+        };
+        let result = (|| {
+            for &i in live {
+                let items = hub.relay(self.nodes[i].app.committed_state())?;
+                let items = self
+                    .with_behaviour(i, self.height + 1, 0, &[], &[], |b, ctx| {
+                        b.relay(ctx, items.clone())
+                    })
+                    .unwrap_or(items);
+                for item in items {
+                    self.nodes[i].app.hand_in(item);
+                }
+            }
+            Ok(())
+        })();
+        self.hub = Some(hub);
+        result
+    }
+
+    /// Runs `f` with node `i`'s behaviour, if it has one.
+    #[allow(clippy::too_many_arguments)]
+    fn with_behaviour<T>(
+        &mut self,
+        i: usize,
+        height: i64,
+        round: usize,
+        txs: &[Bytes],
+        votes: &[(Vec<u8>, Vec<u8>)],
+        f: impl FnOnce(&mut dyn Behaviour, &Ctx<'_>) -> T,
+    ) -> Option<T> {
+        let mut b = self.nodes[i].behaviour.take()?;
+        let ctx = Ctx {
+            height,
+            round,
+            time: self.now,
+            node: i,
+            n: self.nodes.len(),
+            chain_id: &self.chain_id,
+            app: &self.nodes[i].app,
+            share: self.nodes[i].share.as_ref(),
+            txs,
+            votes,
+            history: &self.blocks,
+        };
+        let out = f(b.as_mut(), &ctx);
+        self.nodes[i].behaviour = Some(b);
+        Some(out)
+    }
+
+    /// The last commit as node `p` holds it: the precommits whose
+    /// extension it accepted.
+    fn local_last_commit(&self, p: usize) -> Vec<ExtendedVoteInfo> {
+        self.last_votes
+            .iter()
+            .filter(|v| v.voter == p || !v.refused_by.contains(&p))
+            .map(|v| v.info.clone())
+            .collect()
+    }
+
+    /// The SubmitPartials caps (params and number of share holders) from
+    /// the first honest node's committed state, if the chain signs.
+    fn caps(&self, live: &[usize]) -> Result<Option<(tally_settlement::Params, usize)>> {
+        let Some(&i) = live.iter().find(|&&i| self.nodes[i].honest()) else {
+            return Ok(None);
+        };
+        let kv = self.nodes[i].app.committed_state();
+        let p = tally_settlement::params(kv)?;
+        Ok(tally_settlement::sync::dkg(kv)?.map(|k| (p, k.shares.shares.len())))
+    }
+
+    /// Rounds of proposals at `height` until honest nodes accept one;
+    /// returns the proposer and its block.
+    fn propose(
+        &mut self,
+        height: i64,
+        time: i64,
+        live: &[usize],
+        leader: Option<usize>,
+        mempool: &[Bytes],
+    ) -> Result<(usize, Vec<Bytes>)> {
+        let first = match leader {
+            Some(l) => live
+                .iter()
+                .position(|&i| i == l)
+                .with_context(|| format!("leader node{l} is not live"))?,
+            None => height as usize % live.len(),
+        };
+        let caps = self.caps(live)?;
+        for round in 0..live.len() {
+            let proposer = live[(first + round) % live.len()];
+            let commit = self.local_last_commit(proposer);
+            let prep = self.nodes[proposer]
+                .app
+                .prepare_proposal(RequestPrepareProposal {
+                    max_tx_bytes: MAX_TX_BYTES,
+                    txs: mempool.to_vec(),
+                    local_last_commit: Some(ExtendedCommitInfo {
+                        round: 0,
+                        votes: commit.clone(),
+                    }),
+                    misbehavior: Vec::new(),
+                    height,
+                    time: ts(time),
+                    next_validators_hash: Bytes::new(),
+                    proposer_address: address(proposer),
+                });
+            let votes: Vec<(Vec<u8>, Vec<u8>)> = commit
+                .iter()
+                .map(|v| {
+                    let a = v.validator.as_ref().map(|x| x.address.to_vec());
+                    (a.unwrap_or_default(), v.vote_extension.to_vec())
+                })
+                .collect();
+            let honest = prep.txs;
+            let txs = self
+                .with_behaviour(proposer, height, round, mempool, &votes, |b, ctx| {
+                    b.proposal(ctx, honest.clone())
+                })
+                .unwrap_or_else(|| honest.clone());
+            let altered = txs != honest;
+            let shape = Shape::of(&txs);
+            if !altered {
+                ensure!(
+                    shape.bytes as i64 <= MAX_TX_BYTES,
+                    "proposal exceeds max_tx_bytes"
+                );
+            }
+            let (mut accepted_by, mut rejected_by, mut micros) =
+                (Vec::new(), Vec::new(), Vec::new());
+            for &i in live {
+                let t0 = Instant::now();
+                let r = self.nodes[i].app.process_proposal(RequestProcessProposal {
+                    txs: txs.clone(),
+                    proposed_last_commit: None,
+                    misbehavior: Vec::new(),
+                    hash: Bytes::new(),
+                    height,
+                    time: ts(time),
+                    next_validators_hash: Bytes::new(),
+                    proposer_address: address(proposer),
+                });
+                let took = t0.elapsed().as_micros();
+                self.nodes[i].ensure_running(i)?;
+                // A byzantine node's own answer is outvoted.
+                if !self.nodes[i].honest() {
+                    continue;
+                }
+                micros.push((i, took));
+                if r.status == ProposalStatus::Accept as i32 {
+                    accepted_by.push(i);
+                } else {
+                    rejected_by.push(i);
+                }
+            }
+            ensure!(
+                accepted_by.is_empty() || rejected_by.is_empty(),
+                "honest nodes disagree on node{proposer}'s proposal at height {height} round {round}: accepted by {accepted_by:?}, rejected by {rejected_by:?}"
+            );
+            if let Some((p, signers)) = &caps {
+                ensure!(
+                    !shape.over(p, *signers) || accepted_by.is_empty(),
+                    "node{proposer}'s proposal at height {height} is past the caps ({shape:?}) and was accepted"
+                );
+            }
+            ensure!(
+                altered || rejected_by.is_empty(),
+                "node{proposer}'s honest proposal at height {height} was rejected by {rejected_by:?}"
+            );
+            let accepted = rejected_by.is_empty();
+            self.record.proposals.push(ProposalRecord {
+                height,
+                round,
+                proposer,
+                altered,
+                rejected_by,
+                shape,
+                process_micros: micros,
+                txs: txs.clone(),
+            });
+            if accepted {
+                return Ok((proposer, txs));
+            }
+        }
+        bail!("every proposal at height {height} was rejected")
+    }
+
+    /// Precommits with vote extensions for the block `txs`: every live
+    /// node extends its vote and every other node verifies it. Fails if an
+    /// unaltered extension is refused or an honest node counts 2/3 or less
+    /// of the voting power.
+    fn vote(
+        &mut self,
+        height: i64,
+        time: i64,
+        live: &[usize],
+        proposer: usize,
+        txs: &[Bytes],
+    ) -> Result<Vec<Vote>> {
+        let mut votes = Vec::new();
+        for &i in live {
+            let honest = self.nodes[i]
+                .app
+                .extend_vote(RequestExtendVote {
+                    hash: Bytes::new(),
+                    height,
+                    time: ts(time),
+                    txs: txs.to_vec(),
+                    proposed_last_commit: None,
+                    misbehavior: Vec::new(),
+                    next_validators_hash: Bytes::new(),
+                    proposer_address: address(proposer),
+                })
+                .vote_extension
+                .to_vec();
+            let mut ext = honest.clone();
+            if let Some(f) = self.nodes[i].tamper {
+                ext = f(ext);
+            }
+            let ext = self
+                .with_behaviour(i, height, 0, txs, &[], |b, ctx| {
+                    b.extension(ctx, ext.clone())
+                })
+                .unwrap_or(ext);
+            let mut refused_by = Vec::new();
+            for &j in live {
+                if j == i {
+                    continue;
+                }
+                let v = self.nodes[j]
+                    .app
+                    .verify_vote_extension(RequestVerifyVoteExtension {
+                        hash: Bytes::new(),
+                        validator_address: address(i),
+                        height,
+                        vote_extension: Bytes::from(ext.clone()),
+                    });
+                if v.status != VerifyStatus::Accept as i32 {
+                    refused_by.push(j);
+                }
+            }
+            let altered = ext != honest;
+            ensure!(
+                altered || refused_by.is_empty(),
+                "node{i}'s honest vote extension at height {height} was refused by {refused_by:?}"
+            );
+            self.record.extensions.push(ExtensionRecord {
+                height,
+                voter: i,
+                altered,
+                bytes: ext.len(),
+                rejected_by: refused_by.clone(),
+            });
+            votes.push(Vote {
+                voter: i,
+                info: ExtendedVoteInfo {
+                    validator: Some(Validator {
+                        address: address(i),
+                        power: 10,
+                    }),
+                    vote_extension: Bytes::from(ext),
+                    extension_signature: Bytes::new(),
+                    block_id_flag: 2,
+                },
+                refused_by,
+            });
+        }
+        let total = self.nodes.len();
+        for &j in live {
+            if !self.nodes[j].honest() {
+                continue;
+            }
+            let counted = votes.iter().filter(|v| !v.refused_by.contains(&j)).count();
+            ensure!(
+                3 * counted > 2 * total,
+                "node{j} counts {counted} of {total} precommits at height {height}: no commit"
+            );
+        }
+        Ok(votes)
+    }
+
+    /// What node `i`'s ExtendVote answers for a block `txs` at the next
+    /// height (a probe: nothing is recorded or committed).
+    pub fn probe_extension(&self, i: usize, txs: &[Bytes]) -> Vec<u8> {
+        self.nodes[i]
+            .app
+            .extend_vote(RequestExtendVote {
+                hash: Bytes::new(),
+                height: self.height + 1,
+                time: ts(self.now),
+                txs: txs.to_vec(),
+                proposed_last_commit: None,
+                misbehavior: Vec::new(),
+                next_validators_hash: Bytes::new(),
+                proposer_address: Bytes::new(),
+            })
+            .vote_extension
+            .to_vec()
     }
 
     /// Stops node `i`: it misses blocks until [`Net::restart`].
@@ -378,10 +650,14 @@ impl Net {
             Storage::Rocks(p) => Storage::Rocks(p.clone()),
         };
         let share = self.nodes[i].share.clone();
+        let tamper = self.nodes[i].tamper;
+        let behaviour = self.nodes[i].behaviour.take();
         // Drop the old instance first: RocksDB allows one opener.
         let placeholder = Node::open(Storage::Memory(Arc::new(MemBackend::new())))?;
         drop(std::mem::replace(&mut self.nodes[i], placeholder));
         self.nodes[i] = Node::open(storage)?;
+        self.nodes[i].tamper = tamper;
+        self.nodes[i].behaviour = behaviour;
         if let Some(s) = share {
             self.nodes[i].app.set_signer(s.clone());
             self.nodes[i].share = Some(s);
