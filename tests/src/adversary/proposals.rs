@@ -323,7 +323,7 @@ impl Behaviour for Conflicter {
         let Some(s) = parts.start.clone() else {
             return honest;
         };
-        let (forged, what) = conflicting_start(ctx.app.committed_state(), &s, self.next % 2 == 0);
+        let (forged, what) = conflicting_start(ctx.app.committed_state(), &s, self.next.is_multiple_of(2));
         self.next += 1;
         act(&self.acts, ctx, what);
         parts.start = Some(forged);
