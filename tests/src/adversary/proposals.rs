@@ -2,8 +2,9 @@
 //! PrepareProposal returned.
 //!
 //! - [`Stuffer`]: a SubmitPartials past a cap or with a bad partial
-//!   (too many digests, partials or bodies, an over-full hub block, an
-//!   invalid signature, a duplicate).
+//!   (too many messages or partials, an over-full hub block, an invalid
+//!   signature, a duplicate, a body nothing signs), over forged hub blocks
+//!   the chain recognises as awaited.
 //! - [`Omitter`]: leaves the SubmitPartials out (valid: the partials come
 //!   back in later extensions).
 //! - [`Forger`]: forged, replayed or reordered system transactions.
@@ -16,18 +17,22 @@ use tally_settlement::bls::Kind;
 use tally_settlement::proto::{
     tx, HubBlock, HubCall, HubDeposit, HubResult, PartialSig, SubmitPartials, SyncTxStart,
 };
-use tally_settlement::sync::{self, batch_digest, block_digest, result_digest};
+use tally_settlement::sync::{self, batch_digest, block_digest};
 
 use super::{act, junk_digest, partials_tx, wrong_signature, Acts, Behaviour, Ctx, Parts};
 
-/// The stuffed SubmitPartials [`Stuffer`] cycles through.
+/// The stuffed SubmitPartials [`Stuffer`] cycles through. Each breaks
+/// exactly one rule and is otherwise acceptable where it can be: the
+/// messages it signs are forged hub blocks for the range the chain waits
+/// on (well-formed, so recognised as awaited), with valid partials, so
+/// only the rule named refuses them.
 pub const STUFFING: [&str; 6] = [
-    "too many digests",
+    "too many messages",
     "too many partials",
     "invalid signature",
     "duplicate partial",
     "over-cap deposits",
-    "too many bodies",
+    "unreferenced body",
 ];
 
 /// Replaces the block's SubmitPartials with a stuffed one, a different
@@ -49,6 +54,45 @@ impl Stuffer {
     }
 }
 
+/// A hub block for the range the chain waits on, from its deposit cursor:
+/// `count` deposits to `user-0` (amounts from `seed`), with `more` as
+/// given. Well-formed, so the chain recognises it as awaited; no hub ever
+/// produced it.
+pub fn forged_block(ctx: &Ctx<'_>, seed: u64, count: u64, more: bool) -> HubBlock {
+    let p = ctx.params();
+    let cursor =
+        sync::hub_cursor(ctx.app.committed_state(), &p.hub_chain).unwrap_or(sync::HubCursor {
+            height: 1,
+            deposit_seq: 1,
+        });
+    HubBlock {
+        chain: p.hub_chain.clone(),
+        from_height: cursor.height,
+        to_height: cursor.height + p.hub_block_range - 1,
+        deposits: (0..count)
+            .map(|i| HubDeposit {
+                seq: cursor.deposit_seq + i,
+                user: "user-0".into(),
+                amount: 1 + seed + i,
+            })
+            .collect(),
+        more,
+    }
+}
+
+/// A SubmitPartials carrying `blocks` with this node's valid partial on
+/// each.
+fn signed_blocks(ctx: &Ctx<'_>, blocks: Vec<HubBlock>) -> SubmitPartials {
+    SubmitPartials {
+        partials: blocks
+            .iter()
+            .map(|b| ctx.own_partial(Kind::HubBlock, block_digest(b)))
+            .collect(),
+        hub_results: Vec::new(),
+        hub_blocks: blocks,
+    }
+}
+
 impl Behaviour for Stuffer {
     fn proposal(&mut self, ctx: &Ctx<'_>, honest: Vec<Bytes>) -> Vec<Bytes> {
         let what = STUFFING[self.next % STUFFING.len()];
@@ -56,80 +100,53 @@ impl Behaviour for Stuffer {
         let p = ctx.params();
         let msgs = p.max_block_messages as u64;
         let mut parts = Parts::of(&honest);
-        let batch = ctx.awaited_batch().unwrap_or_else(|| junk_digest(7));
-        // The honest partials, or one of this node's own on the batch.
-        let mut base = parts.partials.clone().unwrap_or_default();
-        if base.partials.is_empty() {
-            base.partials.push(ctx.own_partial(Kind::Batch, batch));
-        }
+        let seed = 1000 * ctx.height as u64;
         let stuffed = match what {
-            "too many digests" => SubmitPartials {
-                partials: (0..=msgs)
-                    .map(|i| ctx.own_partial(Kind::Batch, junk_digest(1000 + i)))
+            "too many messages" => signed_blocks(
+                ctx,
+                (0..=msgs)
+                    .map(|i| forged_block(ctx, seed + i, 1, false))
                     .collect(),
-                ..Default::default()
-            },
+            ),
             "too many partials" => {
-                let q = ctx.own_partial(Kind::Batch, batch);
-                SubmitPartials {
-                    partials: (1..=(msgs as u32) * (ctx.n as u32) + 1)
-                        .map(|index| PartialSig { index, ..q.clone() })
-                        .collect(),
-                    ..Default::default()
-                }
+                let mut sp = signed_blocks(ctx, vec![forged_block(ctx, seed, 1, false)]);
+                let q = sp.partials[0].clone();
+                sp.partials = (1..=(msgs as u32) * (ctx.n as u32) + 1)
+                    .map(|index| PartialSig { index, ..q.clone() })
+                    .collect();
+                sp
             }
             "invalid signature" => {
-                if let (Some(first), Some(share)) = (base.partials.first_mut(), ctx.share) {
-                    first.signature = wrong_signature(share);
+                let mut sp = signed_blocks(ctx, vec![forged_block(ctx, seed, 1, false)]);
+                if let Some(share) = ctx.share {
+                    sp.partials[0].signature = wrong_signature(share);
                 }
-                base
+                sp
             }
             "duplicate partial" => {
-                let first = base.partials[0].clone();
-                base.partials.push(first);
-                base
+                let mut sp = signed_blocks(ctx, vec![forged_block(ctx, seed, 1, false)]);
+                let q = sp.partials[0].clone();
+                sp.partials.push(q);
+                sp
             }
-            "over-cap deposits" => {
-                let kv = ctx.app.committed_state();
-                let cursor = sync::hub_cursor(kv, &p.hub_chain).unwrap_or(sync::HubCursor {
-                    height: 1,
-                    deposit_seq: 1,
-                });
-                let b = HubBlock {
-                    chain: p.hub_chain.clone(),
-                    from_height: cursor.height,
-                    to_height: cursor.height + p.hub_block_range - 1,
-                    deposits: (0..=p.max_block_deposits as u64)
-                        .map(|i| HubDeposit {
-                            seq: cursor.deposit_seq + i,
-                            user: "user-0".into(),
-                            amount: 1,
-                        })
-                        .collect(),
-                    more: true,
-                };
-                base.partials
-                    .push(ctx.own_partial(Kind::HubBlock, block_digest(&b)));
-                base.hub_blocks.push(b);
-                base
-            }
+            "over-cap deposits" => signed_blocks(
+                ctx,
+                vec![forged_block(
+                    ctx,
+                    seed,
+                    p.max_block_deposits as u64 + 1,
+                    false,
+                )],
+            ),
             _ => {
-                let results: Vec<HubResult> = (0..=msgs)
-                    .map(|i| HubResult {
-                        chain: p.hub_chain.clone(),
-                        nonce: 1000 + i,
-                        attempt: 1,
-                        settled: true,
-                    })
-                    .collect();
-                SubmitPartials {
-                    partials: results
-                        .iter()
-                        .map(|r| ctx.own_partial(Kind::HubResult, result_digest(r)))
-                        .collect(),
-                    hub_results: results,
-                    hub_blocks: Vec::new(),
-                }
+                let mut sp = parts.partials.clone().unwrap_or_default();
+                sp.hub_results.push(HubResult {
+                    chain: p.hub_chain.clone(),
+                    nonce: seed,
+                    attempt: 1,
+                    settled: true,
+                });
+                sp
             }
         };
         act(&self.acts, ctx, what);
@@ -323,7 +340,8 @@ impl Behaviour for Conflicter {
         let Some(s) = parts.start.clone() else {
             return honest;
         };
-        let (forged, what) = conflicting_start(ctx.app.committed_state(), &s, self.next.is_multiple_of(2));
+        let (forged, what) =
+            conflicting_start(ctx.app.committed_state(), &s, self.next.is_multiple_of(2));
         self.next += 1;
         act(&self.acts, ctx, what);
         parts.start = Some(forged);
