@@ -20,8 +20,12 @@ use tally_settlement::proto::{PartialSig, VoteExtension};
 
 use super::{act, decode_extension, junk_digest, Acts, Behaviour, Ctx};
 
-/// Partials under every other validator's index, over what the chain
-/// waits for (or a junk digest), signed with a key that is not theirs.
+/// For each message the honest extension signs (or the batch the chain
+/// waits for, or a junk digest), one well-formed partial under another
+/// validator's share index, signed with a key that is not that
+/// validator's: always the same victim, the last validator. One
+/// suppressed honest index is enough to keep a message below the
+/// threshold when exactly t validators are honest.
 #[derive(Debug, Default)]
 pub struct ForeignIndex {
     /// What was done.
@@ -43,28 +47,23 @@ impl Behaviour for ForeignIndex {
             digests.push((Kind::Batch.value(), d.to_vec()));
         }
         let own = ctx.share.map(|s| s.index).unwrap_or(0);
-        let max = ctx.params().max_extension_partials as usize;
+        let victim = (1..=ctx.n as u32).rev().find(|i| *i != own).unwrap_or(1);
+        let Ok(fake) = SecretShare::from_bytes(victim, &[7u8; 32]) else {
+            return Vec::new();
+        };
         let mut out = VoteExtension::default();
-        'fill: for (kind, digest) in digests {
-            for index in (1..=ctx.n as u32).filter(|i| *i != own) {
-                if out.partials.len() >= max {
-                    break 'fill;
-                }
-                let Ok(fake) = SecretShare::from_bytes(index, &[7u8; 32]) else {
-                    continue;
-                };
-                let k = Kind::try_from(kind).unwrap_or(Kind::Batch);
-                let d: [u8; 32] = digest.as_slice().try_into().unwrap_or([0; 32]);
-                out.partials.push(PartialSig {
-                    index,
-                    kind,
-                    digest: digest.clone(),
-                    signature: fake
-                        .sign(&tally_settlement::bls::message(ctx.chain_id, k, &d))
-                        .sig_bytes()
-                        .to_vec(),
-                });
-            }
+        for (kind, digest) in digests {
+            let k = Kind::try_from(kind).unwrap_or(Kind::Batch);
+            let d: [u8; 32] = digest.as_slice().try_into().unwrap_or([0; 32]);
+            out.partials.push(PartialSig {
+                index: victim,
+                kind,
+                digest,
+                signature: fake
+                    .sign(&tally_settlement::bls::message(ctx.chain_id, k, &d))
+                    .sig_bytes()
+                    .to_vec(),
+            });
         }
         act(&self.acts, ctx, "foreign index");
         out.encode_to_vec()
