@@ -201,6 +201,9 @@ fn run(n: usize, s: Scenario) -> Run {
     let mut debits: BTreeMap<String, u64> = BTreeMap::new();
     let mut committed = 0usize;
     let mut led = 0usize;
+    // Height of each batch's first start, and of its signing, by nonce.
+    let mut started: BTreeMap<String, i64> = BTreeMap::new();
+    let mut signed: BTreeMap<String, i64> = BTreeMap::new();
     let limit = T0 + 180 + 600;
     loop {
         let mut txs = Vec::new();
@@ -222,6 +225,22 @@ fn run(n: usize, s: Scenario) -> Run {
             net.block(txs, 5)
         }
         .unwrap_or_else(|e| panic!("n={n} height {}: {e:#}", net.height + 1));
+        for e in out.tx_results.iter().flat_map(|r| &r.events) {
+            let nonce = e
+                .attributes
+                .iter()
+                .find(|a| a.key == "nonce")
+                .map(|a| a.value.clone());
+            match (e.r#type.as_str(), nonce) {
+                ("sync_start", Some(x)) => {
+                    started.entry(x).or_insert(out.block.height);
+                }
+                ("batch_signed", Some(x)) => {
+                    signed.insert(x, out.block.height);
+                }
+                _ => {}
+            }
+        }
         for (t, r) in out.block.txs.iter().zip(&out.tx_results) {
             if let Ok(Some(tx::Sum::Report(sig))) = tally_settlement::decode_tx(t).map(|d| d.sum) {
                 assert_eq!(r.code, 0, "report refused: {}", r.log);
@@ -266,6 +285,25 @@ fn run(n: usize, s: Scenario) -> Run {
         hub.settled.len()
     );
     assert_eq!(st["settled_batches"], hub.settled.len(), "{st}");
+    // Each batch was signed within a few heights of its start, in its
+    // first attempt (none expired): the byzantine nodes delayed, at most,
+    // the heights they proposed.
+    assert_eq!(
+        st["attempts"],
+        hub.settled.len(),
+        "one attempt per batch: {st}"
+    );
+    let mut slowest = 0;
+    for (nonce, h) in &started {
+        let s = signed
+            .get(nonce)
+            .unwrap_or_else(|| panic!("batch {nonce} never signed"));
+        slowest = slowest.max(s - h);
+    }
+    assert!(
+        slowest <= 2 + f as i64 * 2,
+        "a batch took {slowest} heights to sign"
+    );
     assert_eq!(st["pending_calls"], 0, "{st}");
     assert_eq!(st["next_deposit_seq"], hub.deposits.len() + 1, "{st}");
     assert!(query(&net, honest, "/hubcalls/hub")["calls"]
@@ -327,7 +365,7 @@ fn run(n: usize, s: Scenario) -> Run {
     );
     let (p50, p99, max) = net.record.process_times();
     eprintln!(
-        "{} n={n}: {} heights, {} proposals refused, {} extensions refused, {} batches; slowest honest ProcessProposal per proposal p50 {p50} us, p99 {p99} us, max {max} us",
+        "{} n={n}: {} heights, {} proposals refused, {} extensions refused, {} batches, at most {slowest} heights from start to signed; slowest honest ProcessProposal per proposal p50 {p50} us, p99 {p99} us, max {max} us",
         std::thread::current().name().unwrap_or("?"),
         net.height,
         net.record.rejected_proposals().count(),
