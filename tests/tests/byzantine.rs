@@ -17,7 +17,7 @@ use bytes::Bytes;
 use prost::Message;
 use tally_settlement::bls::{deal, Kind};
 use tally_settlement::proto::{tx, ReportUsage, SyncTxStart, VoteExtension};
-use tally_settlement::{Block, Code};
+use tally_settlement::Code;
 use tally_store::Pending;
 use tally_tests::adversary::proposals::{
     conflicting_start, Conflicter, Forger, Omitter, Stuffer, FORGERIES, STUFFING,
@@ -25,7 +25,7 @@ use tally_tests::adversary::proposals::{
 use tally_tests::adversary::votes::{
     ForeignIndex, LyingRelay, Malformed, Oversize, Silent, MALFORMED, THIEF,
 };
-use tally_tests::adversary::{start_tx, Acts, Behaviour, Record};
+use tally_tests::adversary::{block_state, start_tx, Acts, Behaviour, Record};
 use tally_tests::driver::Net;
 use tally_tests::hub::Hub;
 use tally_tests::traffic::{gateway_key, Traffic};
@@ -173,13 +173,13 @@ fn hub(users: &[String]) -> Hub {
 /// The sync start an honest proposer would put in the next block, if one
 /// is due (derived from node `i`'s committed state).
 fn due_start(net: &Net, i: usize) -> Option<SyncTxStart> {
-    let mut sim = Pending::open(net.nodes[i].app.committed_state().clone()).expect("overlay");
-    let block = Block {
-        height: (net.height + 1) as u64,
-        time: net.now as u64,
-    };
-    tally_settlement::begin_block(&mut sim, &block).expect("begin_block");
-    tally_settlement::sync::next_sync_start(&sim, block.time).expect("next_sync_start")
+    let sim = next_block_state(net, i);
+    tally_settlement::sync::next_sync_start(&sim, net.now as u64).expect("next_sync_start")
+}
+
+/// Node `i`'s committed state with the next block's start-of-block work.
+fn next_block_state(net: &Net, i: usize) -> Pending {
+    block_state(&net.nodes[i].app, net.height + 1, net.now).expect("block state")
 }
 
 fn run(n: usize, s: Scenario) -> Run {
@@ -569,8 +569,7 @@ fn proposer_with_a_conflicting_sync_start() {
         let honest = due_start(&net, 0).expect("a start is due after the window");
         assert!(honest.call_ids.len() > 1, "{honest:?}");
         for other_calls in [true, false] {
-            let (bad, _) =
-                conflicting_start(net.nodes[0].app.committed_state(), &honest, other_calls);
+            let (bad, _) = conflicting_start(&next_block_state(&net, 0), &honest, other_calls);
             assert_ne!(bad.digest, honest.digest);
             for i in 0..n {
                 let signs = |txs: Vec<Bytes>| -> Vec<Vec<u8>> {

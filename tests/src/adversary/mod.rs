@@ -111,10 +111,28 @@ impl Ctx<'_> {
         }
     }
 
+    /// Committed state with this block's start-of-block work applied (a
+    /// throwaway overlay): what the block's transactions run on.
+    pub fn block_state(&self) -> Option<tally_store::Pending> {
+        block_state(self.app, self.height, self.time)
+    }
+
     /// Chain parameters from committed state (defaults if unreadable).
     pub fn params(&self) -> tally_settlement::Params {
         tally_settlement::params(self.app.committed_state()).unwrap_or_default()
     }
+}
+
+/// `app`'s committed state with the start-of-block work of the block at
+/// `height` and `time` applied, as a throwaway overlay.
+pub fn block_state(app: &TallyApp, height: i64, time: i64) -> Option<tally_store::Pending> {
+    let mut sim = tally_store::Pending::open(app.committed_state().clone()).ok()?;
+    let block = tally_settlement::Block {
+        height: height as u64,
+        time: time as u64,
+    };
+    tally_settlement::begin_block(&mut sim, &block).ok()?;
+    Some(sim)
 }
 
 /// A digest nobody waits for, different for each `seed`.

@@ -295,8 +295,10 @@ pub struct Conflicter {
 
 /// A start for another batch than `honest`: with `other_calls`, its
 /// calls without the last (when it has more than one), else the same
-/// calls under the next nonce; its digest is its own batch's digest (the
-/// calls are read from `kv`). Returns the start and which change it made.
+/// calls under the next nonce; its digest is its own batch's digest, over
+/// the calls read from `kv`, which must hold the block's start-of-block
+/// work (the window close that makes them; see [`super::block_state`]).
+/// Returns the start and which change it made.
 pub fn conflicting_start(
     kv: &impl tally_store::KvRead,
     honest: &SyncTxStart,
@@ -313,7 +315,12 @@ pub fn conflicting_start(
     };
     let calls: Vec<HubCall> = ids
         .iter()
-        .filter_map(|id| sync::hub_call(kv, *id).ok().flatten())
+        .map(|id| {
+            sync::hub_call(kv, *id)
+                .ok()
+                .flatten()
+                .unwrap_or_else(|| panic!("hub call {id} of the start is not in state"))
+        })
         .collect();
     let start = SyncTxStart {
         digest: batch_digest(&honest.chain, nonce, &calls).to_vec(),
@@ -340,8 +347,10 @@ impl Behaviour for Conflicter {
         let Some(s) = parts.start.clone() else {
             return honest;
         };
-        let (forged, what) =
-            conflicting_start(ctx.app.committed_state(), &s, self.next.is_multiple_of(2));
+        let Some(sim) = ctx.block_state() else {
+            return honest;
+        };
+        let (forged, what) = conflicting_start(&sim, &s, self.next.is_multiple_of(2));
         self.next += 1;
         act(&self.acts, ctx, what);
         parts.start = Some(forged);
