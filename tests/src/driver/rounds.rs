@@ -43,7 +43,6 @@ impl Net {
     }
 
     /// Runs `f` with node `i`'s behaviour, if it has one.
-    #[allow(clippy::too_many_arguments)]
     fn with_behaviour<T>(
         &mut self,
         i: usize,
