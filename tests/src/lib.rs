@@ -1,10 +1,13 @@
 //! Test support for Tally: an in-process ABCI driver that runs several app
-//! instances through CometBFT's call sequence with a controllable clock, a
-//! real CometBFT localnet on loopback, a fault-injecting proxy, and the runner
+//! instances through CometBFT's call sequence with a controllable clock,
+//! byzantine behaviours for it and an in-process hub with every node's
+//! relay, a real CometBFT localnet on loopback, a fault-injecting proxy, and the runner
 //! of the end-to-end tests that use them.
 
+pub mod adversary;
 pub mod driver;
 pub mod harness;
+pub mod hub;
 pub mod localnet;
 pub mod proxy;
 pub mod traffic;

@@ -3,6 +3,20 @@
 //! ExtendVote / VerifyVoteExtension, FinalizeBlock, Commit. Time is the
 //! driver's clock, moved only by the test. Every block checks that all
 //! nodes computed the same app hash.
+//!
+//! Byzantine nodes ([`Node::behaviour`], see [`crate::adversary`]) are
+//! modelled the way CometBFT treats them: a vote extension a node's
+//! VerifyVoteExtension refuses does not count that precommit at that node
+//! (and is left out of its `local_last_commit` when it proposes next); a
+//! height fails only if an honest node counts 2/3 or less of the voting
+//! power. A proposal honest nodes refuse is a failed round: the next live
+//! validator proposes at the same height. Honest nodes must agree on every
+//! proposal, never refuse an unaltered extension or proposal, and refuse
+//! every proposal past the SubmitPartials caps. Everything is recorded in
+//! [`Net::record`]. With [`Net::hub`] set, every node's relay hands in
+//! what it sees before each height ([`crate::hub`]).
+
+mod rounds;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -15,11 +29,12 @@ use tally_store::{Backend, MemBackend, RocksBackend};
 use tendermint_abci::Application;
 use tendermint_proto::google::protobuf::Timestamp;
 use tendermint_proto::v0_38::abci::{
-    response_process_proposal::ProposalStatus, response_verify_vote_extension::VerifyStatus,
-    ExecTxResult, ExtendedCommitInfo, ExtendedVoteInfo, RequestExtendVote, RequestFinalizeBlock,
-    RequestInfo, RequestInitChain, RequestPrepareProposal, RequestProcessProposal,
-    RequestVerifyVoteExtension, ResponseFinalizeBlock, Validator,
+    ExecTxResult, ExtendedVoteInfo, RequestFinalizeBlock, RequestInfo, RequestInitChain,
+    ResponseFinalizeBlock,
 };
+
+use crate::adversary::{Behaviour, Record};
+use crate::hub::Hub;
 
 /// CometBFT's default block size limit for transactions, roughly.
 pub const MAX_TX_BYTES: i64 = 4 << 20;
@@ -43,6 +58,8 @@ pub struct Node {
     pub share: Option<SecretShare>,
     /// Replaces its vote extension (a faulty validator), if set.
     pub tamper: Option<fn(Vec<u8>) -> Vec<u8>>,
+    /// Replaces its honest behaviour (a byzantine validator), if set.
+    pub behaviour: Option<Box<dyn Behaviour>>,
     /// What its halt hook recorded (a real node would have exited).
     pub halts: HaltLog,
 }
@@ -60,12 +77,18 @@ impl Node {
             up: true,
             share: None,
             tamper: None,
+            behaviour: None,
             halts,
         })
     }
 }
 
 impl Node {
+    /// Whether the node runs unmodified (no tamper, no behaviour).
+    pub fn honest(&self) -> bool {
+        self.tamper.is_none() && self.behaviour.is_none()
+    }
+
     /// Fails if the node asked to halt (a real node would have exited).
     fn ensure_running(&self, i: usize) -> Result<()> {
         ensure!(
@@ -114,8 +137,21 @@ pub struct Net {
     pub blocks: Vec<Decided>,
     /// App hash after each height (index = height - 1).
     pub hashes: Vec<Vec<u8>>,
-    last_extensions: Vec<ExtendedVoteInfo>,
+    /// The hub and every node's relay, if modelled.
+    pub hub: Option<Hub>,
+    /// Every proposal and vote extension, with who refused it.
+    pub record: Record,
+    last_votes: Vec<Vote>,
     genesis: (i64, String),
+}
+
+/// A precommit of the last height, and the nodes that refused its
+/// extension (they do not count it).
+#[derive(Clone, Debug)]
+struct Vote {
+    voter: usize,
+    info: ExtendedVoteInfo,
+    refused_by: Vec<usize>,
 }
 
 fn ts(secs: i64) -> Option<Timestamp> {
@@ -161,7 +197,9 @@ impl Net {
             now,
             blocks: Vec::new(),
             hashes: Vec::new(),
-            last_extensions: Vec::new(),
+            hub: None,
+            record: Record::default(),
+            last_votes: Vec::new(),
             genesis: (now, String::new()),
         }
     }
@@ -218,7 +256,7 @@ impl Net {
     /// Runs one height with `txs` offered by the proposer's mempool; the
     /// clock then moves by `step` seconds.
     pub fn block(&mut self, txs: Vec<Vec<u8>>, step: i64) -> Result<Outcome> {
-        self.block_inner(txs, step, None)
+        self.block_inner(txs, step, None, None)
     }
 
     /// Like [`Net::block`], but node `crash` dies after its FinalizeBlock
@@ -229,7 +267,14 @@ impl Net {
         step: i64,
         crash: usize,
     ) -> Result<Outcome> {
-        self.block_inner(txs, step, Some(crash))
+        self.block_inner(txs, step, Some(crash), None)
+    }
+
+    /// Like [`Net::block`], but node `leader` proposes in round 0 (the
+    /// validators after it in later rounds): a test picks the heights a
+    /// byzantine proposer leads.
+    pub fn block_led_by(&mut self, txs: Vec<Vec<u8>>, step: i64, leader: usize) -> Result<Outcome> {
+        self.block_inner(txs, step, None, Some(leader))
     }
 
     fn block_inner(
@@ -237,94 +282,17 @@ impl Net {
         txs: Vec<Vec<u8>>,
         step: i64,
         crash: Option<usize>,
+        leader: Option<usize>,
     ) -> Result<Outcome> {
         let height = self.height + 1;
         let time = self.now;
         let live: Vec<usize> = self.live().map(|(i, _)| i).collect();
         ensure!(!live.is_empty(), "no live validator");
-        let proposer = live[(height as usize) % live.len()];
-        let prep = self.nodes[proposer]
-            .app
-            .prepare_proposal(RequestPrepareProposal {
-                max_tx_bytes: MAX_TX_BYTES,
-                txs: txs.into_iter().map(Bytes::from).collect(),
-                local_last_commit: Some(ExtendedCommitInfo {
-                    round: 0,
-                    votes: self.last_extensions.clone(),
-                }),
-                misbehavior: Vec::new(),
-                height,
-                time: ts(time),
-                next_validators_hash: Bytes::new(),
-                proposer_address: address(proposer),
-            });
-        let size: usize = prep.txs.iter().map(|t| t.len()).sum();
-        ensure!(size as i64 <= MAX_TX_BYTES, "proposal exceeds max_tx_bytes");
-        for &i in &live {
-            let r = self.nodes[i].app.process_proposal(RequestProcessProposal {
-                txs: prep.txs.clone(),
-                proposed_last_commit: None,
-                misbehavior: Vec::new(),
-                hash: Bytes::new(),
-                height,
-                time: ts(time),
-                next_validators_hash: Bytes::new(),
-                proposer_address: address(proposer),
-            });
-            ensure!(
-                r.status == ProposalStatus::Accept as i32,
-                "node{i} rejected the proposal of node{proposer} at height {height}"
-            );
-        }
-        // Precommits carry vote extensions; every other node verifies them.
-        let mut extensions = Vec::new();
-        for &i in &live {
-            let mut ext = self.nodes[i].app.extend_vote(RequestExtendVote {
-                hash: Bytes::new(),
-                height,
-                time: ts(time),
-                txs: prep.txs.clone(),
-                proposed_last_commit: None,
-                misbehavior: Vec::new(),
-                next_validators_hash: Bytes::new(),
-                proposer_address: address(proposer),
-            });
-            if let Some(f) = self.nodes[i].tamper {
-                ext.vote_extension = Bytes::from(f(ext.vote_extension.to_vec()));
-            }
-            for &j in &live {
-                if j == i {
-                    continue;
-                }
-                let v = self.nodes[j]
-                    .app
-                    .verify_vote_extension(RequestVerifyVoteExtension {
-                        hash: Bytes::new(),
-                        validator_address: address(i),
-                        height,
-                        vote_extension: ext.vote_extension.clone(),
-                    });
-                ensure!(
-                    v.status == VerifyStatus::Accept as i32,
-                    "node{j} rejected node{i}'s vote extension at height {height}"
-                );
-            }
-            let vote_extension = ext.vote_extension;
-            extensions.push(ExtendedVoteInfo {
-                validator: Some(Validator {
-                    address: address(i),
-                    power: 10,
-                }),
-                vote_extension,
-                extension_signature: Bytes::new(),
-                block_id_flag: 2,
-            });
-        }
-        let decided = Decided {
-            height,
-            time,
-            txs: prep.txs,
-        };
+        self.relay(&live)?;
+        let mempool: Vec<Bytes> = txs.into_iter().map(Bytes::from).collect();
+        let (proposer, txs) = self.propose(height, time, &live, leader, &mempool)?;
+        let votes = self.vote(height, time, &live, proposer, &txs)?;
+        let decided = Decided { height, time, txs };
         let mut first: Option<ResponseFinalizeBlock> = None;
         for &i in &live {
             let r = self.nodes[i].app.finalize_block(finalize_request(&decided));
@@ -351,7 +319,7 @@ impl Net {
         let first = first.context("no live node")?;
         self.height = height;
         self.now += step;
-        self.last_extensions = extensions;
+        self.last_votes = votes;
         self.blocks.push(decided.clone());
         self.hashes.push(first.app_hash.to_vec());
         if let Some(i) = crash {
@@ -378,10 +346,14 @@ impl Net {
             Storage::Rocks(p) => Storage::Rocks(p.clone()),
         };
         let share = self.nodes[i].share.clone();
+        let tamper = self.nodes[i].tamper;
+        let behaviour = self.nodes[i].behaviour.take();
         // Drop the old instance first: RocksDB allows one opener.
         let placeholder = Node::open(Storage::Memory(Arc::new(MemBackend::new())))?;
         drop(std::mem::replace(&mut self.nodes[i], placeholder));
         self.nodes[i] = Node::open(storage)?;
+        self.nodes[i].tamper = tamper;
+        self.nodes[i].behaviour = behaviour;
         if let Some(s) = share {
             self.nodes[i].app.set_signer(s.clone());
             self.nodes[i].share = Some(s);

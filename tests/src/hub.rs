@@ -1,0 +1,151 @@
+//! A reference hub chain and every validator's relay, in process, for the
+//! driver ([`crate::driver::Net::hub`]).
+//!
+//! The hub holds deposits at hub heights and settles signed batches: it
+//! checks the batch digest against the batch's calls and the group
+//! signature against the chain's group key, pays each call once, and
+//! refuses nonces out of order. Each validator's relay reads only its own
+//! node's committed state, like the real relay: it submits a signed batch
+//! and hands in `HubResult { settled: true }` once the hub shows the nonce
+//! settled, and hands in the next hub-block message of the range at the
+//! chain's deposit cursor, split at `max_block_deposits` by
+//! [`deposit_message`], an oracle written apart from the relay's.
+
+use std::collections::BTreeMap;
+
+use anyhow::{ensure, Context, Result};
+use tally_abci::HandIn;
+use tally_settlement::bls::{self, Kind};
+use tally_settlement::proto::{BatchRecord, HubBlock, HubDeposit, HubResult};
+use tally_settlement::sync;
+use tally_settlement::BatchStatus;
+use tally_store::KvRead;
+
+/// The hub chain.
+#[derive(Clone, Debug, Default)]
+pub struct Hub {
+    /// Its finalized height: ranges up to here are handed in.
+    pub tip: u64,
+    /// Every deposit, with the hub height it is in.
+    pub deposits: Vec<(u64, HubDeposit)>,
+    /// Batches settled, by nonce.
+    pub settled: BTreeMap<u64, BatchRecord>,
+    /// Credits paid out, by (user, provider).
+    pub paid: BTreeMap<(String, String), u64>,
+}
+
+impl Hub {
+    /// A deposit of `amount` for `user` at hub `height`; returns its
+    /// sequence number.
+    pub fn deposit(&mut self, height: u64, user: &str, amount: u64) -> u64 {
+        let seq = self.deposits.len() as u64 + 1;
+        self.deposits.push((
+            height,
+            HubDeposit {
+                seq,
+                user: user.into(),
+                amount,
+            },
+        ));
+        seq
+    }
+
+    /// Credits deposited for each user.
+    pub fn deposited(&self) -> BTreeMap<String, u64> {
+        let mut m = BTreeMap::new();
+        for (_, d) in &self.deposits {
+            *m.entry(d.user.clone()).or_default() += d.amount;
+        }
+        m
+    }
+
+    /// What an honest relay of the validator whose committed state is
+    /// `kv` hands in now (submitting a signed batch to the hub first).
+    pub fn relay(&mut self, kv: &impl KvRead) -> Result<Vec<HandIn>> {
+        let p = tally_settlement::params(kv)?;
+        let chain = p.hub_chain.clone();
+        let st = sync::sync_state(kv, &chain)?;
+        let mut out = Vec::new();
+        if st.current_nonce != 0 {
+            let b = sync::batch(kv, &chain, st.current_nonce)?.context("current batch")?;
+            if b.status == BatchStatus::Signed.value() && !self.settled.contains_key(&b.nonce) {
+                self.settle(kv, b)?;
+            }
+            if self.settled.contains_key(&st.current_nonce) {
+                out.push(HandIn::Result(HubResult {
+                    chain: chain.clone(),
+                    nonce: st.current_nonce,
+                    attempt: st.attempt,
+                    settled: true,
+                }));
+            }
+        }
+        let cursor = sync::hub_cursor(kv, &chain)?;
+        let to = cursor.height + p.hub_block_range - 1;
+        if self.tip >= to {
+            let all = self
+                .deposits
+                .iter()
+                .filter(|(h, _)| (cursor.height..=to).contains(h))
+                .map(|(_, d)| d.clone())
+                .collect();
+            let (deposits, more) =
+                deposit_message(all, cursor.deposit_seq, p.max_block_deposits as usize);
+            out.push(HandIn::Block(HubBlock {
+                chain,
+                from_height: cursor.height,
+                to_height: to,
+                deposits,
+                more,
+            }));
+        }
+        Ok(out)
+    }
+
+    /// The hub executes signed batch `b`: the next nonce, its digest over
+    /// its calls, a group signature that verifies; each call paid once.
+    fn settle(&mut self, kv: &impl KvRead, b: BatchRecord) -> Result<()> {
+        let want = self.settled.keys().last().map_or(1, |n| n + 1);
+        ensure!(
+            b.nonce == want,
+            "hub: nonce {} submitted, {want} expected",
+            b.nonce
+        );
+        let mut calls = Vec::new();
+        for id in &b.call_ids {
+            calls.push(sync::hub_call(kv, *id)?.context("hub call of a signed batch")?);
+        }
+        let digest = sync::batch_digest(&b.chain, b.nonce, &calls);
+        ensure!(
+            digest.as_slice() == b.digest,
+            "hub: batch digest does not match its calls"
+        );
+        let key = sync::dkg(kv)?.context("threshold key")?;
+        let sig = bls::parse_signature(&b.signature)?;
+        let chain_id = tally_settlement::chain_id(kv)?;
+        ensure!(
+            key.shares
+                .verify_group(&bls::message(&chain_id, Kind::Batch, &digest), &sig),
+            "hub: group signature of batch {} does not verify",
+            b.nonce
+        );
+        for c in calls {
+            *self.paid.entry((c.user, c.provider)).or_default() += c.amount;
+        }
+        self.settled.insert(b.nonce, b);
+        Ok(())
+    }
+}
+
+/// The next hub-block message of a range holding `all`: the deposits from
+/// sequence number `next_seq` on, at most `cap`, and whether more follow.
+pub fn deposit_message(all: Vec<HubDeposit>, next_seq: u64, cap: usize) -> (Vec<HubDeposit>, bool) {
+    let mut left: Vec<HubDeposit> = all.into_iter().filter(|d| d.seq >= next_seq).collect();
+    left.sort_by_key(|d| d.seq);
+    if left.len() > cap {
+        left.truncate(cap);
+        (left, true)
+    } else {
+        (left, false)
+    }
+}
