@@ -22,15 +22,15 @@ const T0: i64 = 1_800_000_000;
 const GOLDEN: [(usize, &str); 3] = [
     (
         100,
-        "0ea4e5105e7b77163fcbd93d302f5f7e34c9c69a943a5749932887806f208982",
+        "ef5f8951e4a5fb28c56c8d4ff3cd0586bff27b553df5493f8ef7b002038254fc",
     ),
     (
         500,
-        "6100de301a4af3c77a8c88d916217f0f0043d7cd0630136d51967185fa6a91d5",
+        "c616650a601a32f72d25fce7f49d8d2ffd23b6e1928e8ea4709a857f1ef340ab",
     ),
     (
         1000,
-        "6f6b039f734c9ad8c314c75950943b2ac280b8816c4711f79ca9758e2935663c",
+        "c2e1714e4ebac4d4eb227b8eebf00875914197f34f6f359f166fbaf5c228d8cb",
     ),
 ];
 
