@@ -171,6 +171,17 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 /// Runs `tests` over the fixture `start` makes, as the command line asks;
 /// returns the process's exit code. Call it from the test target's `main`.
 pub fn run<F>(tests: &[Test<F>], start: impl FnOnce() -> anyhow::Result<F>) -> ExitCode {
+    run_unless(tests, skip_reason(), start)
+}
+
+/// Like [`run`], with the caller's own reason to skip (`None`: run). A
+/// skip is printed and counted as skipped, never as passed; with
+/// `TALLY_E2E_REQUIRED` set it fails the tests instead.
+pub fn run_unless<F>(
+    tests: &[Test<F>],
+    skip: Option<String>,
+    start: impl FnOnce() -> anyhow::Result<F>,
+) -> ExitCode {
     let args = Args::parse(std::env::args().skip(1));
     if args.list {
         let selected: Vec<&Test<F>> = tests.iter().filter(|t| args.selects(t.name)).collect();
@@ -182,7 +193,7 @@ pub fn run<F>(tests: &[Test<F>], start: impl FnOnce() -> anyhow::Result<F>) -> E
     }
     // Where the end-to-end tests must run (CI sets TALLY_E2E_REQUIRED), a
     // reason to skip them fails them instead.
-    let summary = match skip_reason() {
+    let summary = match skip {
         Some(why) if std::env::var_os("TALLY_E2E_REQUIRED").is_some() => {
             let start = move || -> anyhow::Result<F> {
                 anyhow::bail!("{why}, and TALLY_E2E_REQUIRED is set: failing, not skipping")
@@ -299,7 +310,7 @@ fn execute<F>(
     }
     // Stop every process the fixture started before reporting.
     if let Some(Ok(f)) = fixture.take() {
-        eprintln!("[e2e] stopping the localnet");
+        eprintln!("[e2e] stopping the fixture (the localnet, if any)");
         drop(f);
     }
 
@@ -331,7 +342,7 @@ fn execute<F>(
     if skipped > 0 {
         if let Some(why) = &skip {
             out(&format!(
-                "\nSKIPPED: {why}: {skipped} end-to-end test{} did not run",
+                "\nSKIPPED: {why}: {skipped} test{} did not run",
                 if skipped == 1 { "" } else { "s" }
             ));
         }
