@@ -64,6 +64,8 @@ struct Script {
     /// (hub height, deposit).
     deposits: Vec<(u64, HubDeposit)>,
     broadcast: Answer,
+    /// Overrides every `/deposits` answer: (code, raw value).
+    deposits_answer: Option<(u32, &'static str)>,
     /// "status", "query <path>", "broadcast", in arrival order.
     log: Vec<String>,
     /// Base64 of every transaction broadcast.
@@ -81,6 +83,7 @@ impl Default for Script {
                 check: 0,
                 deliver: 0,
             },
+            deposits_answer: None,
             log: Vec::new(),
             txs: Vec::new(),
         }
@@ -124,8 +127,16 @@ fn answer(s: &mut Script, req: &Value) -> (u16, Value) {
         "abci_query" => {
             let path = req["params"]["path"].as_str().unwrap_or("").to_string();
             s.log.push(format!("query {path}"));
-            let (code, v) = query_answer(s, &path);
-            let value = v.map(|v| b64(v.to_string().as_bytes())).unwrap_or_default();
+            let (code, value) = match s.deposits_answer {
+                Some((code, raw)) if path.starts_with("/deposits") => (code, b64(raw.as_bytes())),
+                _ => {
+                    let (code, v) = query_answer(s, &path);
+                    (
+                        code,
+                        v.map(|v| b64(v.to_string().as_bytes())).unwrap_or_default(),
+                    )
+                }
+            };
             ok(json!({"response": {"code": code, "log": "", "value": value,
                                    "height": s.tip.to_string()}}))
         }
@@ -329,6 +340,17 @@ async fn settle(relay: &mut Relay) {
     }
 }
 
+/// Waits (at most 2 s) for the hub's first broadcast.
+async fn wait_for_broadcast(hub: &FakeHub) {
+    for _ in 0..200 {
+        if hub.broadcasts() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(hub.broadcasts(), 1, "{:?}", hub.log());
+}
+
 /// The value of the sample line `name` in a Prometheus text exposition.
 fn sample(text: &str, name: &str) -> Option<f64> {
     text.lines()
@@ -492,13 +514,7 @@ async fn a_submission_in_flight_is_cancelled_once_the_hub_shows_the_nonce_settle
     };
     let mut r = relay(app.clone(), cfg, &metrics);
     r.poll().await;
-    for _ in 0..200 {
-        if hub.broadcasts() == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(hub.broadcasts(), 1);
+    wait_for_broadcast(&hub).await;
     // Settled at 100 with the tip at 101: one confirmation of two. The
     // submission is moot already; nothing is handed in yet.
     hub.with(|s| {
@@ -745,4 +761,135 @@ async fn the_metrics_page_shows_what_the_relay_saw() {
         v("tally_relay_submissions_total{outcome=\"ok\"}"),
         Some(1.0)
     );
+}
+
+#[tokio::test]
+async fn spent_retries_fail_the_attempt() {
+    // Nothing listens there: every read and try fails on the transport.
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", l.local_addr().unwrap())
+    };
+    let backend = chain_with_signed_batch(&Params::default(), 2);
+    let app = app(&backend);
+    let metrics = Metrics::new("tally");
+    let mut cfg = config(vec![dead]);
+    cfg.breaker.failure_threshold = 100;
+    let mut r = relay(app.clone(), cfg, &metrics);
+    // The hub cannot be read, and the batch is submitted all the same: one
+    // try and the budget's 2 retries, then `failed` for attempt 2.
+    r.poll().await;
+    settle(&mut r).await;
+    assert_eq!(app.held().results(), [failed_result(2)]);
+    assert_eq!(outcome(&metrics, "failed"), Some(1.0));
+    assert_eq!(
+        sample(
+            &metrics.encode(),
+            "tally_retries_total{layer=\"transport\"}"
+        ),
+        Some(2.0)
+    );
+}
+
+#[tokio::test]
+async fn the_deadline_fails_the_attempt_and_stops_its_submission() {
+    let hub = FakeHub::start(Script {
+        broadcast: Answer::Unavailable,
+        ..Script::default()
+    });
+    let backend = chain_with_signed_batch(&Params::default(), 1);
+    let app = app(&backend);
+    let metrics = Metrics::new("tally");
+    let mut cfg = config(vec![hub.url.clone()]);
+    cfg.policy.base = Duration::from_secs(30);
+    cfg.policy.cap = Duration::from_secs(30);
+    cfg.policy.max_elapsed = Duration::from_secs(120);
+    let mut r = relay(app.clone(), cfg, &metrics);
+    r.poll().await;
+    wait_for_broadcast(&hub).await;
+    assert!(r.in_flight.is_some());
+    // The attempt started 30 s ago: the deadline (30 s) has passed.
+    commit(&backend, |kv| {
+        let st = SyncState {
+            last_sync: unix_now() - 30,
+            ..sync_at(1)
+        };
+        sync_state::put_sync_state(kv, CHAIN, &st);
+    });
+    r.poll().await;
+    assert!(r.in_flight.is_none());
+    assert_eq!(app.held().results(), [failed_result(1)]);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(outcome(&metrics, "cancelled"), Some(1.0));
+    assert_eq!(hub.broadcasts(), 1);
+}
+
+#[tokio::test]
+async fn a_refused_or_garbled_deposit_answer_is_not_handed_in() {
+    let hub = FakeHub::start(Script {
+        deposits_answer: Some((21, "")),
+        ..deposits_script(40)
+    });
+    let backend = chain_with_cursor(&Params::default(), 1, 1);
+    let app = app(&backend);
+    let metrics = Metrics::new("tally");
+    let mut r = relay(app.clone(), config(vec![hub.url.clone()]), &metrics);
+    r.poll().await;
+    hub.with(|s| s.deposits_answer = Some((0, "not json")));
+    r.poll().await;
+    assert!(app.held().blocks().is_empty());
+    // A JSON-RPC answer is an answer: the endpoint's breaker stays closed.
+    assert_eq!(
+        r.hub.breakers()[0].state(),
+        tally_client::BreakerState::Closed
+    );
+    hub.with(|s| s.deposits_answer = None);
+    r.poll().await;
+    assert_eq!(app.held().blocks().len(), 1);
+    assert_eq!(
+        hub.log()
+            .iter()
+            .filter(|l| *l == "query /deposits/1/10")
+            .count(),
+        3
+    );
+}
+
+#[test]
+fn the_relay_thread_polls_serves_metrics_and_stops() {
+    let hub = FakeHub::start(Script::default());
+    let backend = chain_with_signed_batch(&Params::default(), 1);
+    let app = app(&backend);
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let mut cfg = config(vec![hub.url.clone()]);
+    cfg.poll = Duration::from_millis(20);
+    cfg.metrics_listen = Some(port.to_string());
+    let stop = crate::spawn(app.clone(), cfg).unwrap();
+    let waited = (0..500).find(|_| {
+        std::thread::sleep(Duration::from_millis(10));
+        hub.broadcasts() == 1
+    });
+    assert!(waited.is_some(), "{:?}", hub.log());
+    let page = (0..100)
+        .map(|_| {
+            std::thread::sleep(Duration::from_millis(10));
+            get(port, "/metrics")
+        })
+        .find(|p| sample(p, "tally_relay_submissions_total{outcome=\"ok\"}") == Some(1.0));
+    assert!(page.is_some());
+    stop.send(true).unwrap();
+    // Stopped: no more reads of the hub, and the metrics port is released.
+    std::thread::sleep(Duration::from_millis(200));
+    let seen = hub.log().len();
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(hub.log().len(), seen);
+    assert_eq!(hub.broadcasts(), 1);
+    let released = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(20));
+        std::net::TcpListener::bind(port).is_ok()
+    });
+    assert!(released, "{port} still served");
 }
