@@ -893,3 +893,60 @@ fn the_relay_thread_polls_serves_metrics_and_stops() {
     });
     assert!(released, "{port} still served");
 }
+
+#[tokio::test]
+async fn rank_one_submits_a_stagger_after_it_first_saw_the_batch_signed() {
+    let hub = FakeHub::start(Script::default());
+    let backend = chain_with_signed_batch(&Params::default(), 1);
+    let metrics = Metrics::new("tally");
+    let mut cfg = config(vec![hub.url.clone()]);
+    cfg.rank = Some(1);
+    cfg.stagger = Duration::from_millis(300);
+    let mut r = relay(app(&backend), cfg, &metrics);
+    r.poll().await;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    r.poll().await;
+    assert!(r.in_flight.is_none());
+    assert_eq!(hub.broadcasts(), 0);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    r.poll().await;
+    settle(&mut r).await;
+    assert_eq!(hub.broadcasts(), 1);
+    assert_eq!(hub.with(|s| s.txs.clone()), [expected_tx()]);
+}
+
+#[tokio::test]
+async fn a_new_attempt_cancels_the_previous_ones_submission() {
+    let hub = FakeHub::start(Script {
+        broadcast: Answer::Unavailable,
+        ..Script::default()
+    });
+    let backend = chain_with_signed_batch(&Params::default(), 1);
+    let app = app(&backend);
+    let metrics = Metrics::new("tally");
+    let mut cfg = config(vec![hub.url.clone()]);
+    cfg.policy.base = Duration::from_secs(30);
+    cfg.policy.cap = Duration::from_secs(30);
+    cfg.policy.max_elapsed = Duration::from_secs(120);
+    let mut r = relay(app.clone(), cfg, &metrics);
+    r.poll().await;
+    wait_for_broadcast(&hub).await;
+    // Attempt 1 failed on the chain; attempt 2's batch is signed.
+    commit(&backend, |kv| {
+        sync_state::put_sync_state(kv, CHAIN, &sync_at(2));
+    });
+    hub.with(|s| {
+        s.broadcast = Answer::Codes {
+            check: 0,
+            deliver: 0,
+        }
+    });
+    r.poll().await;
+    assert_eq!(r.in_flight.as_ref().map(|f| f.key), Some((NONCE, 2)));
+    settle(&mut r).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(outcome(&metrics, "cancelled"), Some(1.0));
+    assert_eq!(outcome(&metrics, "ok"), Some(1.0));
+    assert_eq!(hub.broadcasts(), 2);
+    assert!(app.held().results().is_empty());
+}
