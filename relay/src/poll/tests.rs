@@ -64,6 +64,8 @@ struct Script {
     /// (hub height, deposit).
     deposits: Vec<(u64, HubDeposit)>,
     broadcast: Answer,
+    /// `/last_nonce` answers with an error code.
+    refuse_last_nonce: bool,
     /// Overrides every `/deposits` answer: (code, raw value).
     deposits_answer: Option<(u32, &'static str)>,
     /// "status", "query <path>", "broadcast", in arrival order.
@@ -84,6 +86,7 @@ impl Default for Script {
                 deliver: 0,
             },
             deposits_answer: None,
+            refuse_last_nonce: false,
             log: Vec::new(),
             txs: Vec::new(),
         }
@@ -93,6 +96,7 @@ impl Default for Script {
 fn query_answer(s: &Script, path: &str) -> (u32, Option<Value>) {
     let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     match parts.as_slice() {
+        ["last_nonce", CHAIN] if s.refuse_last_nonce => (16, None),
         ["last_nonce", CHAIN] => (0, Some(json!({ "last_nonce": s.last_nonce }))),
         ["batch", CHAIN, n] => match s.settled.get(&n.parse::<u64>().unwrap()) {
             Some(h) => (0, Some(json!({ "nonce": n, "height": h }))),
@@ -949,4 +953,23 @@ async fn a_new_attempt_cancels_the_previous_ones_submission() {
     assert_eq!(outcome(&metrics, "ok"), Some(1.0));
     assert_eq!(hub.broadcasts(), 2);
     assert!(app.held().results().is_empty());
+}
+
+#[tokio::test]
+async fn a_hub_behind_or_without_a_last_nonce_still_gets_the_batch() {
+    // (last nonce 3: behind the chain's 7), then (no last nonce at all).
+    for (last, refused) in [(3, false), (0, true)] {
+        let hub = FakeHub::start(Script {
+            last_nonce: last,
+            refuse_last_nonce: refused,
+            ..Script::default()
+        });
+        let backend = chain_with_signed_batch(&Params::default(), 1);
+        let metrics = Metrics::new("tally");
+        let mut r = relay(app(&backend), config(vec![hub.url.clone()]), &metrics);
+        r.poll().await;
+        settle(&mut r).await;
+        assert_eq!(hub.broadcasts(), 1, "{last} {refused}");
+        assert_eq!(outcome(&metrics, "ok"), Some(1.0));
+    }
 }
