@@ -146,6 +146,12 @@ impl TallyApp {
         self.inbox().put(item, cursor);
     }
 
+    /// A copy of the hand-ins held for this validator's next vote
+    /// extensions (what the relay handed in and the chain still waits for).
+    pub fn held(&self) -> Inbox {
+        self.inbox().clone()
+    }
+
     /// Answers a query path against committed state.
     pub fn query_path(&self, path: &str) -> settlement::query::QueryResult {
         settlement::query::query(&self.inner.backend, path)

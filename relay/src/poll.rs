@@ -334,3 +334,6 @@ impl Relay {
         self.in_flight = Some(InFlight::spawn(sub, cancel));
     }
 }
+
+#[cfg(test)]
+mod tests;
