@@ -7,7 +7,7 @@
 #   coverage: <crate> <covered>/<coverable> lines <percent>%
 # Not part of .ci/run: it rebuilds the workspace instrumented (RocksDB is
 # linked from the shared release build's librocksdb.a when one exists, so it
-# is not compiled a second time). Needs more than 40 GB free on /; otherwise
+# is not compiled a second time). Needs more than 25 GB free on /; otherwise
 # it says so and exits 2.
 #
 #   scripts/coverage.sh            run and report
@@ -35,7 +35,7 @@ if [ "${1:-}" = "--report" ]; then
   exit 0
 fi
 
-need_gb=40
+need_gb=25
 free_gb=$(df -BG --output=avail / | tail -1 | tr -dc '0-9')
 if [ "$free_gb" -le "$need_gb" ]; then
   echo "coverage: SKIPPED: ${free_gb} GB free on /, an instrumented build needs more than ${need_gb} GB" >&2
