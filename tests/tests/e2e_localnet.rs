@@ -561,11 +561,14 @@ fn check_model(net: &Localnet, model: &Model, funded: &BTreeMap<String, u64>) ->
 struct Load {
     stop: Arc<AtomicBool>,
     /// Reports in a block with code 0: the height and the records.
-    committed: Arc<std::sync::Mutex<Vec<(u64, Vec<UsageRecord>)>>>,
+    committed: Shared<(u64, Vec<UsageRecord>)>,
     /// Reports CheckTx accepted but no block held yet: hash and records.
-    unresolved: Arc<std::sync::Mutex<Vec<([u8; 32], Vec<UsageRecord>)>>>,
+    unresolved: Shared<([u8; 32], Vec<UsageRecord>)>,
     threads: Vec<JoinHandle<()>>,
 }
+
+/// A list the load threads append to.
+type Shared<T> = Arc<std::sync::Mutex<Vec<T>>>;
 
 /// The load's user, funded by a hub deposit at the start of the test.
 const LOAD_USER: &str = "erin";
