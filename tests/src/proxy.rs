@@ -2,8 +2,8 @@
 //! JSON-RPC client) and a CometBFT node. Each `broadcast_tx_commit` request
 //! takes the next [`Fault`] from a script (forwarded untouched once the
 //! script is empty); every other request is forwarded. The proxy logs when
-//! each broadcast arrived and what it did to it. Stopped (and its port
-//! freed) on drop.
+//! each broadcast arrived, its request body, and what it did to it. Stopped
+//! (and its port freed) on drop.
 
 use std::collections::VecDeque;
 use std::io::{Read, Write};
@@ -72,6 +72,19 @@ pub struct Seen {
     pub at: Instant,
     /// What was done: a fault's [`Fault::label`], or `"forwarded"`.
     pub what: String,
+    /// The HTTP request body (the JSON-RPC call), as received.
+    pub body: Vec<u8>,
+}
+
+impl Seen {
+    /// The broadcast transaction as the call carries it: `params.tx`,
+    /// base64 (CometBFT's JSON-RPC encoding, one string per byte
+    /// sequence, so equal strings are equal transactions); `None` if the
+    /// body is not such a call.
+    pub fn tx_base64(&self) -> Option<String> {
+        let v: serde_json::Value = serde_json::from_slice(&self.body).ok()?;
+        v["params"]["tx"].as_str().map(str::to_string)
+    }
 }
 
 /// What the proxy does and saw.
@@ -206,6 +219,7 @@ fn handle(mut sock: TcpStream, upstream: &str, state: &Mutex<ProxyState>) -> std
             st.broadcasts.push(Seen {
                 at: Instant::now(),
                 what,
+                body: body.clone(),
             });
             fault
         };

@@ -13,11 +13,11 @@
 //! 2. `killed_relay_resubmits_and_hub_pays_once`: the next batch's
 //!    broadcast is held by the proxy for 15 s and validator 0 is killed with
 //!    SIGKILL meanwhile, then restarted: its relay submits the same signed
-//!    bytes again, the held copy reaches the hub later, and the hub pays
-//!    once;
+//!    bytes again (every submission the proxy saw is compared byte for
+//!    byte), the held copy reaches the hub later, and the hub pays once;
 //! 3. `deposit_credited_once_after_confirmations`: a hub deposit is
-//!    credited once, and only after its range is `hub_confirmations` (4)
-//!    hub blocks deep.
+//!    credited once, and only once it is `hub_confirmations` (4) hub blocks
+//!    deep: the hub tip is read at the moment of the credit.
 //!
 //! Needs `cometbft` on PATH (without it every test is reported SKIPPED) and
 //! built `tallyd` and `tally-hub` binaries, like `e2e_localnet`.
@@ -265,6 +265,16 @@ fn killed_relay_resubmits_and_hub_pays_once(f: &mut Net) -> Result<()> {
         proxy.state().timeline(),
         relay_log(net, 0)
     );
+    // Every submission of this batch (the held one and the resubmissions
+    // after the restart) carries the same signed transaction, byte for byte.
+    let txs: Vec<Option<String>> = proxy.state().broadcasts[seen_before..]
+        .iter()
+        .map(|s| s.tx_base64())
+        .collect();
+    ensure!(
+        txs.iter().all(|t| t.is_some() && *t == txs[0]),
+        "submissions of batch {nonce} differ: {txs:?}"
+    );
     ensure!(
         hub_batch_total(hub, nonce)? == 22,
         "{}",
@@ -293,29 +303,55 @@ fn killed_relay_resubmits_and_hub_pays_once(f: &mut Net) -> Result<()> {
 }
 
 fn deposit_credited_once_after_confirmations(f: &mut Net) -> Result<()> {
-    // A deposit: credited once, only once its range is CONFIRMATIONS deep.
+    // A deposit: credited once, only once it is CONFIRMATIONS hub blocks
+    // deep. The hub tip is read right before and right after each balance
+    // read, so the tip read after the read that first shows the credit is
+    // at least the tip when the credit happened (an upper bound): if even
+    // that is less than CONFIRMATIONS blocks above the deposit's height,
+    // the credit came too early.
     let (net, hub) = (&f.net, &f.hub);
     net.hub_deposit("erin", 55)?;
+    let tip_at_deposit = hub.status()?.height;
+    let deposits = query(
+        hub,
+        &format!(
+            "/deposits/{}/{tip_at_deposit}",
+            tip_at_deposit.saturating_sub(20)
+        ),
+    )?;
+    let height = deposits["deposits"]
+        .as_array()
+        .and_then(|d| {
+            d.iter()
+                .find(|d| d["user"] == "erin" && d["amount"] == 55)
+                .and_then(|d| d["height"].as_u64())
+        })
+        .with_context(|| format!("the deposit is not on the hub: {deposits}"))?;
     let balance = |i: usize| net.balance(i, "erin");
     let start = Instant::now();
-    while balance(1)? == 0 {
+    let tip_at_credit = loop {
+        let credited = balance(1)? != 0;
+        let tip = hub.status()?.height;
+        if credited {
+            break tip;
+        }
         ensure!(
             start.elapsed() < Duration::from_secs(90),
             "deposit not credited\n{}",
             net.logs_tail()
         );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let tip = hub.status()?.height;
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    ensure!(
+        tip_at_credit >= height + CONFIRMATIONS,
+        "deposit at hub height {height} credited with the hub tip at most {tip_at_credit} (< {CONFIRMATIONS} confirmations)"
+    );
     let cursor = query(&net.rpc(1), "/sync/hub")?["hub_cursor"]
         .as_u64()
         .context("no hub_cursor")?;
-    // The credited range ends at cursor - 1; it had to be CONFIRMATIONS
-    // blocks under the hub's tip when the relays handed it in.
     ensure!(
-        tip >= cursor - 1 + CONFIRMATIONS,
-        "credited range ending at {} with the hub tip at {tip}",
-        cursor - 1
+        cursor > height,
+        "credited, but the hub cursor {cursor} is not past the deposit's height {height}"
     );
     std::thread::sleep(Duration::from_secs(3));
     for i in 0..4 {

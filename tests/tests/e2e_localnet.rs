@@ -13,7 +13,8 @@
 //! 4. `deposit_credited_on_every_validator`: a hub deposit is credited once;
 //! 5. `validator_killed_under_load_catches_up`: a validator SIGKILLed under
 //!    load; the chain keeps going, the validator catches up with the same
-//!    app hashes and every validator agrees on the load's totals;
+//!    app hashes; every validator shows exactly what committed (a model in
+//!    the test: every route and counter, balance, owed) and the hub pays it;
 //! 6. `relay_metrics_served`: the relay's metrics beside validator 0;
 //! 7. `hub_outage_settles_after_return`: the hub down for 3 minutes, an
 //!    attempt about every 60 s, settlement after it returns;
@@ -28,7 +29,7 @@
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -42,7 +43,7 @@ use tally_settlement::proto::{Outcome, UsageRecord};
 use tally_settlement::RouteRecordView;
 use tally_tests::harness::{self, Test};
 use tally_tests::localnet::{free_port_base, tallyd_path, Localnet};
-use tally_tests::traffic::{totals, Traffic};
+use tally_tests::traffic::Traffic;
 
 /// Ports from here, or the next free block (`free_port_base`); below
 /// Linux's ephemeral range (32768+), so that no outgoing connection can be
@@ -402,91 +403,392 @@ fn deposit_credited_on_every_validator(f: &mut Net) -> Result<()> {
     Ok(())
 }
 
-/// Reports from a background thread until stopped (at the latest after
-/// 60 s); dropping it stops and joins the thread.
+/// What a test expects the chain to show, computed here from what it sent
+/// (never with the implementation's counting code).
+#[derive(Default)]
+struct Model {
+    /// Per route (user, provider, model, route): requests, ok, fail_count,
+    /// rate_limit, auth, transient, unknown, client, cancel, units, amount
+    /// (the order of [`route_view`]).
+    routes: BTreeMap<(String, String, String, String), [u64; 11]>,
+    /// Credits charged per user.
+    charged: BTreeMap<String, u64>,
+    /// Credits owed per provider.
+    owed: BTreeMap<String, u64>,
+}
+
+impl Model {
+    /// Counts one committed report's records.
+    fn add(&mut self, recs: &[UsageRecord]) {
+        for r in recs {
+            let e = self
+                .routes
+                .entry((
+                    r.user.clone(),
+                    r.provider.clone(),
+                    r.model.clone(),
+                    r.route.clone(),
+                ))
+                .or_default();
+            e[0] += 1;
+            let slot = match Outcome::try_from(r.outcome) {
+                Ok(Outcome::Ok) => 1,
+                Ok(Outcome::RateLimit) => 3,
+                Ok(Outcome::Auth) => 4,
+                Ok(Outcome::Transient) => 5,
+                Ok(Outcome::Client) => 7,
+                Ok(Outcome::Cancel) => 8,
+                _ => 6,
+            };
+            e[slot] += 1;
+            if (3..=6).contains(&slot) {
+                e[2] += 1;
+            }
+            e[9] += r.units;
+            e[10] += r.amount;
+            *self.charged.entry(r.user.clone()).or_default() += r.amount;
+            *self.owed.entry(r.provider.clone()).or_default() += r.amount;
+        }
+    }
+}
+
+/// Every counter of one route summed over all windows, from one node, in
+/// [`Model::routes`]' order.
+fn route_view(rpc: &Rpc, id: &(String, String, String, String)) -> Result<[u64; 11]> {
+    let path = tally_tests::traffic::route_path(&tally_settlement::RouteId {
+        user: id.0.clone(),
+        provider: id.1.clone(),
+        model: id.2.clone(),
+        route: id.3.clone(),
+    });
+    let a = rpc.abci_query(&path)?;
+    ensure!(a.code == 0, "{path}: code {} {}", a.code, a.log);
+    let v: serde_json::Value = serde_json::from_slice(&a.value)?;
+    ensure!(v["next_cursor"].is_null(), "{path}: more than one page");
+    let recs: Vec<RouteRecordView> = serde_json::from_value(v["records"].clone())?;
+    let mut t = [0u64; 11];
+    for r in recs {
+        for (slot, x) in t.iter_mut().zip([
+            r.requests,
+            r.ok,
+            r.fail_count,
+            r.rate_limit,
+            r.auth,
+            r.transient,
+            r.unknown,
+            r.client,
+            r.cancel,
+            r.units,
+            r.amount,
+        ]) {
+            *slot += x;
+        }
+    }
+    Ok(t)
+}
+
+/// Credits owed to `provider` over all windows, from one node's
+/// `/sla/provider` records.
+fn provider_owed(rpc: &Rpc, provider: &str) -> Result<u64> {
+    let mut total = 0;
+    let mut cursor: Option<String> = None;
+    loop {
+        let path = match &cursor {
+            Some(c) => format!("/sla/provider/{provider}?limit=1000&cursor={c}"),
+            None => format!("/sla/provider/{provider}?limit=1000"),
+        };
+        let a = rpc.abci_query(&path)?;
+        ensure!(a.code == 0, "{path}: code {} {}", a.code, a.log);
+        let v: serde_json::Value = serde_json::from_slice(&a.value)?;
+        let recs: Vec<RouteRecordView> = serde_json::from_value(v["records"].clone())?;
+        total += recs.iter().map(|r| r.amount).sum::<u64>();
+        match v["next_cursor"].as_str() {
+            Some(c) if !c.is_empty() => cursor = Some(c.to_string()),
+            _ => return Ok(total),
+        }
+    }
+}
+
+/// What the hub paid `provider` so far.
+fn hub_payout(net: &Localnet, provider: &str) -> Result<u64> {
+    let a = Rpc::new(&net.hub_rpc_url()).abci_query(&format!("/payout/{provider}"))?;
+    ensure!(a.code == 0, "hub /payout/{provider}: {}", a.log);
+    let v: serde_json::Value = serde_json::from_slice(&a.value)?;
+    Ok(v["paid"].as_u64().unwrap_or(0))
+}
+
+/// Checks every route, every counter, every user's balance and every
+/// provider's owed credits of `model` on every validator (once each is past
+/// the highest height any of them reached); `funded` is each user's balance
+/// before the model's reports.
+fn check_model(net: &Localnet, model: &Model, funded: &BTreeMap<String, u64>) -> Result<()> {
+    let h = (0..net.validators)
+        .map(|i| net.height(i))
+        .max()
+        .unwrap_or(0)
+        + 1;
+    for i in 0..net.validators {
+        net.wait_height(i, h, Duration::from_secs(60))?;
+        let rpc = net.rpc(i);
+        for (id, want) in &model.routes {
+            let got = route_view(&rpc, id)?;
+            ensure!(&got == want, "node{i} route {id:?}: got {got:?}, want {want:?} (requests, ok, fail_count, rate_limit, auth, transient, unknown, client, cancel, units, amount)");
+        }
+        for (user, charged) in &model.charged {
+            let want = funded.get(user).copied().unwrap_or(0) - charged;
+            let got = net.balance(i, user)?;
+            ensure!(
+                got == want,
+                "node{i} balance of {user}: got {got}, want {want}"
+            );
+        }
+        for (provider, want) in &model.owed {
+            let got = provider_owed(&rpc, provider)?;
+            ensure!(
+                got == *want,
+                "node{i} owed to {provider}: got {got}, want {want}"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Reports from background threads until stopped (at the latest after
+/// 60 s), each with non-zero amounts for [`LOAD_USER`]; dropping it stops
+/// and joins the threads. A report counts as sent only once its
+/// transaction is in a block with code 0 (`/tx` by hash): each thread waits
+/// for that before sending the next, so the load follows the chain's pace.
 struct Load {
     stop: Arc<AtomicBool>,
-    sent: Arc<AtomicU64>,
-    thread: Option<JoinHandle<()>>,
+    /// Reports in a block with code 0: the height and the records.
+    committed: Shared<(u64, Vec<UsageRecord>)>,
+    /// Reports CheckTx accepted but no block held yet: hash and records.
+    unresolved: Shared<([u8; 32], Vec<UsageRecord>)>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+/// A list the load threads append to.
+type Shared<T> = Arc<std::sync::Mutex<Vec<T>>>;
+
+/// The load's user, funded by a hub deposit at the start of the test.
+const LOAD_USER: &str = "erin";
+/// The load's providers: used by no other test, so their hub payouts are
+/// the load's alone.
+const LOAD_PROVIDERS: [&str; 2] = ["load-prov-a", "load-prov-b"];
+/// Load threads (each has one report in flight).
+const LOAD_THREADS: u64 = 3;
+
+/// An RPC client that can read `/tx`.
+fn tx_client(url: &str) -> tally_client::RpcClient {
+    tally_client::RpcClient::new(url, Duration::from_secs(3), Duration::from_secs(10))
 }
 
 impl Load {
     fn start(f: &Net) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
-        let sent = Arc::new(AtomicU64::new(0));
-        let (stop2, sent2, key, chain_id) = (
-            stop.clone(),
-            sent.clone(),
-            f.key.clone(),
-            f.chain_id.clone(),
-        );
+        let committed = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let unresolved = Arc::new(std::sync::Mutex::new(Vec::new()));
         let urls = [f.net.rpc_url(0), f.net.rpc_url(1)];
-        let thread = std::thread::spawn(move || {
-            let deadline = Instant::now() + Duration::from_secs(60);
-            let mut n = 0u64;
-            while !stop2.load(Ordering::Relaxed) && Instant::now() < deadline {
-                let recs: Vec<_> = (0..100)
-                    .map(|i| {
-                        rec(
-                            "carol",
-                            &format!("/load/{}", i % 10),
-                            Outcome::ALL[(i % 7) as usize],
-                            0,
-                        )
-                    })
-                    .collect();
-                let built = build_report(&key, &chain_id, recs, now() + 300);
-                if Rpc::new(&urls[(n % 2) as usize])
-                    .broadcast_tx_sync(&built.tx)
-                    .is_ok()
-                {
-                    sent2.fetch_add(1, Ordering::Relaxed);
-                }
-                n += 1;
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        });
+        let threads = (0..LOAD_THREADS)
+            .map(|t| {
+                let (stop, committed, unresolved, key, chain_id, urls) = (
+                    stop.clone(),
+                    committed.clone(),
+                    unresolved.clone(),
+                    f.key.clone(),
+                    f.chain_id.clone(),
+                    urls.clone(),
+                );
+                std::thread::spawn(move || {
+                    let deadline = Instant::now() + Duration::from_secs(60);
+                    let mut n = t;
+                    while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                        let recs: Vec<_> = (0..100u64)
+                            .map(|i| UsageRecord {
+                                user: LOAD_USER.into(),
+                                provider: LOAD_PROVIDERS[(i % 2) as usize].into(),
+                                model: "org/load-model".into(),
+                                route: format!("/load/{}", i % 10),
+                                outcome: Outcome::ALL[((i + n) % 7) as usize] as i32,
+                                units: 1 + (i * 3 + n) % 17,
+                                amount: 1 + (i + 2 * n) % 5,
+                            })
+                            .collect();
+                        let built = build_report(&key, &chain_id, recs.clone(), now() + 300);
+                        let url = &urls[(n % 2) as usize];
+                        n += LOAD_THREADS;
+                        let Ok((0, _, hash)) = Rpc::new(url).broadcast_tx_sync(&built.tx) else {
+                            std::thread::sleep(Duration::from_millis(100));
+                            continue;
+                        };
+                        let Some(hash) = hex::decode(&hash)
+                            .ok()
+                            .and_then(|h| <[u8; 32]>::try_from(h).ok())
+                        else {
+                            continue;
+                        };
+                        let rpc = tx_client(url);
+                        let until = Instant::now() + Duration::from_secs(15);
+                        loop {
+                            match rpc.tx(&hash) {
+                                Ok(Some(r)) => {
+                                    if r.code == 0 {
+                                        if let Ok(mut c) = committed.lock() {
+                                            c.push((r.height, recs));
+                                        }
+                                    }
+                                    break;
+                                }
+                                _ if Instant::now() > until => {
+                                    if let Ok(mut u) = unresolved.lock() {
+                                        u.push((hash, recs));
+                                    }
+                                    break;
+                                }
+                                _ => std::thread::sleep(Duration::from_millis(100)),
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
         Self {
             stop,
-            sent,
-            thread: Some(thread),
+            committed,
+            unresolved,
+            threads,
         }
     }
 
-    /// Stops the thread; returns how many reports it sent.
-    fn finish(mut self) -> Result<u64> {
+    /// Distinct heights above `above` holding a committed load report.
+    fn heights_above(&self, above: u64) -> std::collections::BTreeSet<u64> {
+        self.committed
+            .lock()
+            .map(|c| c.iter().map(|(h, _)| *h).filter(|h| *h > above).collect())
+            .unwrap_or_default()
+    }
+
+    /// Stops the threads; returns the reports that committed with code 0:
+    /// their height and records. Reports still unresolved are looked up
+    /// once more on `rpc` for 15 s; one that no block holds by then never
+    /// counts (if it lands later, the model check fails).
+    fn finish(mut self, rpc: &tally_client::RpcClient) -> Result<Vec<(u64, Vec<UsageRecord>)>> {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
+        for t in self.threads.drain(..) {
             t.join()
                 .map_err(|_| anyhow::anyhow!("load thread panicked"))?;
         }
-        Ok(self.sent.load(Ordering::Relaxed))
+        let poisoned = || anyhow::anyhow!("load results poisoned");
+        let mut committed = std::mem::take(&mut *self.committed.lock().map_err(|_| poisoned())?);
+        let unresolved = std::mem::take(&mut *self.unresolved.lock().map_err(|_| poisoned())?);
+        let until = Instant::now() + Duration::from_secs(15);
+        for (hash, recs) in unresolved {
+            loop {
+                match rpc.tx(&hash)? {
+                    Some(r) => {
+                        if r.code == 0 {
+                            committed.push((r.height, recs));
+                        }
+                        break;
+                    }
+                    None if Instant::now() < until => {
+                        std::thread::sleep(Duration::from_millis(200))
+                    }
+                    None => break,
+                }
+            }
+        }
+        Ok(committed)
     }
 }
 
 impl Drop for Load {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
+        for t in self.threads.drain(..) {
             let _ = t.join();
         }
     }
 }
 
+/// Deposits `amount` for `user` on the hub and waits until validator 0
+/// credits it.
+fn fund_from_hub(net: &Localnet, user: &str, amount: u64) -> Result<u64> {
+    let before = net.balance(0, user)?;
+    net.hub_deposit(user, amount)?;
+    let start = Instant::now();
+    while net.balance(0, user)? != before + amount {
+        ensure!(
+            start.elapsed() < Duration::from_secs(60),
+            "deposit for {user} not credited: {}",
+            net.balance(0, user)?
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    Ok(before + amount)
+}
+
 fn validator_killed_under_load_catches_up(f: &mut Net) -> Result<()> {
+    // Load from background threads (non-zero amounts, a user funded by a
+    // hub deposit so the hub can pay every credit); validator 3 SIGKILLed
+    // while reports commit, and restarted only after reports committed in
+    // KILLED_BLOCKS blocks it missed. Afterwards every validator shows, for
+    // every route and every counter, what committed; the user's balance and
+    // the providers' owed credits match; the hub paid each provider exactly
+    // what it is owed.
+    const KILLED_BLOCKS: usize = 5;
     let net = &f.net;
+    let funded: BTreeMap<String, u64> = [(
+        LOAD_USER.to_string(),
+        fund_from_hub(net, LOAD_USER, 2_000_000)?,
+    )]
+    .into();
+    let paid_before: Vec<u64> = LOAD_PROVIDERS
+        .iter()
+        .map(|p| hub_payout(net, p))
+        .collect::<Result<_>>()?;
     let load = Load::start(f);
     std::thread::sleep(Duration::from_secs(3));
     let down = net.take_down("kill", Some(3))?;
-    let h0 = net.height(0);
-    // The chain keeps committing with one validator down.
-    net.wait_height(0, h0 + 5, Duration::from_secs(30))
-        .context("chain stalled with one validator down")?;
-    std::thread::sleep(Duration::from_secs(2));
+    let killed_at = net.height(0);
+    // The chain keeps committing with one validator down; wait until
+    // reports committed in KILLED_BLOCKS blocks after the kill (what the
+    // victim misses), judged by the load reports' committed heights.
+    let probe = tx_client(&net.rpc_url(0));
+    let start = Instant::now();
+    while load.heights_above(killed_at).len() < KILLED_BLOCKS {
+        ensure!(
+            start.elapsed() < Duration::from_secs(40),
+            "load reports committed in only {} blocks after the kill (chain stalled?)\n{}",
+            load.heights_above(killed_at).len(),
+            net.logs_tail()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let restarted_at = net.height(0);
     down.now()?;
     std::thread::sleep(Duration::from_secs(3));
-    let sent = load.finish()?;
-    ensure!(sent > 20, "load sent too little ({sent} reports)");
+    let committed = load.finish(&probe)?;
+    let missed: std::collections::BTreeSet<u64> = committed
+        .iter()
+        .map(|(h, _)| *h)
+        .filter(|h| (killed_at + 1..=restarted_at).contains(h))
+        .collect();
+    ensure!(
+        missed.len() >= KILLED_BLOCKS,
+        "validator 3 was down for only {} blocks with reports ({killed_at}..{restarted_at})",
+        missed.len()
+    );
+    let mut model = Model::default();
+    for (_, recs) in &committed {
+        model.add(recs);
+    }
+    ensure!(
+        model.routes.len() == 10 && committed.len() > 20,
+        "load committed too little: {} reports over {} routes",
+        committed.len(),
+        model.routes.len()
+    );
 
     // The restarted validator catches up with the same app hashes.
     let target = net.height(0) + 3;
@@ -518,27 +820,34 @@ fn validator_killed_under_load_catches_up(f: &mut Net) -> Result<()> {
         "too few common heights to compare ({compared})"
     );
 
-    // Every validator answers the load's route totals identically.
-    let h = net.height(0);
-    for i in 0..4 {
-        net.wait_height(i, h, Duration::from_secs(30))?;
-    }
-    let reference = route_totals(&net.rpc(0), "carol", "/load/0")?;
-    ensure!(reference[0] > 0, "load reached no block");
-    for i in 1..4 {
-        // Heights may differ by a block; retry briefly until they agree.
-        let mut ok = false;
-        for _ in 0..20 {
-            if route_totals(&net.rpc(i), "carol", "/load/0")?
-                == route_totals(&net.rpc(0), "carol", "/load/0")?
-            {
-                ok = true;
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(250));
+    // Every validator, the restarted one included, shows exactly what
+    // committed: every route, every counter, the balance, what is owed.
+    check_model(net, &model, &funded)?;
+
+    // The hub pays each provider exactly what it is owed, once (the escrow
+    // covers it: no shortfall), after the windows close and batches settle.
+    let start = Instant::now();
+    loop {
+        let mut all = true;
+        for (p, before) in LOAD_PROVIDERS.iter().zip(&paid_before) {
+            let paid = hub_payout(net, p)? - before;
+            let want = model.owed.get(*p).copied().unwrap_or(0);
+            ensure!(paid <= want, "hub paid {p} {paid}, more than owed {want}");
+            all &= paid == want;
         }
-        ensure!(ok, "node{i} disagrees on the load totals");
+        if all {
+            break;
+        }
+        ensure!(
+            start.elapsed() < Duration::from_secs(WINDOW_SECS * 3 + 60),
+            "hub has not paid the load's providers {:?} after {:?}: {}",
+            model.owed,
+            start.elapsed(),
+            sync_state(net)?
+        );
+        std::thread::sleep(Duration::from_millis(500));
     }
+    f.credits += model.charged.values().sum::<u64>();
     Ok(())
 }
 
@@ -562,25 +871,61 @@ fn relay_metrics_served(f: &mut Net) -> Result<()> {
     Ok(())
 }
 
+/// The chain's batches `1..=formed` of the hub chain "hub", from validator
+/// 0: per nonce, the calls (id and, while unsettled, user, provider and
+/// amount as JSON).
+fn chain_batches(net: &Localnet, formed: u64) -> Result<BTreeMap<u64, Vec<serde_json::Value>>> {
+    let mut out = BTreeMap::new();
+    for nonce in 1..=formed {
+        let a = net.rpc(0).abci_query(&format!("/batch/hub/{nonce}"))?;
+        ensure!(a.code == 0, "/batch/hub/{nonce}: {}", a.log);
+        let v: serde_json::Value = serde_json::from_slice(&a.value)?;
+        out.insert(nonce, v["calls"].as_array().cloned().unwrap_or_default());
+    }
+    Ok(out)
+}
+
+/// What the hub chain recorded for batch `nonce` (its `/batch/hub/{nonce}`).
+fn hub_result(net: &Localnet, nonce: u64) -> Result<serde_json::Value> {
+    let h = Rpc::new(&net.hub_rpc_url()).abci_query(&format!("/batch/hub/{nonce}"))?;
+    ensure!(
+        h.code == 0,
+        "hub has no result for batch {nonce}: {}",
+        h.log
+    );
+    Ok(serde_json::from_slice(&h.value)?)
+}
+
 fn hub_outage_settles_after_return(f: &mut Net) -> Result<()> {
     // The hub down for 3 minutes: each attempt fails and the next comes
-    // about 60 s later; the batch settles after the hub returns, paid once.
+    // about 60 s later; the batch settles after the hub returns, within a
+    // bound derived below, and the hub pays each call exactly once.
+    const PROVIDER: &str = "outage-prov";
+    const USER: &str = "frank";
     let net = &f.net;
+    // The user's credits come from a hub deposit, so the hub's escrow can
+    // pay every call (no shortfall): the payout is then exactly the model.
+    fund_from_hub(net, USER, 1_000)?;
+    let paid_before = hub_payout(net, PROVIDER)?;
     let before = sync_state(net)?;
     let settled_before = before["settled_batches"].as_u64().unwrap_or(0);
     let failures_before = before["failures"].as_u64().unwrap_or(0);
 
     let down = net.take_down("stop", None).context("stopping the hub")?;
     let down_at = Instant::now();
-    let built = build_report(
-        &f.key,
-        &f.chain_id,
-        vec![rec("alice", "/v1/outage", Outcome::Ok, 5)],
-        now() + 300,
-    );
+    let amounts = [5u64, 7, 9];
+    let recs: Vec<UsageRecord> = amounts
+        .iter()
+        .map(|a| UsageRecord {
+            provider: PROVIDER.into(),
+            ..rec(USER, "/v1/outage", Outcome::Ok, *a)
+        })
+        .collect();
+    let owed: u64 = amounts.iter().sum();
+    let built = build_report(&f.key, &f.chain_id, recs, now() + 300);
     let r = net.rpc(0).broadcast_tx_commit(&built.tx)?;
     ensure!(r.final_code() == 0, "{}", r.final_log());
-    f.credits += 5;
+    f.credits += owed;
     let mut attempts_seen = Vec::new();
     while down_at.elapsed() < Duration::from_secs(180) {
         let s = sync_state(net)?;
@@ -605,37 +950,154 @@ fn hub_outage_settles_after_return(f: &mut Net) -> Result<()> {
         gaps.iter().skip(1).all(|g| (50..=100).contains(g)),
         "attempt spacing {gaps:?} ({attempts_seen:?})"
     );
+    // The batches formed while the hub was down, with their calls (user,
+    // provider, amount are shown only until they settle).
+    let formed = s["next_nonce"].as_u64().unwrap_or(1) - 1;
+    let pending = chain_batches(net, formed)?;
+    let outage_calls: Vec<(u64, u64, &serde_json::Value)> = pending
+        .iter()
+        .flat_map(|(n, calls)| {
+            calls
+                .iter()
+                .map(move |c| (*n, c["id"].as_u64().unwrap_or(0), c))
+        })
+        .filter(|(_, _, c)| c["provider"] == PROVIDER)
+        .collect();
+    let listed: u64 = outage_calls
+        .iter()
+        .map(|(_, _, c)| c["amount"].as_u64().unwrap_or(0))
+        .sum();
+    ensure!(
+        listed == owed && outage_calls.iter().all(|(_, _, c)| c["user"] == USER),
+        "calls to {PROVIDER} in the pending batches total {listed}, want {owed}: {outage_calls:?}"
+    );
+
     down.now().context("starting the hub")?;
     let back = Instant::now();
-    loop {
+    // The bound on the time to settle after the hub is back:
+    // - worst case, an attempt is in flight as the hub returns and fails
+    //   (it reached the hub while it was still starting): its failure is
+    //   on the chain within ~10 s (connect 2 s + read 5 s timeouts, the
+    //   rank stagger, two 0.5 s blocks);
+    // - the next attempt starts one cooldown later: sync_window_secs (360)
+    //   - failure_backdate_secs (300) = 60 s;
+    // - that attempt settles within ~5 s (two blocks to sign, the hub's
+    //   commit, hub_confirmations = 1 hub block, the result signed back);
+    // 60 + 10 + 5 = 75 s. Without a failing attempt at the return it is
+    // at most 60 + 5 s.
+    const SETTLE_BOUND: Duration = Duration::from_secs(60 + 10 + 5);
+    let settled_after = loop {
         let s = sync_state(net)?;
-        if s["settled_batches"].as_u64().unwrap_or(0) > settled_before {
-            eprintln!(
-                "hub outage: settled {:.1} s after the hub came back; attempts {attempts_seen:?}",
-                back.elapsed().as_secs_f64()
-            );
-            return Ok(());
+        if s["settled_batches"].as_u64().unwrap_or(0) >= formed
+            && s["settled_batches"].as_u64().unwrap_or(0) > settled_before
+        {
+            break back.elapsed();
         }
         ensure!(
-            back.elapsed() < Duration::from_secs(75),
-            "not settled 75 s after the hub came back: {s}"
+            back.elapsed() <= SETTLE_BOUND + Duration::from_secs(30),
+            "not settled {:?} after the hub came back: {s}",
+            back.elapsed()
         );
-        std::thread::sleep(Duration::from_millis(500));
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    ensure!(
+        settled_after <= SETTLE_BOUND,
+        "settled {settled_after:?} after the hub came back, bound {SETTLE_BOUND:?} (attempts {attempts_seen:?})"
+    );
+    eprintln!(
+        "hub outage: settled {settled_after:?} after the hub came back (bound {SETTLE_BOUND:?})"
+    );
+
+    // Paid exactly once: the hub settled each nonce once (its last nonce
+    // is the chain's last batch, so no nonce beyond), every call id is in
+    // one batch only, each batch's calls count and credits on the hub are
+    // the chain's, and the provider was paid exactly what it is owed.
+    let last: serde_json::Value = serde_json::from_slice(
+        &Rpc::new(&net.hub_rpc_url())
+            .abci_query("/last_nonce/hub")?
+            .value,
+    )?;
+    ensure!(
+        last["last_nonce"].as_u64() == Some(formed),
+        "hub's last nonce {last}, the chain formed {formed} batches"
+    );
+    let settled = chain_batches(net, formed)?;
+    let mut ids = std::collections::BTreeSet::new();
+    for (nonce, calls) in &settled {
+        for c in calls {
+            let id = c["id"].as_u64().unwrap_or(0);
+            ensure!(
+                ids.insert(id),
+                "call {id} is in two batches (again in {nonce})"
+            );
+        }
+        let h = hub_result(net, *nonce)?;
+        ensure!(
+            h["calls"].as_u64() == Some(calls.len() as u64),
+            "batch {nonce}: hub paid {} calls, the chain's batch has {}",
+            h["calls"],
+            calls.len()
+        );
     }
+    for (nonce, calls) in &pending {
+        let want: u64 = calls.iter().filter_map(|c| c["amount"].as_u64()).sum();
+        if calls.iter().all(|c| c["amount"].is_u64()) {
+            let h = hub_result(net, *nonce)?;
+            let got = h["paid"].as_u64().unwrap_or(0) + h["shortfall"].as_u64().unwrap_or(0);
+            ensure!(
+                got == want,
+                "batch {nonce}: hub settled {got} credits, its calls total {want}"
+            );
+        }
+    }
+    for (nonce, _, _) in &outage_calls {
+        let h = hub_result(net, *nonce)?;
+        ensure!(h["shortfall"] == 0, "batch {nonce} has a shortfall: {h}");
+    }
+    let paid = hub_payout(net, PROVIDER)? - paid_before;
+    ensure!(paid == owed, "hub paid {PROVIDER} {paid}, owed {owed}");
+    Ok(())
 }
 
 fn reporter_exactly_once_with_a_killed_validator(f: &mut Net) -> Result<()> {
-    // 100,000 records of mixed classes through the gateway SDK's reporter
-    // while validator 2 is SIGKILLed and restarted and one RPC endpoint is
-    // unreachable: afterwards the chain's totals equal what was recorded.
+    // 100,000 records of mixed classes with non-zero amounts through the
+    // gateway SDK's reporter while validator 2 is SIGKILLed and one RPC
+    // endpoint is unreachable; validator 2 stays down until a quarter of
+    // the records landed in blocks it missed. Afterwards every validator
+    // shows exactly what was recorded (every route, every counter, the
+    // users' balances, what providers are owed), from the test's model.
+    use std::sync::atomic::Ordering::Relaxed;
     use tally_client::{HttpTransport, ReportOutcome, Reporter, ReporterConfig};
     const N: usize = 100_000;
+    const DEPOSIT: u64 = 1_000_000;
     let (net, key, chain_id) = (&f.net, &f.key, f.chain_id.as_str());
     let mut traffic = Traffic::new(99, key.clone(), chain_id, [5, 3, 2, 4]);
     let records: Vec<UsageRecord> = (0..N / 1000)
-        .flat_map(|_| traffic.records(1000, 0))
+        .flat_map(|_| traffic.records(1000, 4))
+        .map(|mut r| {
+            r.amount += 1;
+            r
+        })
         .collect();
-    let want = totals(&records);
+    let mut model = Model::default();
+    model.add(&records);
+    // The users' credits come from hub deposits (synced down, confirmed).
+    let mut funded = BTreeMap::new();
+    for u in &traffic.users {
+        funded.insert(u.clone(), net.balance(0, u)? + DEPOSIT);
+        net.hub_deposit(u, DEPOSIT)?;
+    }
+    let start = Instant::now();
+    for (u, want) in &funded {
+        while net.balance(0, u)? != *want {
+            ensure!(
+                start.elapsed() < Duration::from_secs(60),
+                "deposit for {u} not credited: {}",
+                net.balance(0, u)?
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
     let endpoints = vec![
         "http://127.0.0.1:1".to_string(),
         net.rpc_url(2),
@@ -647,7 +1109,7 @@ fn reporter_exactly_once_with_a_killed_validator(f: &mut Net) -> Result<()> {
         .enable_all()
         .build()?;
     let started = Instant::now();
-    let outcomes = runtime.block_on(async {
+    let (outcomes, killed_at, restarted_at) = runtime.block_on(async {
         let mut cfg = ReporterConfig::new(endpoints, chain_id);
         cfg.ttl = Duration::from_secs(300);
         let reporter = Reporter::start(
@@ -656,20 +1118,35 @@ fn reporter_exactly_once_with_a_killed_validator(f: &mut Net) -> Result<()> {
             HttpTransport::new(Duration::from_secs(10)),
         )?;
         let mut down = None;
-        let mut restarted = false;
-        for (i, r) in records.into_iter().enumerate() {
+        let (mut killed_at, mut restarted_at) = (0, 0);
+        let mut landed_at_kill = 0;
+        for (i, r) in records.clone().into_iter().enumerate() {
             reporter.record(r).await?;
-            if down.is_none() && !restarted && i >= N / 4 {
+            if i + 1 == N / 4 {
                 down = Some(net.take_down("kill", Some(2))?);
+                killed_at = net.height(0);
+                landed_at_kill = reporter.metrics().landed_records.load(Relaxed);
             }
-            if !restarted && i >= N / 2 {
+            if i + 1 == 3 * N / 4 {
+                // Real work while it is down: a quarter of the records land.
+                let wait = Instant::now();
+                while reporter.metrics().landed_records.load(Relaxed)
+                    < landed_at_kill + N as u64 / 4
+                {
+                    ensure!(
+                        wait.elapsed() < Duration::from_secs(60),
+                        "only {} records landed while validator 2 was down",
+                        reporter.metrics().landed_records.load(Relaxed) - landed_at_kill
+                    );
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                restarted_at = net.height(0);
                 if let Some(d) = down.take() {
                     d.now()?;
                 }
-                restarted = true;
             }
         }
-        Ok::<_, anyhow::Error>(reporter.shutdown().await)
+        Ok::<_, anyhow::Error>((reporter.shutdown().await, killed_at, restarted_at))
     })?;
     let landed: usize = outcomes
         .iter()
@@ -685,42 +1162,26 @@ fn reporter_exactly_once_with_a_killed_validator(f: &mut Net) -> Result<()> {
             .iter()
             .find(|o| !matches!(o, ReportOutcome::Landed { .. }))
     );
+    // Most of the quarter that landed while it was down (a report confirmed
+    // just after the kill may be in the block before) landed in blocks
+    // validator 2
+    // missed.
+    let missed: usize = outcomes
+        .iter()
+        .filter_map(|o| match o {
+            ReportOutcome::Landed {
+                height, records, ..
+            } if (killed_at + 1..=restarted_at).contains(height) => Some(*records),
+            _ => None,
+        })
+        .sum();
+    ensure!(
+        missed >= N / 5,
+        "only {missed} records landed in blocks validator 2 missed ({killed_at}..{restarted_at})"
+    );
     eprintln!(
-        "reporter: {N} records landed in {:.1} s",
+        "reporter: {N} records landed in {:.1} s; {missed} in blocks validator 2 missed",
         started.elapsed().as_secs_f64()
     );
-    // Every landed report is in a block at or below the highest node's height.
-    let h = (0..4).map(|i| net.height(i)).max().unwrap_or(0) + 1;
-    for i in 0..4 {
-        net.wait_height(i, h, Duration::from_secs(60))?;
-    }
-    for node in [0usize, 2] {
-        let rpc = net.rpc(node);
-        for (id, c) in &want {
-            let path = tally_tests::traffic::route_path(id);
-            let a = rpc.abci_query(&path)?;
-            ensure!(a.code == 0, "node{node} {path}: {}", a.log);
-            let v: serde_json::Value = serde_json::from_slice(&a.value)?;
-            let recs: Vec<RouteRecordView> = serde_json::from_value(v["records"].clone())?;
-            let sum = |f: fn(&RouteRecordView) -> u64| recs.iter().map(f).sum::<u64>();
-            let got = [
-                sum(|r| r.requests),
-                sum(|r| r.ok),
-                sum(|r| r.fail_count),
-                sum(|r| r.cancel),
-                sum(|r| r.client),
-                sum(|r| r.units),
-            ];
-            let exp = [
-                c.requests,
-                c.ok,
-                c.fail_count(),
-                c.cancel,
-                c.client,
-                c.units,
-            ];
-            ensure!(got == exp, "node{node} {path}: got {got:?}, want {exp:?}");
-        }
-    }
-    Ok(())
+    check_model(net, &model, &funded)
 }
