@@ -180,7 +180,7 @@ fn prepare_proposal_packs_under_max_tx_bytes_with_system_txs_first() {
     let small2 = traffic.report(vec![paid(1, 1, 1), paid(0, 1, 1)], now, 300);
     assert!(big.len() > small.len() + small2.len());
     let garbage = vec![0xde, 0xad];
-    let mempool = vec![small.clone(), garbage.clone(), big.clone(), small2.clone()];
+    let mempool = [small.clone(), garbage, big.clone(), small2.clone()];
     let prepare = |max: i64| -> Vec<Vec<u8>> {
         net.nodes[0]
             .app
