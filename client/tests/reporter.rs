@@ -134,14 +134,20 @@ async fn batches_of_at_most_1000_and_interval_flush() {
     for i in 0..2500 {
         r.record(rec(i)).await.unwrap();
     }
-    // Two full reports go at once; the 500 left go on the interval.
+    let landed = |rpc: &FakeRpc| -> Vec<usize> {
+        let mut v: Vec<usize> = rpc.0.lock().unwrap().landed.values().copied().collect();
+        v.sort_unstable();
+        v
+    };
+    // Two full reports go at once; the 500 left wait for the interval
+    // (200 ms after start), which alone sends them: nothing here calls
+    // flush().
     tokio::time::sleep(Duration::from_millis(50)).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    r.flush().await;
-    let sizes: BTreeSet<usize> = rpc.0.lock().unwrap().landed.values().copied().collect();
-    assert_eq!(sizes, BTreeSet::from([500, 1000]));
-    let total: usize = rpc.0.lock().unwrap().landed.values().sum();
-    assert_eq!(total, 2500);
+    assert_eq!(landed(&rpc), vec![1000, 1000]);
+    tokio::time::sleep(Duration::from_millis(140)).await; // 190 ms
+    assert_eq!(landed(&rpc), vec![1000, 1000], "sent before the interval");
+    tokio::time::sleep(Duration::from_millis(60)).await; // 250 ms
+    assert_eq!(landed(&rpc), vec![500, 1000, 1000], "the interval flushed");
     let out = r.shutdown().await;
     assert_eq!(out.len(), 3);
 }

@@ -408,23 +408,49 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
     /// Cancel and client never reach fail_count; the class counters add up
-    /// to requests; balances never go negative and credits are conserved.
+    /// to requests; each report is accepted exactly when a model of the
+    /// balances says every user in it can pay (else insufficient_balance,
+    /// and nothing of it applies); balances equal the model's, credits are
+    /// conserved, and once the windows close the hub calls owe each
+    /// provider exactly what the model charged, per window and user.
     #[test]
     fn counters_balances_and_conservation(
         reports in proptest::collection::vec(
-            proptest::collection::vec((0..2usize, outcome(), 0u64..50, 0u64..40), 1..20), 1..15),
+            proptest::collection::vec((0..2usize, 0..3usize, outcome(), 0u64..50, 0u64..40), 1..20), 1..15),
     ) {
         let start = 300u64;
         let mut p = setup(start);
         let users = ["alice", "bob"];
+        let mut model_bal = [start, start];
+        // (window, user, provider) -> credits owed, from the model.
+        let mut owed: std::collections::BTreeMap<(u64, String, String), u64> = Default::default();
         let mut accepted = Vec::new();
         for (i, recs) in reports.iter().enumerate() {
             let b = block(&mut p, i as u64 + 1, T0 + i as u64 * 7);
-            let rs: Vec<_> = recs.iter().map(|(u, o, units, amt)| rec(users[*u], *o, *units, *amt)).collect();
+            let rs: Vec<_> = recs
+                .iter()
+                .map(|(u, pv, o, units, amt)| UsageRecord {
+                    provider: format!("prov{pv}"),
+                    ..rec(users[*u], *o, *units, *amt)
+                })
+                .collect();
+            let mut debit = [0u64; 2];
+            for (u, _, _, _, amt) in recs {
+                debit[*u] += amt;
+            }
+            let pays = (0..2).all(|u| debit[u] <= model_bal[u]);
             let r = deliver(&mut p, &b, &sign_report(&gw_key(), &report(i as u8, b.time + 60, rs)));
-            prop_assert!(r.code == Code::Ok || r.code == Code::InsufficientBalance, "{:?} {}", r.code, r.log);
-            if r.code == Code::Ok {
+            if pays {
+                prop_assert_eq!(r.code, Code::Ok, "{}", r.log);
+                for u in 0..2 {
+                    model_bal[u] -= debit[u];
+                }
+                for (u, pv, _, _, amt) in recs {
+                    *owed.entry((b.time / 60, users[*u].to_string(), format!("prov{pv}"))).or_default() += amt;
+                }
                 accepted.extend(recs.iter().cloned());
+            } else {
+                prop_assert_eq!(r.code, Code::InsufficientBalance, "{}", r.log);
             }
         }
         let mut charged = 0u64;
@@ -443,16 +469,30 @@ proptest! {
             }
             let mine: Vec<_> = accepted.iter().filter(|(x, ..)| *x == ui).collect();
             prop_assert_eq!(total.0, mine.len() as u64);
-            let fails = mine.iter().filter(|(_, o, ..)| !matches!(o, Outcome::Ok | Outcome::Cancel | Outcome::Client)).count();
+            let fails = mine.iter().filter(|(_, _, o, ..)| !matches!(o, Outcome::Ok | Outcome::Cancel | Outcome::Client)).count();
             prop_assert_eq!(total.1, fails as u64);
             let bal: serde_json::Value = serde_json::from_slice(&query(&p, &format!("/balance/{u}")).value).unwrap();
             let bal = bal["balance"].as_u64().unwrap();
-            prop_assert!(bal <= start);
+            prop_assert_eq!(bal, model_bal[ui], "balance of {}", u);
             prop_assert_eq!(bal + total.2, start, "credits are conserved");
             charged += total.2;
             balances += bal;
         }
         prop_assert_eq!(charged + balances, 2 * start);
+        // Close every window: what providers are owed becomes hub calls.
+        block(&mut p, reports.len() as u64 + 1, T0 + 1000);
+        let v: serde_json::Value = serde_json::from_slice(&query(&p, "/hubcalls/hub?limit=1000").value).unwrap();
+        let mut calls: std::collections::BTreeMap<(u64, String, String), u64> = Default::default();
+        for c in v["calls"].as_array().unwrap() {
+            let k = (
+                c["window"].as_u64().unwrap(),
+                c["user"].as_str().unwrap().to_string(),
+                c["provider"].as_str().unwrap().to_string(),
+            );
+            prop_assert!(calls.insert(k, c["amount"].as_u64().unwrap()).is_none(), "one call per window, user, provider");
+        }
+        owed.retain(|_, v| *v > 0);
+        prop_assert_eq!(calls, owed, "hub calls vs the model's owed");
     }
 
     /// A cancelled or client-fault record never changes fail_count, whatever

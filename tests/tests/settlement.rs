@@ -164,7 +164,10 @@ fn settlement_timeline_with_cooldown_expiry_and_faults() -> anyhow::Result<()> {
         .as_str()
         .is_some_and(|e| e.contains("attempt 1")));
     // No new attempt before T + 60; one in the first block after it.
-    net.stop(2); // a validator down: t of the rest still sign
+    // A validator down: the retry still starts (it reuses the batch's
+    // signature; `a_batch_is_signed_and_settled_with_one_validator_down`
+    // shows t of the rest signing).
+    net.stop(2);
     while (net.now as u64) <= t_fail + 60 {
         net.block(vec![], 7)?;
         assert_eq!(
@@ -395,5 +398,73 @@ fn partials_below_threshold_expire() -> anyhow::Result<()> {
     }
     assert_eq!(query(&net, 0, "/batch/hub/1")["status"], "signed");
     assert_eq!(psig_keys(&net, 0), 0);
+    Ok(())
+}
+
+/// One validator of four is down from genesis on: the other three (t = 3)
+/// still sign the window's batch, the hub settles it (paying exactly the
+/// usage), and the stopped validator catches up to the same state.
+#[test]
+fn a_batch_is_signed_and_settled_with_one_validator_down() -> anyhow::Result<()> {
+    let (mut net, mut traffic, pubs, _dir) = setup();
+    net.stop(3);
+    net.hub = Some(tally_tests::hub::Hub::default());
+    let recs: Vec<UsageRecord> = traffic
+        .records(8, 5)
+        .into_iter()
+        .map(|mut r| {
+            r.amount = 3;
+            r
+        })
+        .collect();
+    let mut want = std::collections::BTreeMap::new();
+    for r in &recs {
+        *want
+            .entry((r.user.clone(), r.provider.clone()))
+            .or_insert(0u64) += 3;
+    }
+    let out = net.block(vec![traffic.report(recs, net.now as u64, 300)], 10)?;
+    assert_eq!(out.tx_results[0].code, 0, "{}", out.tx_results[0].log);
+    let mut signed_at = None;
+    while net.now <= T0 + 120 {
+        let out = net.block(vec![], 10)?;
+        if out
+            .tx_results
+            .iter()
+            .flat_map(|r| &r.events)
+            .any(|e| e.r#type == "batch_signed")
+        {
+            signed_at.get_or_insert(out.block.height);
+        }
+    }
+    assert!(signed_at.is_some(), "no batch signed with three of four up");
+    let b = query(&net, 0, "/batch/hub/1");
+    assert_eq!(b["status"], "settled", "{b}");
+    let sig = bls::parse_signature(&hex::decode(b["signature"].as_str().expect("sig"))?)?;
+    let digest: [u8; 32] = hex::decode(b["digest"].as_str().expect("digest"))?
+        .try_into()
+        .expect("32");
+    assert!(pubs.verify_group(&bls::message(CHAIN, Kind::Batch, &digest), &sig));
+    let hub = net.hub.clone().expect("hub");
+    assert_eq!(hub.settled.len(), 1);
+    assert_eq!(hub.paid, want, "the hub paid exactly the usage");
+    // No partial of node 3 was ever proposed.
+    for blk in &net.blocks {
+        for t in &blk.txs {
+            if let Ok(Some(tally_settlement::proto::tx::Sum::Partials(p))) =
+                tally_settlement::decode_tx(t).map(|d| d.sum)
+            {
+                assert!(
+                    p.partials.iter().all(|x| x.index != 4),
+                    "a partial of the stopped node3 (share 4) at height {}",
+                    blk.height
+                );
+            }
+        }
+    }
+    net.restart(3)?;
+    net.block(vec![], 10)?;
+    let heads = net.heads();
+    assert!(heads.iter().all(|h| h == &heads[0]), "{heads:?}");
     Ok(())
 }

@@ -29,7 +29,7 @@ use tally_store::{Backend, MemBackend, RocksBackend};
 use tendermint_abci::Application;
 use tendermint_proto::google::protobuf::Timestamp;
 use tendermint_proto::v0_38::abci::{
-    ExecTxResult, ExtendedVoteInfo, RequestFinalizeBlock, RequestInfo, RequestInitChain,
+    Event, ExecTxResult, ExtendedVoteInfo, RequestFinalizeBlock, RequestInfo, RequestInitChain,
     ResponseFinalizeBlock,
 };
 
@@ -120,6 +120,8 @@ pub struct Outcome {
     pub app_hash: Vec<u8>,
     /// Per transaction results (from the first live node).
     pub tx_results: Vec<ExecTxResult>,
+    /// Block-level events of FinalizeBlock (from the first live node).
+    pub events: Vec<Event>,
 }
 
 /// A network of in-process validators.
@@ -329,6 +331,7 @@ impl Net {
             block: decided,
             app_hash: first.app_hash.to_vec(),
             tx_results: first.tx_results,
+            events: first.events,
         })
     }
 
