@@ -1,0 +1,173 @@
+//! Deposits: confirmation depth, stale ranges, refused answers and the
+//! caps on what is handed in.
+
+use super::*;
+
+fn dep(seq: u64, user: &str, amount: u64) -> HubDeposit {
+    HubDeposit {
+        seq,
+        user: user.into(),
+        amount,
+    }
+}
+
+/// A chain with no attempt running and its deposit cursor at
+/// (`height`, `seq`).
+fn chain_with_cursor(params: &Params, height: u64, seq: u64) -> Arc<MemBackend> {
+    let backend = Arc::new(MemBackend::new());
+    commit(&backend, |kv| {
+        chain_state::put_params(kv, params).unwrap();
+        sync_state::put_hub_height(kv, CHAIN, height);
+        sync_state::put_deposit_seq(kv, CHAIN, seq);
+    });
+    backend
+}
+
+fn deposits_script(tip: u64) -> Script {
+    Script {
+        tip,
+        deposits: vec![
+            (2, dep(1, "alice", 5)),
+            (10, dep(2, "bob", 7)),
+            (11, dep(3, "carol", 9)),
+            (20, dep(4, "dave", 11)),
+        ],
+        ..Script::default()
+    }
+}
+
+#[tokio::test]
+async fn a_deposit_range_waits_for_its_confirmation_depth() {
+    let hub = FakeHub::start(deposits_script(12));
+    let backend = chain_with_cursor(&Params::default(), 1, 1);
+    let app = app(&backend);
+    let metrics = Metrics::new("tally");
+    let mut cfg = config(vec![hub.url.clone()]);
+    cfg.confirmations = 3;
+    let mut r = relay(app.clone(), cfg, &metrics);
+    // Range 1..=10 needs the tip at 13: at 12 it is not even read.
+    r.poll().await;
+    assert!(app.held().blocks().is_empty());
+    assert!(!hub.log().iter().any(|l| l.starts_with("query /deposits")));
+    hub.with(|s| s.tip = 13);
+    r.poll().await;
+    assert_eq!(
+        app.held().blocks(),
+        [HubBlock {
+            chain: CHAIN.into(),
+            from_height: 1,
+            to_height: 10,
+            deposits: vec![dep(1, "alice", 5), dep(2, "bob", 7)],
+            more: false,
+        }]
+    );
+}
+
+#[tokio::test]
+async fn a_range_the_cursor_moved_past_is_neither_read_nor_held() {
+    let hub = FakeHub::start(deposits_script(40));
+    let backend = chain_with_cursor(&Params::default(), 1, 1);
+    let app = app(&backend);
+    let metrics = Metrics::new("tally");
+    let mut r = relay(app.clone(), config(vec![hub.url.clone()]), &metrics);
+    r.poll().await;
+    assert_eq!(app.held().blocks().len(), 1);
+    // The chain credited 1..=10: the cursor is at 11, next seq 3.
+    commit(&backend, |kv| {
+        sync_state::put_hub_height(kv, CHAIN, 11);
+        sync_state::put_deposit_seq(kv, CHAIN, 3);
+    });
+    r.poll().await;
+    assert_eq!(
+        app.held().blocks(),
+        [HubBlock {
+            chain: CHAIN.into(),
+            from_height: 11,
+            to_height: 20,
+            deposits: vec![dep(3, "carol", 9), dep(4, "dave", 11)],
+            more: false,
+        }]
+    );
+    let ranges: Vec<String> = hub
+        .log()
+        .into_iter()
+        .filter(|l| l.starts_with("query /deposits"))
+        .collect();
+    assert_eq!(ranges, ["query /deposits/1/10", "query /deposits/11/20"]);
+}
+
+#[tokio::test]
+async fn hand_ins_stay_within_their_caps() {
+    // A range with 4 deposits and messages of at most 3.
+    let hub = FakeHub::start(Script {
+        tip: 40,
+        deposits: (1..=4).map(|s| (s, dep(s, "u", s * 10))).collect(),
+        ..Script::default()
+    });
+    let params = Params {
+        max_block_deposits: 3,
+        ..Params::default()
+    };
+    let backend = chain_with_cursor(&params, 1, 1);
+    let app = app(&backend);
+    let metrics = Metrics::new("tally");
+    let mut r = relay(app.clone(), config(vec![hub.url.clone()]), &metrics);
+    r.poll().await;
+    let blocks = app.held().blocks().to_vec();
+    assert_eq!(blocks.len(), 1);
+    assert_eq!(
+        blocks[0].deposits,
+        [dep(1, "u", 10), dep(2, "u", 20), dep(3, "u", 30)]
+    );
+    assert!(blocks[0].more);
+    // 70 attempts of nonce 7 each seen settled: 70 distinct results handed
+    // in, of which the inbox keeps the newest MAX_HELD (64): attempts 7..=70.
+    hub.with(|s| {
+        s.settled.insert(NONCE, 30);
+    });
+    for attempt in 1..=70 {
+        commit(&backend, |kv| {
+            sync_state::put_sync_state(kv, CHAIN, &sync_at(attempt));
+        });
+        r.poll().await;
+    }
+    let held = app.held();
+    assert_eq!(held.results().len(), tally_abci::inbox::MAX_HELD);
+    assert_eq!(held.results().len(), 64);
+    let attempts: Vec<u32> = held.results().iter().map(|x| x.attempt).collect();
+    assert_eq!(attempts, (7..=70).collect::<Vec<u32>>());
+    assert!(held.results().iter().all(|x| x.settled && x.nonce == NONCE));
+}
+
+/// `GET path` from `addr`, the whole answer as text.
+
+#[tokio::test]
+async fn a_refused_or_garbled_deposit_answer_is_not_handed_in() {
+    let hub = FakeHub::start(Script {
+        deposits_answer: Some((21, "")),
+        ..deposits_script(40)
+    });
+    let backend = chain_with_cursor(&Params::default(), 1, 1);
+    let app = app(&backend);
+    let metrics = Metrics::new("tally");
+    let mut r = relay(app.clone(), config(vec![hub.url.clone()]), &metrics);
+    r.poll().await;
+    hub.with(|s| s.deposits_answer = Some((0, "not json")));
+    r.poll().await;
+    assert!(app.held().blocks().is_empty());
+    // A JSON-RPC answer is an answer: the endpoint's breaker stays closed.
+    assert_eq!(
+        r.hub.breakers()[0].state(),
+        tally_client::BreakerState::Closed
+    );
+    hub.with(|s| s.deposits_answer = None);
+    r.poll().await;
+    assert_eq!(app.held().blocks().len(), 1);
+    assert_eq!(
+        hub.log()
+            .iter()
+            .filter(|l| *l == "query /deposits/1/10")
+            .count(),
+        3
+    );
+}
