@@ -237,6 +237,8 @@ pub fn check_extension_with(
 
 /// The candidate partials gathered for one message.
 struct Harvest {
+    /// The message's digest.
+    digest: [u8; 32],
     /// The signed bytes.
     message: Vec<u8>,
     /// Its kind.
@@ -294,6 +296,7 @@ pub fn collect_partials(
                 continue;
             };
             let h = by_digest.entry(a.digest).or_insert_with(|| Harvest {
+                digest: a.digest,
                 message: a.message,
                 kind: a.kind,
                 result: a.hub_result,
@@ -328,12 +331,7 @@ pub fn collect_partials(
             continue;
         }
         taken += 1;
-        let digest = out.partials.last().map(|q| q.digest.clone());
-        let held = match &digest {
-            Some(d) => pending_message(kv, d)?.is_some(),
-            None => true,
-        };
-        if !held {
+        if pending_message(kv, &h.digest)?.is_none() {
             out.hub_results.extend(h.result);
             out.hub_blocks.extend(h.block);
         }
