@@ -11,6 +11,7 @@ use tally_store::{Backend, ChangeSet, CommitMeta, Pending, StoreError};
 use tracing::error;
 
 use crate::inbox::{HandIn, Inbox};
+use crate::mempool::Claims;
 
 /// Errors of the adapter that are not ABCI responses.
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +40,8 @@ pub(crate) struct Inner {
     pub(crate) signer: RwLock<Option<SecretShare>>,
     /// What the relay handed in, waiting to be signed in ExtendVote.
     pub(crate) inbox: Mutex<Inbox>,
+    /// Report scopes claimed by transactions waiting in the mempool.
+    pub(crate) claims: Mutex<Claims>,
     /// Called when the node must stop.
     halt: Halt,
     /// Set once the halt hook was called: no further consensus work.
@@ -84,6 +87,7 @@ impl TallyApp {
                 committed,
                 signer: RwLock::new(None),
                 inbox: Mutex::new(Inbox::default()),
+                claims: Mutex::new(Claims::default()),
                 halt,
                 halted: AtomicBool::new(false),
             }),
@@ -97,6 +101,10 @@ impl TallyApp {
             .consensus
             .lock()
             .unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn claims(&self) -> MutexGuard<'_, Claims> {
+        self.inner.claims.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub(crate) fn inbox(&self) -> MutexGuard<'_, Inbox> {

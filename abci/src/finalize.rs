@@ -42,6 +42,7 @@ pub(crate) fn finalize_block(app: &TallyApp, req: RequestFinalizeBlock) -> Respo
                     Ok(r) => tx_results.push(ExecTxResult {
                         code: r.code.value(),
                         log: r.log,
+                        data: r.data.into(),
                         events: convert::events(r.events),
                         codespace: codespace(r.code),
                         ..Default::default()
@@ -99,5 +100,9 @@ pub(crate) fn commit(app: &TallyApp) -> ResponseCommit {
             return ResponseCommit::default();
         }
     }
+    drop(c);
+    // CometBFT re-checks what is left in the mempool next: those checks
+    // claim their scopes again (see `mempool`).
+    app.claims().clear();
     ResponseCommit { retain_height: 0 }
 }

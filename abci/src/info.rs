@@ -53,8 +53,16 @@ pub(crate) fn query(app: &TallyApp, req: RequestQuery) -> ResponseQuery {
 }
 
 pub(crate) fn check_tx(app: &TallyApp, req: RequestCheckTx) -> ResponseCheckTx {
-    let r = match settlement::check_tx(app.committed_state(), &req.tx) {
-        Ok(r) => r,
+    let r = match settlement::check_tx_claim(app.committed_state(), &req.tx) {
+        Ok(checked) => match checked.claim {
+            Some((scope, expires_at)) => {
+                match app.claims().claim(&scope, expires_at, &req.tx, checked.now) {
+                    Ok(()) => checked.result,
+                    Err(refused) => TxResult::rejected(refused),
+                }
+            }
+            None => checked.result,
+        },
         Err(f) => {
             warn!(error = %f, "CheckTx: local store fault");
             TxResult::internal(&f)
@@ -63,6 +71,7 @@ pub(crate) fn check_tx(app: &TallyApp, req: RequestCheckTx) -> ResponseCheckTx {
     ResponseCheckTx {
         code: r.code.value(),
         log: r.log,
+        data: r.data.into(),
         codespace: codespace(r.code),
         ..Default::default()
     }

@@ -34,6 +34,7 @@ mod finalize;
 pub mod inbox;
 mod info;
 mod init;
+pub mod mempool;
 mod proposal;
 mod vote_extension;
 

@@ -46,12 +46,30 @@ pub enum Code {
     BadSystemTx = 17,
     /// System transactions come from the block proposer, never the mempool.
     SystemTxFromMempool = 18,
+    /// The transaction envelope or the report body is not in canonical
+    /// protobuf encoding (decode then re-encode gives other bytes).
+    NonCanonical = 19,
     /// Query: no such path.
     UnknownPath = 20,
     /// Query: an argument is malformed.
     BadArgument = 21,
     /// Query: nothing stored under that key.
     NotFound = 22,
+    /// A record of a failure class (`rate_limit`, `auth`, `transient`,
+    /// `unknown`) carries a non-zero amount.
+    FailedCallBilled = 23,
+    /// The report charges a user who has no unexpired allowance for this
+    /// gateway.
+    NoAllowance = 24,
+    /// The report would take a user past the allowance given to this
+    /// gateway for the current window.
+    AllowanceExceeded = 25,
+    /// CheckTx: another transaction with this gateway's report id is
+    /// already waiting in the mempool.
+    ReportPending = 26,
+    /// An allowance change whose user has no registered key, whose
+    /// signature does not verify, or whose sequence is not above the last.
+    BadAllowance = 27,
 }
 
 impl Code {
@@ -85,11 +103,17 @@ impl Code {
             Code::UnknownPath => "unknown_path",
             Code::BadArgument => "bad_argument",
             Code::NotFound => "not_found",
+            Code::FailedCallBilled => "failed_call_billed",
+            Code::NoAllowance => "no_allowance",
+            Code::AllowanceExceeded => "allowance_exceeded",
+            Code::ReportPending => "report_pending",
+            Code::BadAllowance => "bad_allowance",
+            Code::NonCanonical => "non_canonical",
         }
     }
 
     /// Every code, for documentation and tests.
-    pub const ALL: [Code; 22] = [
+    pub const ALL: [Code; 28] = [
         Code::Ok,
         Code::MalformedTx,
         Code::UnknownGateway,
@@ -109,9 +133,15 @@ impl Code {
         Code::Internal,
         Code::BadSystemTx,
         Code::SystemTxFromMempool,
+        Code::NonCanonical,
         Code::UnknownPath,
         Code::BadArgument,
         Code::NotFound,
+        Code::FailedCallBilled,
+        Code::NoAllowance,
+        Code::AllowanceExceeded,
+        Code::ReportPending,
+        Code::BadAllowance,
     ];
 
     /// The code with this number.

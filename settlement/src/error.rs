@@ -25,6 +25,11 @@ pub struct Rejection {
     pub code: Code,
     /// What was wrong, for a person (the transaction's or query's log).
     pub log: String,
+    /// Bytes for a program, in the result's `data` (deterministic: it is
+    /// part of the block's results hash). Empty but for code 7
+    /// `duplicate_report`, where it is the SHA-256 of the accepted report's
+    /// body.
+    pub data: Vec<u8>,
 }
 
 impl Rejection {
@@ -33,7 +38,14 @@ impl Rejection {
         Self {
             code,
             log: log.into(),
+            data: Vec::new(),
         }
+    }
+
+    /// The same rejection with `data` in the result.
+    pub fn with_data(mut self, data: Vec<u8>) -> Self {
+        self.data = data;
+        self
     }
 }
 

@@ -146,6 +146,31 @@ pub struct BalanceEntry {
     pub amount: u64,
 }
 
+/// A user's ed25519 key: the user signs its allowance changes with it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserEntry {
+    /// The user's name (as in usage records).
+    pub name: String,
+    /// Hex ed25519 public key (32 bytes).
+    pub pubkey: String,
+}
+
+/// An allowance in force from genesis (the localnet demo's, or a
+/// network's migrated ones).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AllowanceEntry {
+    /// The user.
+    pub user: String,
+    /// The gateway's name in `gateways`.
+    pub gateway: String,
+    /// Most credits the gateway may charge the user per settlement window.
+    pub max_per_window: u64,
+    /// Unix seconds (block time) from which it no longer holds.
+    pub expires_at: u64,
+}
+
 /// The `app_state` of CometBFT's genesis.json.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -159,6 +184,12 @@ pub struct Genesis {
     /// Starting balances.
     #[serde(default)]
     pub balances: Vec<BalanceEntry>,
+    /// Users' keys (for signing allowance changes).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub users: Vec<UserEntry>,
+    /// Allowances in force from the first block.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowances: Vec<AllowanceEntry>,
     /// The validators' threshold key (from the dealer; a DKG later).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dkg: Option<DkgGenesis>,
@@ -272,16 +303,48 @@ impl Genesis {
         if let Some(d) = &self.dkg {
             d.public_shares()?;
         }
+        let invalid = |m: String| Err(GenesisError::Invalid(m));
         let mut keys = std::collections::BTreeSet::new();
+        let mut names = std::collections::BTreeSet::new();
         for gw in &self.gateways {
             ident::check_party("gateway name", &gw.name)
                 .map_err(|e| GenesisError::Invalid(e.log))?;
             let key = parse_pubkey(&gw.pubkey).map_err(GenesisError::Invalid)?;
             if !keys.insert(key) {
-                return Err(GenesisError::Invalid(format!(
-                    "gateway key {} is listed twice",
-                    gw.pubkey
-                )));
+                return invalid(format!("gateway key {} is listed twice", gw.pubkey));
+            }
+            if !names.insert(gw.name.as_str()) {
+                return invalid(format!("gateway name {} is listed twice", gw.name));
+            }
+        }
+        let mut with_key = std::collections::BTreeSet::new();
+        for u in &self.users {
+            ident::check_party("user", &u.name).map_err(|e| GenesisError::Invalid(e.log))?;
+            parse_pubkey(&u.pubkey).map_err(GenesisError::Invalid)?;
+            if !with_key.insert(u.name.as_str()) {
+                return invalid(format!("user {} has two keys", u.name));
+            }
+        }
+        let mut given = std::collections::BTreeSet::new();
+        for a in &self.allowances {
+            ident::check_party("user", &a.user).map_err(|e| GenesisError::Invalid(e.log))?;
+            if !names.contains(a.gateway.as_str()) {
+                return invalid(format!(
+                    "allowance of {} names gateway {}, which is not in gateways",
+                    a.user, a.gateway
+                ));
+            }
+            if a.max_per_window == 0 || a.expires_at == 0 {
+                return invalid(format!(
+                    "allowance of {} to {} needs max_per_window and expires_at above 0",
+                    a.user, a.gateway
+                ));
+            }
+            if !given.insert((a.user.as_str(), a.gateway.as_str())) {
+                return invalid(format!(
+                    "user {} gives gateway {} two allowances",
+                    a.user, a.gateway
+                ));
             }
         }
         let mut users = std::collections::BTreeSet::new();

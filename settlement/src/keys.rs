@@ -23,9 +23,10 @@ pub const NEXT_CALL_ID: &[u8] = b"meta/next_call_id";
 pub const GATEWAY: &[u8] = b"gw/";
 /// `bal/<user>`: a user's balance.
 pub const BALANCE: &[u8] = b"bal/";
-/// `rid/<report_id>`: an accepted report id, until it expires.
+/// `rid/<gateway key><report_id>`: an accepted report id of one gateway,
+/// until it expires: its expiry and the SHA-256 of its body.
 pub const REPORT_ID: &[u8] = b"rid/";
-/// `rexp/<expires_at><report_id>`: report ids by expiry.
+/// `rexp/<expires_at><gateway key><report_id>`: report ids by expiry.
 pub const REPORT_EXPIRY: &[u8] = b"rexp/";
 /// `rr/<user>\0<provider>\0<model>\0<route>\0<window>`: a route record.
 pub const ROUTE: &[u8] = b"rr/";
@@ -41,6 +42,18 @@ pub const OWED: &[u8] = b"owed/";
 /// `closing/<window>`: a closed window whose owed entries are still
 /// becoming hub calls (the closing queue, oldest window first).
 pub const CLOSING: &[u8] = b"closing/";
+
+/// `gwn/<name>`: a registered gateway's ed25519 key, by name.
+pub const GATEWAY_NAME: &[u8] = b"gwn/";
+/// `ukey/<user>`: a user's ed25519 key (signs the user's allowances).
+pub const USER_KEY: &[u8] = b"ukey/";
+/// `useq/<user>`: the last sequence of the user's allowance changes.
+pub const USER_SEQ: &[u8] = b"useq/";
+/// `allow/<user>\0<gateway>`: an allowance (max per window, expiry).
+pub const ALLOWANCE: &[u8] = b"allow/";
+/// `aspent/<user>\0<gateway>`: what the gateway charged the user in the
+/// window it last charged (window, amount).
+pub const ALLOWANCE_SPENT: &[u8] = b"aspent/";
 
 /// `dkg`: the validators' threshold key (JSON), written at genesis.
 pub const DKG: &[u8] = b"dkg";
@@ -81,6 +94,11 @@ pub const LAYOUT: &[(&[u8], &str)] = &[
     (WINDOW, "window totals"),
     (OWED, "credits owed, not yet hub calls"),
     (CLOSING, "closed windows still becoming hub calls"),
+    (GATEWAY_NAME, "gateway keys by name"),
+    (USER_KEY, "user keys"),
+    (USER_SEQ, "last allowance sequence per user"),
+    (ALLOWANCE, "allowances (user to gateway)"),
+    (ALLOWANCE_SPENT, "allowance use in the current window"),
     (DKG, "threshold key"),
     (HUB_CALL, "escrowed hub calls"),
     (HUB_PENDING, "hub calls not yet in a batch"),
@@ -107,19 +125,55 @@ pub fn gateway(pubkey: &[u8]) -> Vec<u8> {
     cat(&[GATEWAY, pubkey])
 }
 
+/// `gwn/<name>`.
+pub fn gateway_name(name: &str) -> Vec<u8> {
+    cat(&[GATEWAY_NAME, name.as_bytes()])
+}
+
+/// `ukey/<user>`.
+pub fn user_key(user: &str) -> Vec<u8> {
+    cat(&[USER_KEY, user.as_bytes()])
+}
+
+/// `useq/<user>`.
+pub fn user_seq(user: &str) -> Vec<u8> {
+    cat(&[USER_SEQ, user.as_bytes()])
+}
+
+/// `allow/<user>\0`: every allowance a user gave.
+pub fn allowance_prefix(user: &str) -> Vec<u8> {
+    cat(&[ALLOWANCE, user.as_bytes(), b"\0"])
+}
+
+/// `allow/<user>\0<gateway>`.
+pub fn allowance(user: &str, gateway: &str) -> Vec<u8> {
+    cat(&[ALLOWANCE, user.as_bytes(), b"\0", gateway.as_bytes()])
+}
+
+/// `aspent/<user>\0<gateway>`.
+pub fn allowance_spent(user: &str, gateway: &str) -> Vec<u8> {
+    cat(&[ALLOWANCE_SPENT, user.as_bytes(), b"\0", gateway.as_bytes()])
+}
+
 /// `bal/<user>`.
 pub fn balance(user: &str) -> Vec<u8> {
     cat(&[BALANCE, user.as_bytes()])
 }
 
-/// `rid/<id>`.
-pub fn report_id(id: &[u8]) -> Vec<u8> {
-    cat(&[REPORT_ID, id])
+/// The scope of a report id: the 32-byte key of the gateway that sent it,
+/// then the 16-byte id (ids are unique per gateway, not globally).
+pub fn report_scope(gateway_key: &[u8], id: &[u8]) -> Vec<u8> {
+    cat(&[gateway_key, id])
 }
 
-/// `rexp/<expires_at><id>`.
-pub fn report_expiry(expires_at: u64, id: &[u8]) -> Vec<u8> {
-    cat(&[REPORT_EXPIRY, &expires_at.to_be_bytes(), id])
+/// `rid/<scope>` (see [`report_scope`]).
+pub fn report_id(scope: &[u8]) -> Vec<u8> {
+    cat(&[REPORT_ID, scope])
+}
+
+/// `rexp/<expires_at><scope>`.
+pub fn report_expiry(expires_at: u64, scope: &[u8]) -> Vec<u8> {
+    cat(&[REPORT_EXPIRY, &expires_at.to_be_bytes(), scope])
 }
 
 /// `rr/<user>\0<provider>\0<model>\0<route>\0` + window: a route's windows
@@ -244,7 +298,7 @@ pub fn report_expiry_through(time: u64) -> Vec<u8> {
     cat(&[REPORT_EXPIRY, &time.saturating_add(1).to_be_bytes()])
 }
 
-/// The report id of a report-expiry key.
+/// The report scope (gateway key and id) of a report-expiry key.
 pub fn parse_report_expiry(key: &[u8]) -> Option<&[u8]> {
     key.strip_prefix(REPORT_EXPIRY)?.get(8..)
 }

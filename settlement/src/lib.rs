@@ -25,6 +25,7 @@
 //! - [`machine`]: the entry points, dispatching to the above;
 //! - [`query`]: read-only JSON queries.
 
+pub mod allowance;
 pub mod block;
 pub mod bls;
 pub mod codes;
@@ -45,13 +46,15 @@ pub mod time;
 pub mod tx;
 pub mod types;
 
+pub use allowance::{sign_allowance, ALLOWANCE_SIGN_DOMAIN};
 pub use block::begin_block;
 pub use codes::Code;
 pub use error::{ExecError, Fatal, Rejection};
 pub use genesis::{
-    parse_pubkey, BalanceEntry, DkgGenesis, GatewayEntry, Genesis, GenesisError, Params,
+    parse_pubkey, AllowanceEntry, BalanceEntry, DkgGenesis, GatewayEntry, Genesis, GenesisError,
+    Params, UserEntry,
 };
-pub use machine::{check_tx, deliver_tx, init_chain};
+pub use machine::{check_tx, check_tx_claim, deliver_tx, init_chain, CheckedTx};
 pub use record::{Counters, Overflow, RouteId, RouteRecordView, WindowView};
 pub use report::{sign_report, REPORT_SIGN_DOMAIN};
 pub use state::chain::{balance, chain_id, params};

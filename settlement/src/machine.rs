@@ -14,6 +14,7 @@ use crate::error::{ExecError, Fatal, Rejection};
 use crate::genesis::{parse_pubkey, Genesis, GenesisError};
 use crate::proto::tx;
 use crate::report::plan_tx;
+use crate::state::allowance::{put_allowance, put_gateway_name, put_user_key, Allowance};
 use crate::state::chain::{
     chain_id, last_time, params, put_balance, put_chain_id, put_gateway, put_params,
 };
@@ -31,6 +32,18 @@ pub fn init_chain(kv: &mut impl Kv, chain_id: &str, genesis: &Genesis) -> Result
     for gw in &genesis.gateways {
         let key = parse_pubkey(&gw.pubkey).map_err(GenesisError::Invalid)?;
         put_gateway(kv, &key, &gw.name);
+        put_gateway_name(kv, &gw.name, &key);
+    }
+    for u in &genesis.users {
+        let key = parse_pubkey(&u.pubkey).map_err(GenesisError::Invalid)?;
+        put_user_key(kv, &u.name, &key);
+    }
+    for a in &genesis.allowances {
+        let allowance = Allowance {
+            max_per_window: a.max_per_window,
+            expires_at: a.expires_at,
+        };
+        put_allowance(kv, &a.user, &a.gateway, Some(allowance));
     }
     for b in &genesis.balances {
         put_balance(kv, &b.user, b.amount);
@@ -60,26 +73,49 @@ pub fn deliver_tx(kv: &mut impl Kv, block: &Block, tx: &[u8]) -> Result<TxResult
 /// its length, before it is decoded. Changes nothing; `Err` means this
 /// node is broken.
 pub fn check_tx(kv: &impl KvRead, tx: &[u8]) -> Result<TxResult, Fatal> {
+    Ok(check_tx_claim(kv, tx)?.result)
+}
+
+/// CheckTx's answer, with what the mempool needs to refuse variants of a
+/// waiting report (see the ABCI adapter's mempool claims).
+#[derive(Debug)]
+pub struct CheckedTx {
+    /// The answer.
+    pub result: TxResult,
+    /// For a report that passes: its replay scope (gateway key and report
+    /// id) and its expiry.
+    pub claim: Option<(Vec<u8>, u64)>,
+    /// The last block's time, the "now" of the check.
+    pub now: u64,
+}
+
+/// [`check_tx`], also returning a passing report's scope.
+pub fn check_tx_claim(kv: &impl KvRead, tx: &[u8]) -> Result<CheckedTx, Fatal> {
     let now = last_time(kv)?;
+    let done = |result| CheckedTx {
+        result,
+        claim: None,
+        now,
+    };
     let max = params(kv)?.max_tx_bytes;
     if tx.len() as u64 > max {
-        return Ok(TxResult::rejected(Rejection::new(
+        return Ok(done(TxResult::rejected(Rejection::new(
             Code::TxTooLarge,
             format!("transaction is {} bytes, at most {max} allowed", tx.len()),
-        )));
+        ))));
     }
     if is_system_tx(tx) {
-        return Ok(TxResult::rejected(Rejection::new(
+        return Ok(done(TxResult::rejected(Rejection::new(
             Code::SystemTxFromMempool,
             "system transactions are added by the block proposer, never through the mempool",
-        )));
+        ))));
     }
-    settle(plan_tx(kv, now, tx).map(|plan| {
-        TxResult::ok(
-            format!("report {} passes checks", hex::encode(plan.report_id())),
-            Vec::new(),
-        )
-    }))
+    let mut claim = None;
+    let result = settle(plan_tx(kv, now, tx).map(|plan| {
+        claim = plan.report_scope().map(|(s, e)| (s.to_vec(), e));
+        TxResult::ok(plan.describe(), Vec::new())
+    }))?;
+    Ok(CheckedTx { result, claim, now })
 }
 
 /// A rejection becomes the transaction's result; a fault stays an error.

@@ -5,7 +5,7 @@
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Tx {
     /// What the transaction does.
-    #[prost(oneof = "tx::Sum", tags = "1, 2, 3")]
+    #[prost(oneof = "tx::Sum", tags = "1, 2, 3, 4")]
     pub sum: Option<tx::Sum>,
 }
 
@@ -23,6 +23,9 @@ pub mod tx {
         /// System: partial signatures from the last commit's vote extensions.
         #[prost(message, tag = "3")]
         Partials(super::SubmitPartials),
+        /// A user's signed allowance grant or revocation.
+        #[prost(message, tag = "4")]
+        Allowance(super::SignedAllowance),
     }
 }
 
@@ -38,6 +41,44 @@ pub struct SignedReport {
     /// ed25519 signature over [`REPORT_SIGN_DOMAIN`](crate::REPORT_SIGN_DOMAIN) `|| body`.
     #[prost(bytes = "vec", tag = "3")]
     pub signature: Vec<u8>,
+}
+
+/// A user's allowance change with the user's signature.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SignedAllowance {
+    /// Encoded [`AllowanceChange`], exactly the signed bytes.
+    #[prost(bytes = "vec", tag = "1")]
+    pub body: Vec<u8>,
+    /// ed25519 signature by the user's registered key over
+    /// [`ALLOWANCE_SIGN_DOMAIN`](crate::ALLOWANCE_SIGN_DOMAIN) `|| body`.
+    #[prost(bytes = "vec", tag = "2")]
+    pub signature: Vec<u8>,
+}
+
+/// What a user lets one gateway charge: at most `max_per_window` credits
+/// per settlement window until `expires_at`. A revocation
+/// (`max_per_window` 0, `expires_at` 0) removes the allowance.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct AllowanceChange {
+    /// The chain the change is meant for.
+    #[prost(string, tag = "1")]
+    pub chain_id: String,
+    /// The user giving the allowance (signs it).
+    #[prost(string, tag = "2")]
+    pub user: String,
+    /// The gateway's registered name.
+    #[prost(string, tag = "3")]
+    pub gateway: String,
+    /// Most credits the gateway may charge the user per settlement window.
+    #[prost(uint64, tag = "4")]
+    pub max_per_window: u64,
+    /// Unix seconds (block time) from which the allowance no longer holds.
+    #[prost(uint64, tag = "5")]
+    pub expires_at: u64,
+    /// Above every sequence this user used before: a replayed or reordered
+    /// change is refused.
+    #[prost(uint64, tag = "6")]
+    pub sequence: u64,
 }
 
 /// One report: a batch of usage records from one gateway.
@@ -133,6 +174,14 @@ impl Outcome {
             "unknown" => Outcome::Unknown,
             _ => return None,
         })
+    }
+
+    /// Whether a record of this class may move credits: `ok`, `cancel` and
+    /// `client` may; the failure classes (`rate_limit`, `auth`,
+    /// `transient`, `unknown`) carry amount 0, since a provider is not paid
+    /// for a call that failed on its side.
+    pub fn may_carry_amount(self) -> bool {
+        matches!(self, Outcome::Ok | Outcome::Cancel | Outcome::Client)
     }
 
     /// Every class a record may carry.

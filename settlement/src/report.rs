@@ -10,19 +10,22 @@ use std::collections::BTreeMap;
 
 use ed25519_dalek::{Signature, VerifyingKey};
 use prost::Message;
+use sha2::{Digest, Sha256};
 use tally_store::{Kv, KvRead};
 
+use crate::allowance::{check_spend, plan_allowance, AllowancePlan, Spend};
 use crate::codes::Code;
 use crate::error::{reject, ExecError, Rejection};
 use crate::genesis::Params;
 use crate::ident;
+use crate::keys;
 use crate::proto::{tx, Outcome, ReportUsage, SignedReport, Tx};
 use crate::record::{Counters, RouteId};
 use crate::state::chain::{
     balance, chain_id, gateway, owed_slot, params, put_balance, put_owed_slot, put_report,
     put_route, put_window_info, report_seen, route, window_info, OwedSlot,
 };
-use crate::tx::decode_tx;
+use crate::tx::decode_canonical;
 use crate::types::{Event, TxResult, WindowInfo};
 
 /// Domain prefix of a gateway's report signature: the signed message is
@@ -43,6 +46,9 @@ struct PlannedRoute {
 /// Everything a valid report will write, computed from reads only.
 #[derive(Debug)]
 pub struct Plan {
+    /// Gateway key and report id: the replay-protection key.
+    scope: Vec<u8>,
+    body_hash: [u8; 32],
     report_id: Vec<u8>,
     expires_at: u64,
     gateway: String,
@@ -54,6 +60,8 @@ pub struct Plan {
     /// What each provider will be owed by each user after the report.
     owed: Vec<OwedSlot>,
     window_info: WindowInfo,
+    /// Allowance use after the report.
+    spend: Spend,
 }
 
 impl Plan {
@@ -63,9 +71,44 @@ impl Plan {
     }
 }
 
+/// A checked user transaction, ready to write.
+#[derive(Debug)]
+pub enum UserPlan {
+    /// A usage report.
+    Report(Plan),
+    /// An allowance change.
+    Allowance(AllowancePlan),
+}
+
+impl UserPlan {
+    /// Writes the transaction's changes and returns the accepted result.
+    pub fn apply(self, kv: &mut impl Kv) -> TxResult {
+        match self {
+            UserPlan::Report(p) => p.apply(kv),
+            UserPlan::Allowance(p) => p.apply(kv),
+        }
+    }
+
+    /// What CheckTx answers for it.
+    pub fn describe(&self) -> String {
+        match self {
+            UserPlan::Report(p) => format!("report {} passes checks", hex::encode(&p.report_id)),
+            UserPlan::Allowance(_) => "allowance change passes checks".into(),
+        }
+    }
+
+    /// The replay scope (gateway key and report id) of a report.
+    pub fn report_scope(&self) -> Option<(&[u8], u64)> {
+        match self {
+            UserPlan::Report(p) => Some((&p.scope, p.expires_at)),
+            UserPlan::Allowance(_) => None,
+        }
+    }
+}
+
 /// Plans the transaction `bytes` at block time `now`: it must fit
 /// `max_tx_bytes`, decode, and be a valid usage report.
-pub fn plan_tx(kv: &impl KvRead, now: u64, bytes: &[u8]) -> Result<Plan, ExecError> {
+pub fn plan_tx(kv: &impl KvRead, now: u64, bytes: &[u8]) -> Result<UserPlan, ExecError> {
     let params = params(kv)?;
     if bytes.len() as u64 > params.max_tx_bytes {
         return Err(reject(
@@ -77,16 +120,20 @@ pub fn plan_tx(kv: &impl KvRead, now: u64, bytes: &[u8]) -> Result<Plan, ExecErr
             ),
         ));
     }
-    match decode_tx(bytes)?.sum {
-        Some(tx::Sum::Report(r)) => plan_report(kv, &params, now, &r),
+    match decode_canonical(bytes)?.sum {
+        Some(tx::Sum::Report(r)) => plan_report(kv, &params, now, &r).map(UserPlan::Report),
+        Some(tx::Sum::Allowance(a)) => plan_allowance(kv, now, &a).map(UserPlan::Allowance),
         Some(_) => Err(reject(Code::BadSystemTx, "not a usage report")),
         None => Err(reject(Code::MalformedTx, "transaction has no payload")),
     }
 }
 
 /// Checks who signed the report and that the signature verifies; returns
-/// the gateway's name.
-fn check_signature(kv: &impl KvRead, signed: &SignedReport) -> Result<String, ExecError> {
+/// the gateway's name and key.
+fn check_signature(
+    kv: &impl KvRead,
+    signed: &SignedReport,
+) -> Result<(String, [u8; 32]), ExecError> {
     let key: [u8; 32] = signed.gateway_key.as_slice().try_into().map_err(|_| {
         reject(
             Code::UnknownGateway,
@@ -120,15 +167,17 @@ fn check_signature(kv: &impl KvRead, signed: &SignedReport) -> Result<String, Ex
                 format!("signature does not verify for gateway {gateway}"),
             )
         })?;
-    Ok(gateway)
+    Ok((gateway, key))
 }
 
-/// The report's own checks: chain, id, expiry, replay, record count.
+/// The report's own checks: chain, id, expiry, replay (under the
+/// gateway's `scope`, see [`keys::report_scope`]), record count.
 fn check_header(
     kv: &impl KvRead,
     params: &Params,
     now: u64,
     report: &ReportUsage,
+    scope: &[u8],
 ) -> Result<(), ExecError> {
     let chain = chain_id(kv)?;
     if report.chain_id != chain {
@@ -165,10 +214,16 @@ fn check_header(
             ),
         ));
     }
-    if report_seen(kv, &report.report_id)? {
-        return Err(reject(
-            Code::DuplicateReport,
-            format!("report {rid} was already accepted"),
+    if let Some(hash) = report_seen(kv, scope)? {
+        return Err(ExecError::Rejected(
+            Rejection::new(
+                Code::DuplicateReport,
+                format!(
+                    "report {rid} of this gateway was already accepted (body sha256 {})",
+                    hex::encode(hash)
+                ),
+            )
+            .with_data(hash.to_vec()),
         ));
     }
     if report.records.is_empty() {
@@ -202,8 +257,16 @@ fn plan_report(
             format!("report body does not decode: {e}"),
         )
     })?;
-    let gateway = check_signature(kv, signed)?;
-    check_header(kv, params, now, &report)?;
+    if report.encoded_len() != signed.body.len() || report.encode_to_vec() != signed.body {
+        return Err(reject(
+            Code::NonCanonical,
+            "report body is not in canonical protobuf encoding (fields in order, no unknown or repeated fields)",
+        ));
+    }
+    let (gateway, gateway_key) = check_signature(kv, signed)?;
+    let scope = keys::report_scope(&gateway_key, &report.report_id);
+    check_header(kv, params, now, &report, &scope)?;
+    let body_hash: [u8; 32] = Sha256::digest(&signed.body).into();
 
     let rid = hex::encode(&report.report_id);
     let window = now / params.settlement_window_secs;
@@ -231,6 +294,16 @@ fn plan_report(
             }
             Ok(o) => o,
         };
+        if r.amount != 0 && !outcome.may_carry_amount() {
+            return Err(reject(
+                Code::FailedCallBilled,
+                format!(
+                    "record {i}: a {} call carries amount {}; failed calls carry 0",
+                    outcome.name(),
+                    r.amount
+                ),
+            ));
+        }
         let id = RouteId {
             user: r.user.clone(),
             provider: r.provider.clone(),
@@ -249,7 +322,7 @@ fn plan_report(
     }
 
     let mut balances = Vec::with_capacity(debits.len());
-    for (user, debit) in debits {
+    for (&user, &debit) in &debits {
         let have = balance(kv, user)?;
         let left = have.checked_sub(debit).ok_or_else(|| {
             reject(
@@ -262,6 +335,7 @@ fn plan_report(
         }
     }
 
+    let spend = check_spend(kv, &gateway, now, window, &debits)?;
     let mut info = window_info(kv, window)?.unwrap_or_default();
     let mut planned = Vec::with_capacity(routes.len());
     for (id, add) in routes {
@@ -290,6 +364,8 @@ fn plan_report(
     }
 
     Ok(Plan {
+        scope,
+        body_hash,
         report_id: report.report_id,
         expires_at: report.expires_at,
         gateway,
@@ -299,13 +375,14 @@ fn plan_report(
         balances,
         owed: owed_new,
         window_info: info,
+        spend,
     })
 }
 
 impl Plan {
     /// Writes everything the plan computed and returns the accepted result.
     pub fn apply(self, kv: &mut impl Kv) -> TxResult {
-        put_report(kv, &self.report_id, self.expires_at);
+        put_report(kv, &self.scope, self.expires_at, &self.body_hash);
         for r in &self.routes {
             put_route(kv, &r.id, self.window, &r.counters, r.is_new);
         }
@@ -316,6 +393,7 @@ impl Plan {
             put_owed_slot(kv, slot);
         }
         put_window_info(kv, self.window, &self.window_info);
+        self.spend.apply(kv);
         let rid = hex::encode(&self.report_id);
         TxResult::ok(
             format!(

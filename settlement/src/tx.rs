@@ -121,6 +121,21 @@ pub fn decode_tx(tx: &[u8]) -> Result<Tx, Rejection> {
     Ok(decoded)
 }
 
+/// Decodes a user transaction that must be in canonical encoding: the
+/// bytes are exactly what re-encoding the decoded message gives (fields in
+/// order, no unknown, repeated or padded fields). Anyone can re-wrap a
+/// valid report in many byte variants; only one of them is accepted.
+pub fn decode_canonical(tx: &[u8]) -> Result<Tx, Rejection> {
+    let decoded = decode_tx(tx)?;
+    if decoded.encoded_len() != tx.len() || decoded.encode_to_vec() != tx {
+        return Err(Rejection::new(
+            Code::NonCanonical,
+            "transaction is not in canonical protobuf encoding (fields in order, no unknown or repeated fields)",
+        ));
+    }
+    Ok(decoded)
+}
+
 /// True for transactions only a block proposer may add.
 pub fn is_system_tx(tx: &[u8]) -> bool {
     matches!(

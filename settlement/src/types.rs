@@ -49,6 +49,8 @@ pub struct TxResult {
     pub log: String,
     /// Events, empty on rejection.
     pub events: Vec<Event>,
+    /// The result's `data` bytes (see [`Rejection::data`]).
+    pub data: Vec<u8>,
 }
 
 impl TxResult {
@@ -58,15 +60,18 @@ impl TxResult {
             code: Code::Ok,
             log,
             events,
+            data: Vec::new(),
         }
     }
 
-    /// A rejected transaction: the rejection's code and log, no events.
+    /// A rejected transaction: the rejection's code, log and data, no
+    /// events.
     pub fn rejected(r: Rejection) -> Self {
         Self {
             code: r.code,
             log: r.log,
             events: Vec::new(),
+            data: r.data,
         }
     }
 
@@ -77,6 +82,7 @@ impl TxResult {
             code: Fatal::CODE,
             log: f.to_string(),
             events: Vec::new(),
+            data: Vec::new(),
         }
     }
 }

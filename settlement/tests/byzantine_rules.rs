@@ -23,8 +23,8 @@ use tally_settlement::sync::{
     BadExtension, Bodies, HubCursor,
 };
 use tally_settlement::{
-    begin_block, check_tx, init_chain, rederive_start, sign_report, verify_system, BalanceEntry,
-    Block, Code, DkgGenesis, ExecError, GatewayEntry, Genesis, Params,
+    begin_block, check_tx, init_chain, rederive_start, sign_report, verify_system, AllowanceEntry,
+    BalanceEntry, Block, Code, DkgGenesis, ExecError, GatewayEntry, Genesis, Params,
 };
 use tally_store::{MemBackend, Pending};
 
@@ -69,6 +69,13 @@ impl Env {
             balances: vec![BalanceEntry {
                 user: "alice".into(),
                 amount: 1000,
+            }],
+            users: Vec::new(),
+            allowances: vec![AllowanceEntry {
+                user: "alice".into(),
+                gateway: "gw".into(),
+                max_per_window: u64::MAX,
+                expires_at: u64::MAX,
             }],
             dkg: dkg.then(|| DkgGenesis {
                 threshold: 3,

@@ -8,8 +8,8 @@ use proptest::prelude::*;
 use prost::Message;
 use tally_settlement::proto::{tx, Outcome, ReportUsage, SignedReport, Tx, UsageRecord};
 use tally_settlement::{
-    begin_block, init_chain, query::query, sign_report, BalanceEntry, Block, Code, GatewayEntry,
-    Genesis, RouteRecordView,
+    begin_block, init_chain, query::query, sign_report, AllowanceEntry, BalanceEntry, Block, Code,
+    GatewayEntry, Genesis, RouteRecordView,
 };
 use tally_store::{Kv, KvRead, MemBackend, Pending};
 
@@ -43,6 +43,15 @@ fn setup(balance: u64) -> Pending {
                 amount: balance,
             },
         ],
+        allowances: ["alice", "bob"]
+            .iter()
+            .map(|u| AllowanceEntry {
+                user: (*u).into(),
+                gateway: "gw0".into(),
+                max_per_window: u64::MAX,
+                expires_at: u64::MAX,
+            })
+            .collect(),
         ..Genesis::default()
     };
     init_chain(&mut p, CHAIN, &g).unwrap();
@@ -88,9 +97,10 @@ fn route_record(p: &Pending, window: u64) -> Option<RouteRecordView> {
 fn counts_every_class_and_fail_count_skips_cancel_and_client() {
     let mut p = setup(1000);
     let b = block(&mut p, 1, T0);
+    // ok, cancel and client carry 1 credit each; failures carry 0.
     let recs = Outcome::ALL
         .iter()
-        .map(|o| rec("alice", *o, 10, 1))
+        .map(|o| rec("alice", *o, 10, u64::from(o.may_carry_amount())))
         .collect();
     let r = deliver(
         &mut p,
@@ -102,11 +112,11 @@ fn counts_every_class_and_fail_count_skips_cancel_and_client() {
     assert_eq!((v.requests, v.ok, v.cancel, v.client), (7, 1, 1, 1));
     assert_eq!((v.rate_limit, v.auth, v.transient, v.unknown), (1, 1, 1, 1));
     assert_eq!(v.fail_count, 4);
-    assert_eq!((v.units, v.amount), (70, 7));
+    assert_eq!((v.units, v.amount), (70, 3));
     assert_eq!(v.window_start, "2027-01-15T08:00:00Z");
     let bal: serde_json::Value =
         serde_json::from_slice(&query(&p, "/balance/alice").value).unwrap();
-    assert_eq!(bal["balance"], 993);
+    assert_eq!(bal["balance"], 997);
 }
 
 /// Every rejection path: its code, and no state change at all.
@@ -323,7 +333,7 @@ fn windows_close_and_freeze() {
     let b = block(&mut p, 1, T0 + 5);
     let tx = sign_report(
         &gw_key(),
-        &report(4, T0 + 100, vec![rec("alice", Outcome::Transient, 1, 1)]),
+        &report(4, T0 + 100, vec![rec("alice", Outcome::Transient, 1, 0)]),
     );
     assert_eq!(deliver(&mut p, &b, &tx).code, Code::Ok);
     let b = block(&mut p, 2, T0 + 61);
@@ -427,6 +437,15 @@ proptest! {
         let mut accepted = Vec::new();
         for (i, recs) in reports.iter().enumerate() {
             let b = block(&mut p, i as u64 + 1, T0 + i as u64 * 7);
+            // Three reports in four bill failed calls nothing, as gateways
+            // must; the fourth keeps what was drawn.
+            let recs: Vec<_> = recs
+                .iter()
+                .map(|&(u, pv, o, units, amt)| {
+                    let failed = !matches!(o, Outcome::Ok | Outcome::Cancel | Outcome::Client);
+                    (u, pv, o, units, if failed && i % 4 != 0 { 0 } else { amt })
+                })
+                .collect();
             let rs: Vec<_> = recs
                 .iter()
                 .map(|(u, pv, o, units, amt)| UsageRecord {
@@ -435,17 +454,24 @@ proptest! {
                 })
                 .collect();
             let mut debit = [0u64; 2];
-            for (u, _, _, _, amt) in recs {
+            for (u, _, _, _, amt) in &recs {
                 debit[*u] += amt;
             }
+            // The model's rule (DESIGN.md): records of the failure classes
+            // carry amount 0, checked before any balance.
+            let bills_failure = recs
+                .iter()
+                .any(|(_, _, o, _, amt)| *amt > 0 && !matches!(o, Outcome::Ok | Outcome::Cancel | Outcome::Client));
             let pays = (0..2).all(|u| debit[u] <= model_bal[u]);
             let r = deliver(&mut p, &b, &sign_report(&gw_key(), &report(i as u8, b.time + 60, rs)));
-            if pays {
+            if bills_failure {
+                prop_assert_eq!(r.code, Code::FailedCallBilled, "{}", r.log);
+            } else if pays {
                 prop_assert_eq!(r.code, Code::Ok, "{}", r.log);
                 for u in 0..2 {
                     model_bal[u] -= debit[u];
                 }
-                for (u, pv, _, _, amt) in recs {
+                for (u, pv, _, _, amt) in &recs {
                     *owed.entry((b.time / 60, users[*u].to_string(), format!("prov{pv}"))).or_default() += amt;
                 }
                 accepted.extend(recs.iter().cloned());

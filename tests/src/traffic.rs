@@ -13,7 +13,24 @@ pub fn gateway_key(seed: u8) -> SigningKey {
     SigningKey::from_bytes(&[seed; 32])
 }
 
-/// Genesis `app_state` JSON registering `key` and funding `users`.
+/// Genesis `allowances`: each of `users` lets `gateway` charge without
+/// limit (tests that check allowances build their own).
+pub fn allowances(users: &[String], gateway: &str) -> serde_json::Value {
+    users
+        .iter()
+        .map(|u| {
+            serde_json::json!({
+                "user": u,
+                "gateway": gateway,
+                "max_per_window": u64::MAX,
+                "expires_at": u64::MAX,
+            })
+        })
+        .collect()
+}
+
+/// Genesis `app_state` JSON registering `key` as gateway `gw-test`,
+/// funding `users` and giving it their allowances.
 pub fn app_state(key: &SigningKey, users: &[String], amount: u64, window_secs: u64) -> String {
     let balances: Vec<_> = users
         .iter()
@@ -23,6 +40,7 @@ pub fn app_state(key: &SigningKey, users: &[String], amount: u64, window_secs: u
         "params": {"settlement_window_secs": window_secs},
         "gateways": [{"name": "gw-test", "pubkey": hex::encode(key.verifying_key().to_bytes())}],
         "balances": balances,
+        "allowances": allowances(users, "gw-test"),
     })
     .to_string()
 }
@@ -71,7 +89,11 @@ impl Traffic {
                     route: self.routes[self.rng.gen_range(0..self.routes.len())].clone(),
                     outcome: o as i32,
                     units: self.rng.gen_range(0..1000),
-                    amount: self.rng.gen_range(0..=max_amount),
+                    amount: match self.rng.gen_range(0..=max_amount) {
+                        // Failed calls carry no amount (DESIGN.md).
+                        _ if !o.may_carry_amount() => 0,
+                        a => a,
+                    },
                 }
             })
             .collect()

@@ -32,6 +32,7 @@ fn genesis(
     let mut state = serde_json::json!({
         "params": {"settlement_window_secs": 60, "hub_chain": "hub"},
         "gateways": [{"name": "gw", "pubkey": hex::encode(gw.verifying_key().to_bytes())}],
+        "allowances": tally_tests::traffic::allowances(&traffic.users, "gw"),
         "balances": traffic.users.iter().map(|u| serde_json::json!({"user": u, "amount": 1000})).collect::<Vec<_>>(),
     });
     if key {

@@ -136,6 +136,7 @@ fn setup(n: usize) -> (Net, Traffic) {
             "hub_block_range": 10,
         },
         "gateways": [{"name": "gw", "pubkey": hex::encode(key.verifying_key().to_bytes())}],
+        "allowances": tally_tests::traffic::allowances(&traffic.users, "gw"),
         "balances": traffic.users.iter().map(|u| serde_json::json!({"user": u, "amount": FUNDS})).collect::<Vec<_>>(),
         "dkg": {
             "threshold": t,

@@ -342,6 +342,7 @@ fn threshold_genesis(
     let state = serde_json::json!({
         "params": {"settlement_window_secs": 60, "hub_chain": "hub", "max_batch_calls": 50},
         "gateways": [{"name": "gw-test", "pubkey": hex::encode(key.verifying_key().to_bytes())}],
+        "allowances": tally_tests::traffic::allowances(users, "gw-test"),
         "balances": users.iter().map(|u| serde_json::json!({"user": u, "amount": funds})).collect::<Vec<_>>(),
         "dkg": {
             "threshold": 3,

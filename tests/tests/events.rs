@@ -32,6 +32,7 @@ fn setup(wrong_group: bool) -> (Net, Traffic) {
     let state = serde_json::json!({
         "params": {"settlement_window_secs": 60, "hub_chain": "hub"},
         "gateways": [{"name": "gw", "pubkey": hex::encode(key.verifying_key().to_bytes())}],
+        "allowances": tally_tests::traffic::allowances(&traffic.users, "gw"),
         "balances": traffic.users.iter().map(|u| serde_json::json!({"user": u, "amount": 1000})).collect::<Vec<_>>(),
         "dkg": {
             "threshold": 3,

@@ -7,8 +7,11 @@
 //! issue 10's deliberate consensus changes: genesis `dkg.signers` and four
 //! new params in stored state, the hub-block digest v2 (`more` byte),
 //! SubmitPartials carrying bodies once, and incremental window close
-//! (`max_close_per_block`). Any other change to them is a change of
-//! consensus behaviour and must be deliberate.
+//! (`max_close_per_block`); and again for issue 11: allowances (genesis
+//! allowances in state, their use per window), report ids scoped by
+//! gateway with the body hash, failed calls carrying amount 0 in the
+//! traffic. Any other change to them is a change of consensus behaviour
+//! and must be deliberate.
 
 use tally_settlement::bls::deal;
 use tally_settlement::proto::{HubBlock, HubDeposit, HubResult};
@@ -22,15 +25,15 @@ const T0: i64 = 1_800_000_000;
 const GOLDEN: [(usize, &str); 3] = [
     (
         100,
-        "ef5f8951e4a5fb28c56c8d4ff3cd0586bff27b553df5493f8ef7b002038254fc",
+        "d1d4ae3e3369f024c0a73ff45eb57a2a7990446145f358ea12e3309d228b7e8e",
     ),
     (
         500,
-        "c616650a601a32f72d25fce7f49d8d2ffd23b6e1928e8ea4709a857f1ef340ab",
+        "239ab407e1222db52def1b637be9000bbc16c055e2341acda3a3c7163061e6df",
     ),
     (
         1000,
-        "c2e1714e4ebac4d4eb227b8eebf00875914197f34f6f359f166fbaf5c228d8cb",
+        "e28c9a2f9b674e77224f71fa0c412a396139882ee34fd875b703f18343048ea5",
     ),
 ];
 
@@ -54,6 +57,7 @@ fn run() -> anyhow::Result<Vec<String>> {
             "hub_block_range": 4,
         },
         "gateways": [{"name": "gw", "pubkey": hex::encode(key.verifying_key().to_bytes())}],
+        "allowances": tally_tests::traffic::allowances(&traffic.users, "gw"),
         "balances": traffic.users.iter()
             .map(|u| serde_json::json!({"user": u, "amount": 150_000}))
             .collect::<Vec<_>>(),

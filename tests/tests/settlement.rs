@@ -37,6 +37,7 @@ fn setup_with(extra_params: serde_json::Value) -> (Net, Traffic, PublicShares, t
     let app_state = serde_json::json!({
         "params": params,
         "gateways": [{"name": "gw", "pubkey": hex::encode(key.verifying_key().to_bytes())}],
+        "allowances": tally_tests::traffic::allowances(&traffic.users, "gw"),
         "balances": traffic.users.iter().map(|u| serde_json::json!({"user": u, "amount": 1_000_000})).collect::<Vec<_>>(),
         "dkg": {
             "threshold": 3,

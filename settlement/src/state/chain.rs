@@ -84,15 +84,27 @@ pub fn put_cur_window(kv: &mut impl Kv, window: u64) {
     put_u64(kv, keys::CUR_WINDOW.to_vec(), window);
 }
 
-/// Whether a report id was accepted and has not expired.
-pub fn report_seen(kv: &impl KvRead, report_id: &[u8]) -> Result<bool, Fatal> {
-    Ok(kv.get(&keys::report_id(report_id))?.is_some())
+/// The SHA-256 of the body of the report accepted under `scope`
+/// ([`keys::report_scope`]: gateway key and report id), while it has not
+/// expired.
+pub fn report_seen(kv: &impl KvRead, scope: &[u8]) -> Result<Option<[u8; 32]>, Fatal> {
+    match kv.get(&keys::report_id(scope))? {
+        None => Ok(None),
+        Some(v) => v
+            .get(8..)
+            .and_then(|h| <[u8; 32]>::try_from(h).ok())
+            .map(Some)
+            .ok_or(Fatal::Corrupt("report id entry")),
+    }
 }
 
-/// Remembers an accepted report id until `expires_at`.
-pub fn put_report(kv: &mut impl Kv, report_id: &[u8], expires_at: u64) {
-    put_u64(kv, keys::report_id(report_id), expires_at);
-    kv.put(keys::report_expiry(expires_at, report_id), Vec::new());
+/// Remembers a report accepted under `scope` until `expires_at`, with the
+/// SHA-256 of its body.
+pub fn put_report(kv: &mut impl Kv, scope: &[u8], expires_at: u64, body_hash: &[u8; 32]) {
+    let mut v = expires_at.to_be_bytes().to_vec();
+    v.extend_from_slice(body_hash);
+    kv.put(keys::report_id(scope), v);
+    kv.put(keys::report_expiry(expires_at, scope), Vec::new());
 }
 
 /// Forgets every report id that expires at or before `time`: each id, then

@@ -13,6 +13,7 @@
 //!
 //! Imports only leaves (keys, types, errors, protobuf and genesis types).
 
+pub mod allowance;
 pub mod chain;
 pub mod sync;
 

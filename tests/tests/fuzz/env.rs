@@ -21,7 +21,9 @@ use tally_settlement::proto::{
     SyncTxStart, Tx, UsageRecord,
 };
 use tally_settlement::sync::{block_digest, result_digest};
-use tally_settlement::{sign_report, BalanceEntry, DkgGenesis, GatewayEntry, Genesis, Params};
+use tally_settlement::{
+    sign_report, AllowanceEntry, BalanceEntry, DkgGenesis, GatewayEntry, Genesis, Params,
+};
 use tally_store::MemBackend;
 use tally_tests::driver::{address, signers};
 use tendermint_abci::Application;
@@ -166,6 +168,13 @@ impl Env {
             balances: vec![BalanceEntry {
                 user: "alice".into(),
                 amount: 1000,
+            }],
+            users: Vec::new(),
+            allowances: vec![AllowanceEntry {
+                user: "alice".into(),
+                gateway: "gw".into(),
+                max_per_window: u64::MAX,
+                expires_at: u64::MAX,
             }],
             dkg: Some(DkgGenesis {
                 threshold: T as u32,

@@ -324,7 +324,7 @@ fn expect_accept(env: &Env, retry: bool, txs: &[Vec<u8>]) -> bool {
                 }
                 stage = 2;
             }
-            Ok(Some(tx::Sum::Report(_))) => stage = 3,
+            Ok(Some(tx::Sum::Report(_) | tx::Sum::Allowance(_))) => stage = 3,
         }
     }
     true
@@ -422,7 +422,7 @@ fn process_proposal_with_arbitrary_system_transactions() {
                         }
                     }
                 }
-                Ok(Some(tx::Sum::Report(_))) => {}
+                Ok(Some(tx::Sum::Report(_) | tx::Sum::Allowance(_))) => {}
             }
         }
         if want {

@@ -1,0 +1,122 @@
+//! The mempool's view of report ids: which (gateway, report id) pairs a
+//! transaction waiting in the mempool already uses.
+//!
+//! Committed state refuses a report whose id its gateway already used
+//! (code 7), but only once the first one commits. Until then anyone can
+//! gossip byte variants of one valid report, and every variant would pass
+//! CheckTx. This set closes that gap: a transaction that passes CheckTx
+//! claims its report's scope (gateway key and report id) with the hash of
+//! its bytes; another transaction claiming the same scope with other bytes
+//! is refused with code 26 `report_pending`, the same bytes again are
+//! accepted (CometBFT's own cache usually stops those first).
+//!
+//! The set is cleared at every Commit: CometBFT then re-checks every
+//! transaction still in the mempool (`recheck = true`, its default, with
+//! the mempool locked), which claims their scopes again, while the ones
+//! the block included are now refused by committed state. Claims also
+//! lapse at the report's expiry. The set is capped at [`MAX_CLAIMS`]
+//! entries (far above CometBFT's mempool size); past that a new report is
+//! refused until the next commit.
+
+use std::collections::HashMap;
+
+use sha2::{Digest, Sha256};
+use tally_settlement::{Code, Rejection};
+
+/// Most scopes claimed at once.
+pub const MAX_CLAIMS: usize = 100_000;
+
+/// Report scopes claimed by transactions in the mempool.
+#[derive(Debug, Default)]
+pub struct Claims {
+    by_scope: HashMap<Vec<u8>, Claim>,
+}
+
+#[derive(Debug)]
+struct Claim {
+    tx_hash: [u8; 32],
+    expires_at: u64,
+}
+
+impl Claims {
+    /// Claims `scope` for the transaction `tx` (expiring at `expires_at`),
+    /// at last-block time `now`; refuses another transaction's claim.
+    pub fn claim(
+        &mut self,
+        scope: &[u8],
+        expires_at: u64,
+        tx: &[u8],
+        now: u64,
+    ) -> Result<(), Rejection> {
+        let tx_hash: [u8; 32] = Sha256::digest(tx).into();
+        if let Some(c) = self.by_scope.get(scope) {
+            if c.tx_hash == tx_hash || c.expires_at <= now {
+                self.by_scope.remove(scope);
+            } else {
+                return Err(Rejection::new(
+                    Code::ReportPending,
+                    format!(
+                        "another transaction with this gateway's report id {} is waiting in the mempool",
+                        hex::encode(scope.get(32..).unwrap_or_default())
+                    ),
+                ));
+            }
+        }
+        if self.by_scope.len() >= MAX_CLAIMS {
+            self.by_scope.retain(|_, c| c.expires_at > now);
+            if self.by_scope.len() >= MAX_CLAIMS {
+                return Err(Rejection::new(
+                    Code::ReportPending,
+                    format!("{MAX_CLAIMS} reports are waiting in the mempool; retry after the next block"),
+                ));
+            }
+        }
+        self.by_scope.insert(
+            scope.to_vec(),
+            Claim {
+                tx_hash,
+                expires_at,
+            },
+        );
+        Ok(())
+    }
+
+    /// Forgets every claim (at Commit; rechecks claim again).
+    pub fn clear(&mut self) {
+        self.by_scope.clear();
+    }
+
+    /// Number of claims.
+    pub fn len(&self) -> usize {
+        self.by_scope.len()
+    }
+
+    /// Whether nothing is claimed.
+    pub fn is_empty(&self) -> bool {
+        self.by_scope.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_variant_is_refused_the_same_bytes_are_not() {
+        let mut c = Claims::default();
+        let scope = [7u8; 48];
+        c.claim(&scope, 100, b"tx-a", 10).unwrap();
+        c.claim(&scope, 100, b"tx-a", 10).unwrap();
+        let e = c.claim(&scope, 100, b"tx-b", 10).unwrap_err();
+        assert_eq!(e.code, Code::ReportPending);
+        // Another gateway's scope with the same id is independent.
+        let mut other = scope;
+        other[0] = 8;
+        c.claim(&other, 100, b"tx-b", 10).unwrap();
+        assert_eq!(c.len(), 2);
+        // After expiry the scope is free; after a commit too.
+        c.claim(&scope, 200, b"tx-b", 100).unwrap();
+        c.clear();
+        c.claim(&scope, 300, b"tx-c", 100).unwrap();
+    }
+}
