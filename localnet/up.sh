@@ -53,6 +53,17 @@ done
 g0="$(node_home 0)"
 "$TALLYD" keys add gateway --out "$LOCALNET_DIR/gateway.key" --force >/dev/null
 "$TALLYD" --home "$g0" genesis add-gateway --name demo-gateway --key "$LOCALNET_DIR/gateway.key"
+# Users: each gets a key of its own (it signs its allowance changes:
+# `tallyd tx allowance grant|revoke --from $LOCALNET_DIR/users/<u>.key`) and
+# an allowance for the demo gateway from genesis, good for a year.
+# TALLY_USERS (space-separated) replaces the list; tests name their users.
+mkdir -p "$LOCALNET_DIR/users"
+expiry=$(( $(date +%s) + 365 * 86400 ))
+for u in ${TALLY_USERS:-alice bob carol}; do
+  "$TALLYD" keys add "$u" --out "$LOCALNET_DIR/users/$u.key" --force >/dev/null
+  "$TALLYD" --home "$g0" genesis add-user --name "$u" --key "$LOCALNET_DIR/users/$u.key"
+  "$TALLYD" --home "$g0" genesis allow --user "$u" --gateway demo-gateway --max-per-window 1000000000 --expires-at "$expiry"
+done
 # With the hub, the demo users' credits come from hub deposits (synced down
 # as signed hub blocks); without it, or for --no-demo tests, from genesis.
 if [ "$HUB" != 1 ] || [ "$demo" != 1 ]; then

@@ -12,6 +12,7 @@
 //! | `/sla/user/{user}[/{window}]` | `{"records": [...], "next_cursor"}` |
 //! | `/windows` | `{"windows": [...], "next_cursor"}` |
 //! | `/balance/{user}` | `{"user", "balance"}` |
+//! | `/allowances/{user}` | `{"user", "key", "sequence", "window", "allowances": [{"gateway", "max_per_window", "expires_at", "expired", "used"}]}` |
 //! | `/params` | the chain parameters |
 //! | `/gateways` | `{"gateways": [{"name", "pubkey"}]}` |
 //! | `/sync/{chain}` | the hub chain's sync state |
@@ -29,6 +30,7 @@ use crate::ident;
 use crate::keys;
 use crate::query_path;
 use crate::record::{Counters, RouteId, RouteRecordView, WindowView};
+use crate::state::allowance;
 use crate::state::chain::{balance, is_closing, last_time, params};
 use crate::state::sync::batch_status;
 use crate::sync;
@@ -141,7 +143,7 @@ fn route_query(kv: &impl KvRead, full: &str) -> Result<serde_json::Value, ExecEr
             format!(
                 "unknown query path {path:?}; known: /sla/route/{{user}}/{{provider}}/{{model}}/{{route}}[/{{window}}], \
                  /sla/provider/{{provider}}[/{{window}}], /sla/user/{{user}}[/{{window}}], /windows, \
-                 /balance/{{user}}, /params, /gateways, /sync/{{chain}}, /batch/{{chain}}/{{nonce}}, /hubcalls/{{chain}}, /dkg"
+                 /balance/{{user}}, /allowances/{{user}}, /params, /gateways, /sync/{{chain}}, /batch/{{chain}}/{{nonce}}, /hubcalls/{{chain}}, /dkg"
             ),
         )
     };
@@ -246,6 +248,30 @@ fn route_query(kv: &impl KvRead, full: &str) -> Result<serde_json::Value, ExecEr
             no_params()?;
             ident::check_party("user", user).map_err(|e| bad(e.log))?;
             Ok(json!({ "user": user, "balance": balance(kv, user)? }))
+        }
+        ["allowances", user] => {
+            no_params()?;
+            ident::check_party("user", user).map_err(|e| bad(e.log))?;
+            let now = last_time(kv)?;
+            let window = now / params(kv)?.settlement_window_secs;
+            let mut rows = Vec::new();
+            for (gateway, a) in allowance::allowances_of(kv, user, None, MAX_LIMIT)? {
+                let used = allowance::spent(kv, user, &gateway, window)?;
+                rows.push(json!({
+                    "gateway": gateway,
+                    "max_per_window": a.max_per_window,
+                    "expires_at": a.expires_at,
+                    "expired": a.expires_at <= now,
+                    "used": used,
+                }));
+            }
+            Ok(json!({
+                "user": user,
+                "key": allowance::user_key(kv, user)?.map(hex::encode),
+                "sequence": allowance::user_seq(kv, user)?,
+                "window": window,
+                "allowances": rows,
+            }))
         }
         ["sync", chain] => {
             no_params()?;

@@ -235,6 +235,11 @@ pub fn windows() -> QueryPath {
     QueryPath::from_segments(["windows"])
 }
 
+/// `/allowances/{user}`.
+pub fn allowances(user: &str) -> QueryPath {
+    QueryPath::from_segments(["allowances", user])
+}
+
 /// `/balance/{user}`.
 pub fn balance(user: &str) -> QueryPath {
     QueryPath::from_segments(["balance", user])

@@ -75,7 +75,7 @@ impl Plan {
 #[derive(Debug)]
 pub enum UserPlan {
     /// A usage report.
-    Report(Plan),
+    Report(Box<Plan>),
     /// An allowance change.
     Allowance(AllowancePlan),
 }
@@ -121,7 +121,9 @@ pub fn plan_tx(kv: &impl KvRead, now: u64, bytes: &[u8]) -> Result<UserPlan, Exe
         ));
     }
     match decode_canonical(bytes)?.sum {
-        Some(tx::Sum::Report(r)) => plan_report(kv, &params, now, &r).map(UserPlan::Report),
+        Some(tx::Sum::Report(r)) => {
+            plan_report(kv, &params, now, &r).map(|p| UserPlan::Report(Box::new(p)))
+        }
         Some(tx::Sum::Allowance(a)) => plan_allowance(kv, now, &a).map(UserPlan::Allowance),
         Some(_) => Err(reject(Code::BadSystemTx, "not a usage report")),
         None => Err(reject(Code::MalformedTx, "transaction has no payload")),

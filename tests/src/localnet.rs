@@ -107,6 +107,11 @@ pub fn free_port_base(preferred: u16, validators: usize) -> Result<u16> {
 /// Runs in the background beside a localnet: once the test process is gone
 /// (however it ended), stops the network and removes its directory. It
 /// ignores the terminal's Ctrl-C, which the test process's group receives.
+/// The users end-to-end tests charge: each gets a key and an allowance for
+/// the localnet's gateway in genesis (`localnet/up.sh`, `TALLY_USERS`).
+pub const E2E_USERS: &str = "alice bob carol dave erin frank byz-alice byz-bob \
+    user-0 user-1 user-2 user-3 user-4 user-5 load-user-0 load-user-1 load-user-2 load-user-3 load-user-4";
+
 const WATCHDOG: &str = r#"trap '' INT TERM HUP
 while kill -0 "$1" 2>/dev/null; do sleep 1; done
 bash "$2" >/dev/null 2>&1
@@ -144,7 +149,10 @@ impl Localnet {
         Self::launch(validators, port_base, timeout_commit, window_secs, &opts)
     }
 
-    /// Like [`Localnet::start`] with [`Options`].
+    /// Like [`Localnet::start`] with [`Options`]. Every user in
+    /// [`E2E_USERS`] lets the localnet's gateway charge it (genesis
+    /// allowances); `TALLY_USERS` in the options' script environment
+    /// replaces the list.
     pub fn launch(
         validators: usize,
         port_base: u16,
@@ -189,6 +197,7 @@ impl Localnet {
             .script("up.sh")
             .args(["--no-build", "--no-demo"])
             .env("TALLY_TIMEOUT_COMMIT", timeout_commit)
+            .env("TALLY_USERS", E2E_USERS)
             .envs(opts.up_env.iter().cloned())
             .output()
             .context("running localnet/up.sh")?;

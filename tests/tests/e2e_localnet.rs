@@ -137,6 +137,8 @@ fn now() -> u64 {
         .unwrap_or(0)
 }
 
+/// A record; failed calls carry amount 0 whatever `amount` says (the
+/// chain refuses anything else).
 fn rec(user: &str, route: &str, outcome: Outcome, amount: u64) -> UsageRecord {
     UsageRecord {
         user: user.into(),
@@ -145,7 +147,11 @@ fn rec(user: &str, route: &str, outcome: Outcome, amount: u64) -> UsageRecord {
         route: route.into(),
         outcome: outcome as i32,
         units: 10,
-        amount,
+        amount: if outcome.may_carry_amount() {
+            amount
+        } else {
+            0
+        },
     }
 }
 

@@ -7,7 +7,7 @@ use anyhow::{bail, Context as _};
 use clap::{Args, Subcommand};
 use serde_json::Value;
 use tally_node::keyfile;
-use tally_settlement::{BalanceEntry, GatewayEntry, Genesis};
+use tally_settlement::{AllowanceEntry, BalanceEntry, GatewayEntry, Genesis, UserEntry};
 
 use super::{Command, Context};
 
@@ -16,8 +16,13 @@ use super::{Command, Context};
 pub enum GenesisCommand {
     /// Register a gateway key.
     AddGateway(AddGatewayCommand),
-    /// Give a user a starting balance.
+    /// Give a user a starting balance (refused when the genesis has a
+    /// threshold key: then balances come only from hub deposits).
     Fund(FundCommand),
+    /// Register a user's key (the user signs its allowance changes with it).
+    AddUser(AddUserCommand),
+    /// Give a gateway an allowance from a user, in force from genesis.
+    Allow(AllowCommand),
     /// Set a chain parameter (e.g. settlement_window_secs 60, hub_chain hub).
     SetParam(SetParamCommand),
     /// Check the app_state.
@@ -30,6 +35,8 @@ impl Command for GenesisCommand {
         update_genesis(&path, |g| match self {
             Self::AddGateway(c) => c.apply(g, ctx.home()),
             Self::Fund(c) => c.apply(g),
+            Self::AddUser(c) => c.apply(g, ctx.home()),
+            Self::Allow(c) => c.apply(g),
             Self::SetParam(c) => c.apply(g),
             Self::Validate => {
                 g.validate()?;
@@ -92,6 +99,72 @@ impl FundCommand {
         g.balances.push(BalanceEntry {
             user: self.user,
             amount: self.amount,
+        });
+        Ok(true)
+    }
+}
+
+/// `genesis add-user --name U (--pubkey HEX | --key NAME|FILE)`.
+#[derive(Args, Debug, PartialEq, Eq)]
+pub struct AddUserCommand {
+    /// The user's name (as in usage records).
+    #[arg(long)]
+    pub name: String,
+    /// Hex ed25519 public key.
+    #[arg(long, conflicts_with = "key")]
+    pub pubkey: Option<String>,
+    /// A key name or key file.
+    #[arg(long)]
+    pub key: Option<String>,
+}
+
+impl AddUserCommand {
+    /// Registers the key (replacing the user's earlier entry).
+    fn apply(self, g: &mut Genesis, home: &Path) -> anyhow::Result<bool> {
+        let pubkey = match (self.pubkey, self.key) {
+            (Some(p), None) => p,
+            (None, Some(k)) => {
+                let (_, key) = keyfile::load(&keyfile::resolve(home, &k))?;
+                hex::encode(key.verifying_key().to_bytes())
+            }
+            _ => bail!("give --pubkey HEX or --key NAME|FILE"),
+        };
+        g.users.retain(|u| u.name != self.name);
+        g.users.push(UserEntry {
+            name: self.name,
+            pubkey,
+        });
+        Ok(true)
+    }
+}
+
+/// `genesis allow --user U --gateway G --max-per-window N --expires-at T`.
+#[derive(Args, Debug, PartialEq, Eq)]
+pub struct AllowCommand {
+    /// The user.
+    #[arg(long)]
+    pub user: String,
+    /// The gateway's name (as given to add-gateway).
+    #[arg(long)]
+    pub gateway: String,
+    /// Most credits per settlement window.
+    #[arg(long)]
+    pub max_per_window: u64,
+    /// Unix seconds (block time) from which it lapses.
+    #[arg(long)]
+    pub expires_at: u64,
+}
+
+impl AllowCommand {
+    /// Sets the allowance (replacing an earlier one for the same pair).
+    fn apply(self, g: &mut Genesis) -> anyhow::Result<bool> {
+        g.allowances
+            .retain(|a| !(a.user == self.user && a.gateway == self.gateway));
+        g.allowances.push(AllowanceEntry {
+            user: self.user,
+            gateway: self.gateway,
+            max_per_window: self.max_per_window,
+            expires_at: self.expires_at,
         });
         Ok(true)
     }

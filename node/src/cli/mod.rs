@@ -23,7 +23,8 @@ use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand};
 
-pub mod args;
+pub mod allowance;
+mod args;
 pub mod dkg;
 pub mod genesis;
 pub mod init;

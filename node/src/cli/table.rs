@@ -74,6 +74,30 @@ pub fn gateways(out: &mut impl Write, gws: &[Value]) -> io::Result<()> {
     Ok(())
 }
 
+/// A user's allowances, one row per gateway.
+pub fn allowances(out: &mut impl Write, rows: &[Value]) -> io::Result<()> {
+    writeln!(
+        out,
+        "{:<20} {:>20} {:>20} {:>12} {:>8}",
+        "GATEWAY", "MAX/WINDOW", "USED", "EXPIRES_AT", "EXPIRED"
+    )?;
+    for r in rows {
+        writeln!(
+            out,
+            "{:<20} {:>20} {:>20} {:>12} {:>8}",
+            r["gateway"].as_str().unwrap_or(""),
+            r["max_per_window"].as_u64().unwrap_or(0),
+            r["used"].as_u64().unwrap_or(0),
+            r["expires_at"].as_u64().unwrap_or(0),
+            r["expired"].as_bool().unwrap_or(false)
+        )?;
+    }
+    if rows.is_empty() {
+        writeln!(out, "(no allowances)")?;
+    }
+    Ok(())
+}
+
 /// Hub calls; a call already settled shows only its id.
 pub fn calls(out: &mut impl Write, calls: &[Value]) -> io::Result<()> {
     writeln!(

@@ -19,12 +19,16 @@ use super::{Command, Context};
 pub enum TxCommand {
     /// Report usage: one record from flags, or many from a JSONL file.
     Report(ReportCommand),
+    /// Grant or revoke a gateway's allowance, signed with the user's key.
+    #[command(subcommand)]
+    Allowance(super::allowance::AllowanceCommand),
 }
 
 impl Command for TxCommand {
     fn execute(self, ctx: &Context) -> anyhow::Result<()> {
         match self {
             Self::Report(c) => c.execute(ctx),
+            Self::Allowance(c) => c.execute(ctx),
         }
     }
 }

@@ -38,6 +38,8 @@ pub enum QueryCommand {
     Windows(state::WindowsCommand),
     /// Registered gateways.
     Gateways(state::GatewaysCommand),
+    /// What a user lets each gateway charge.
+    Allowances(super::allowance::AllowancesCommand),
     /// A hub chain's settlement sync state.
     Sync(sync::SyncCommand),
     /// A settlement batch.
@@ -60,6 +62,7 @@ impl Command for QueryCommand {
             Self::Params(c) => c.execute(ctx),
             Self::Windows(c) => c.execute(ctx),
             Self::Gateways(c) => c.execute(ctx),
+            Self::Allowances(c) => c.execute(ctx),
             Self::Sync(c) => c.execute(ctx),
             Self::Batch(c) => c.execute(ctx),
             Self::Hubcalls(c) => c.execute(ctx),
@@ -97,6 +100,8 @@ pub enum Shape {
     Calls,
     /// Any object, as `key: value` lines.
     Flat,
+    /// A user's allowances: `key: value` lines, then one row per gateway.
+    Allowances,
 }
 
 /// Queries `path` on the first node of `opts` and prints the answer in the
@@ -149,6 +154,15 @@ pub fn render(out: &mut impl Write, shape: Shape, v: Value) -> anyhow::Result<()
             table::more(out, &v)?;
         }
         Shape::Flat => table::flat(out, &v)?,
+        Shape::Allowances => {
+            let rows = v["allowances"].as_array().cloned().unwrap_or_default();
+            let mut head = v;
+            if let Some(o) = head.as_object_mut() {
+                o.remove("allowances");
+            }
+            table::flat(out, &head)?;
+            table::allowances(out, &rows)?;
+        }
     }
     Ok(())
 }
