@@ -295,7 +295,11 @@ fn deposit_count_through(kv: &impl KvRead, to: u64) -> Result<u64, StoreError> {
     let Some(start) = to.checked_add(1) else {
         return Ok(total);
     };
-    let after = kv.scan(&key(&[DEPOSIT, &start.to_be_bytes()]), &prefix_end(DEPOSIT), 1)?;
+    let after = kv.scan(
+        &key(&[DEPOSIT, &start.to_be_bytes()]),
+        &prefix_end(DEPOSIT),
+        1,
+    )?;
     Ok(match after.first() {
         Some((k, _)) => {
             // dep/ || u64 height || u64 seq

@@ -207,7 +207,11 @@ fn a_batch_escrow_cannot_cover_in_full_is_refused_whole() {
     // alice has 40, bob 5 (genesis).
     for calls in [
         vec![call(1, "alice", 10), call(2, "bob", 6)],
-        vec![call(1, "alice", 20), call(2, "bob", 1), call(3, "alice", 21)],
+        vec![
+            call(1, "alice", 20),
+            call(2, "bob", 1),
+            call(3, "alice", 21),
+        ],
         vec![call(1, "alice", u64::MAX), call(2, "alice", 2)],
     ] {
         let b = batch(&pubs, &shares, 1, calls.clone());
@@ -223,7 +227,11 @@ fn a_batch_escrow_cannot_cover_in_full_is_refused_whole() {
         &pubs,
         &shares,
         1,
-        vec![call(1, "alice", 20), call(2, "bob", 5), call(3, "alice", 20)],
+        vec![
+            call(1, "alice", 20),
+            call(2, "bob", 5),
+            call(3, "alice", 20),
+        ],
     );
     let r = machine::deliver(&mut kv, 3, &b).expect("store");
     assert_eq!(r.code, HubCode::Ok, "{}", r.log);
@@ -231,7 +239,10 @@ fn a_batch_escrow_cannot_cover_in_full_is_refused_whole() {
     assert_eq!(q(&kv, "/escrow/bob")["escrow"], 0);
     assert_eq!(q(&kv, "/payout/acme")["paid"], 45);
     let res = q(&kv, "/batch/hub/1");
-    assert_eq!((res["paid"].clone(), res["shortfall"].clone()), (45.into(), 0.into()));
+    assert_eq!(
+        (res["paid"].clone(), res["shortfall"].clone()),
+        (45.into(), 0.into())
+    );
     assert_eq!(q(&kv, "/last_nonce/hub")["last_nonce"], 1);
 }
 
@@ -247,7 +258,8 @@ fn deposit_answers_carry_the_count_through_their_end() {
         assert_eq!(r.code, HubCode::Ok, "{}", r.log);
     }
     // (from, to) -> (seqs listed, count through to), by hand.
-    let cases: [((u64, u64), (&[u64], u64)); 6] = [
+    type Case = ((u64, u64), (&'static [u64], u64));
+    let cases: [Case; 6] = [
         ((1, 1), (&[1], 1)),
         ((2, 2), (&[2, 3], 3)),
         ((3, 4), (&[], 3)),

@@ -238,7 +238,10 @@ mod tests {
             (b.chain.as_str(), b.from_height, b.to_height),
             ("hub", 11, 20)
         );
-        assert_eq!(b.deposits.iter().map(|x| x.seq).collect::<Vec<_>>(), [5, 6, 7]);
+        assert_eq!(
+            b.deposits.iter().map(|x| x.seq).collect::<Vec<_>>(),
+            [5, 6, 7]
+        );
         assert!(b.more);
         assert_eq!(b.deposit_count, 9);
         let b = hub_block("hub", (11, 20), all, 9, 8, 3);

@@ -225,7 +225,8 @@ impl Hub {
                 want: to,
             });
         }
-        let v = Self::value(&path, &a)?.ok_or_else(|| HubError::Answer(format!("{path} refused")))?;
+        let v =
+            Self::value(&path, &a)?.ok_or_else(|| HubError::Answer(format!("{path} refused")))?;
         let count = v["deposit_count"]
             .as_u64()
             .ok_or_else(|| HubError::Answer(format!("{path}: no deposit_count")))?;

@@ -213,7 +213,12 @@ impl Relay {
     /// from below the range's end, or one the chain would not credit (a
     /// short list under its count), is refused and counted, never handed
     /// in. A failed read abandons the step until the next poll.
-    async fn deposits(&self, kv: &impl tally_store::KvRead, p: &tally_settlement::Params, tip: Tip) {
+    async fn deposits(
+        &self,
+        kv: &impl tally_store::KvRead,
+        p: &tally_settlement::Params,
+        tip: Tip,
+    ) {
         let chain = p.hub_chain.as_str();
         let Ok(sync::HubCursor {
             height: cursor,

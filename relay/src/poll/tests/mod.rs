@@ -123,9 +123,9 @@ fn query_answer(s: &Script, path: &str) -> (u32, Option<Value>) {
                 .map(|(_, d)| json!({"seq": d.seq, "user": d.user, "amount": d.amount}))
                 .collect();
             // The hub's cumulative count: every deposit at or below `to`.
-            let count = s.count_override.unwrap_or_else(|| {
-                s.deposits.iter().filter(|(h, _)| *h <= to).count() as u64
-            });
+            let count = s
+                .count_override
+                .unwrap_or_else(|| s.deposits.iter().filter(|(h, _)| *h <= to).count() as u64);
             (0, Some(json!({ "deposits": d, "deposit_count": count })))
         }
         _ => (20, None),
