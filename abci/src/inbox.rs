@@ -120,6 +120,7 @@ mod tests {
             to_height: from + 9,
             deposits: Vec::new(),
             more: false,
+            deposit_count: 0,
         }
     }
 
@@ -164,6 +165,7 @@ mod tests {
                 })
                 .collect(),
             more,
+            deposit_count: 12,
         };
         let mut inbox = Inbox::default();
         let at = |seq| {

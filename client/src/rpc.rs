@@ -381,9 +381,16 @@ impl RpcClient {
     /// `/abci_query` of `path` at the latest height; the value is decoded
     /// from base64 (a value that is not base64 is a [`RpcError::Decode`]).
     pub fn abci_query(&self, path: &str) -> Result<QueryAnswer, RpcError> {
+        self.abci_query_at(path, 0)
+    }
+
+    /// `/abci_query` of `path` at `height` (0: the latest). The answer's
+    /// [`QueryAnswer::height`] is the height the app says it answered
+    /// from; a caller that needs state at or above some height checks it.
+    pub fn abci_query_at(&self, path: &str, height: u64) -> Result<QueryAnswer, RpcError> {
         let r = self.call(
             "abci_query",
-            json!({"path": path, "data": "", "height": "0", "prove": false}),
+            json!({"path": path, "data": "", "height": height.to_string(), "prove": false}),
         )?;
         let resp = &r["response"];
         let value = match resp["value"].as_str() {

@@ -87,6 +87,9 @@ pub enum HubCode {
     WrongChain = 6,
     /// A deposit of zero, or one that would overflow.
     BadDeposit = 7,
+    /// Some user's escrow cannot cover that user's total in the batch: the
+    /// whole batch is refused, nothing is paid and the nonce stays open.
+    InsufficientEscrow = 8,
     /// The node's store failed.
     Internal = 16,
     /// Query: no such path.
@@ -129,6 +132,7 @@ mod tests {
     fn codes_are_stable() {
         assert_eq!(HubCode::Ok.value(), 0);
         assert_eq!(HubCode::AlreadySettled.value(), 4);
+        assert_eq!(HubCode::InsufficientEscrow.value(), 8);
         assert_eq!(HubCode::Internal.value(), 16);
         assert_eq!(HubCode::NotFound.value(), 22);
     }

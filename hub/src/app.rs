@@ -106,13 +106,29 @@ impl Application for HubApp {
         ResponseInitChain::default()
     }
 
+    /// Answers from the latest committed state, with that height (read
+    /// before the state, so the state is at least as new). A request for a
+    /// height above it is refused, as Cosmos SDK apps refuse a future
+    /// height; a lower one is answered from the latest state, which for
+    /// the paths the relay reads at a height (deposits through a finalized
+    /// height) is the same answer.
     fn query(&self, req: RequestQuery) -> ResponseQuery {
-        let r = machine::query(&self.inner.backend, &req.path);
+        let committed = self.last_commit().height;
+        let asked = u64::try_from(req.height).unwrap_or(0);
+        let r = if asked > committed {
+            machine::HubResult {
+                code: HubCode::BadArgument,
+                log: format!("height {asked} is not committed here yet (latest {committed})"),
+                value: Vec::new(),
+            }
+        } else {
+            machine::query_at(&self.inner.backend, &req.path, committed)
+        };
         ResponseQuery {
             code: r.code as u32,
             log: r.log,
             value: r.value.into(),
-            height: self.last_commit().height as i64,
+            height: committed as i64,
             ..Default::default()
         }
     }

@@ -3,6 +3,8 @@
 //! escrow, and the settlement chain's batches, threshold-signed by its
 //! validators, pay providers out of that escrow, once per nonce.
 
+use std::collections::BTreeMap;
+
 use prost::Message;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -207,19 +209,44 @@ fn submit_batch(kv: &mut impl Kv, height: u64, b: &SubmitBatch) -> Result<HubRes
             ),
         ));
     }
-    let (mut paid, mut shortfall) = (0u64, 0u64);
+    // Every user's total must be covered by that user's escrow, or nothing
+    // is paid: a batch is settled in full or not at all (no shortfall).
+    // A total beyond u64 (`None`) is covered by no escrow.
+    let mut totals: BTreeMap<&str, Option<u64>> = BTreeMap::new();
     for c in &b.calls {
-        let ek = key(&[ESCROW, c.user.as_bytes()]);
+        let t = totals.entry(c.user.as_str()).or_insert(Some(0));
+        *t = t.and_then(|t| t.checked_add(c.amount));
+    }
+    let mut owed: Vec<(&str, u64)> = Vec::with_capacity(totals.len());
+    for (user, total) in totals {
+        let have = get_u64(kv, &key(&[ESCROW, user.as_bytes()]))?;
+        let Some(total) = total.filter(|t| *t <= have) else {
+            let total = total.map_or_else(|| "more than 2^64".to_string(), |t| t.to_string());
+            return Ok(reject(
+                HubCode::InsufficientEscrow,
+                format!(
+                    "batch {}: {user} owes {total} but has {have} in escrow; nothing paid",
+                    b.nonce
+                ),
+            ));
+        };
+        owed.push((user, total));
+    }
+    let mut paid = 0u64;
+    for (user, total) in owed {
+        let ek = key(&[ESCROW, user.as_bytes()]);
         let have = get_u64(kv, &ek)?;
-        let pay = have.min(c.amount);
-        shortfall += c.amount - pay;
-        paid += pay;
-        kv.put(ek, (have - pay).to_be_bytes().to_vec());
+        kv.put(ek, have.saturating_sub(total).to_be_bytes().to_vec());
+        paid = paid.saturating_add(total);
+    }
+    for c in &b.calls {
         let pk = key(&[PAYOUT, c.provider.as_bytes()]);
-        let got = get_u64(kv, &pk)?.saturating_add(pay);
+        let got = get_u64(kv, &pk)?.saturating_add(c.amount);
         kv.put(pk, got.to_be_bytes().to_vec());
     }
-    let result = json!({"chain": b.chain, "nonce": b.nonce, "settled": true, "height": height, "calls": b.calls.len(), "paid": paid, "shortfall": shortfall});
+    // `shortfall` stays in the result for readers of older answers; it is
+    // always 0 since a batch that cannot be paid in full is refused.
+    let result = json!({"chain": b.chain, "nonce": b.nonce, "settled": true, "height": height, "calls": b.calls.len(), "paid": paid, "shortfall": 0});
     kv.put(
         key(&[RESULT, b.chain.as_bytes(), b"/", &b.nonce.to_be_bytes()]),
         result.to_string().into_bytes(),
@@ -230,31 +257,68 @@ fn submit_batch(kv: &mut impl Kv, height: u64, b: &SubmitBatch) -> Result<HubRes
     );
     Ok(HubResult {
         code: HubCode::Ok,
-        log: format!(
-            "batch {} settled: paid {paid}, shortfall {shortfall}",
-            b.nonce
-        ),
+        log: format!("batch {} settled: paid {paid}", b.nonce),
         value: result.to_string().into_bytes(),
     })
 }
 
-/// Answers a query path (JSON values).
+/// Answers a query path (JSON values) from state committed at least up to
+/// hub height `committed`.
 ///
 /// `/batch/{chain}/{nonce}`, `/last_nonce/{chain}`, `/escrow/{user}`,
-/// `/payout/{provider}`, `/deposits/{from_height}/{to_height}` (inclusive,
-/// ordered by sequence number), `/genesis`.
-pub fn query(kv: &impl KvRead, path: &str) -> HubResult {
-    match query_inner(kv, path) {
+/// `/payout/{provider}`, `/genesis`, and
+/// `/deposits/{from_height}/{to_height}` (inclusive, ordered by sequence
+/// number): `{"from", "to", "deposits": [{"seq", "user", "amount",
+/// "height"}...], "deposit_count"}`, where `deposit_count` is the number of
+/// deposits ever made at heights up to and including `to` (the sequence
+/// number of the last one). A range ending above `committed` is refused
+/// (code 21): its list could still grow.
+pub fn query_at(kv: &impl KvRead, path: &str, committed: u64) -> HubResult {
+    match query_inner(kv, path, committed) {
         Ok(r) => r,
         Err(e) => reject(HubCode::Internal, e.to_string()),
     }
+}
+
+/// [`query_at`] without a height bound (a store with no commit height,
+/// as in tests).
+pub fn query(kv: &impl KvRead, path: &str) -> HubResult {
+    query_at(kv, path, u64::MAX)
+}
+
+/// How many deposits the hub made at heights up to and including `to`:
+/// the sequence number before that of the first deposit above `to`, or
+/// every deposit so far if there is none. The total is read first, so a
+/// commit between the two reads cannot make the count too large.
+fn deposit_count_through(kv: &impl KvRead, to: u64) -> Result<u64, StoreError> {
+    let total = get_u64(kv, DEPOSIT_SEQ)?;
+    let Some(start) = to.checked_add(1) else {
+        return Ok(total);
+    };
+    let after = kv.scan(
+        &key(&[DEPOSIT, &start.to_be_bytes()]),
+        &prefix_end(DEPOSIT),
+        1,
+    )?;
+    Ok(match after.first() {
+        Some((k, _)) => {
+            // dep/ || u64 height || u64 seq
+            let seq = k
+                .get(DEPOSIT.len() + 8..)
+                .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                .map(u64::from_be_bytes)
+                .ok_or_else(|| StoreError::Corrupt("deposit key".into()))?;
+            seq.saturating_sub(1)
+        }
+        None => total,
+    })
 }
 
 fn num(s: &str) -> Option<u64> {
     s.parse().ok()
 }
 
-fn query_inner(kv: &impl KvRead, path: &str) -> Result<HubResult, StoreError> {
+fn query_inner(kv: &impl KvRead, path: &str, committed: u64) -> Result<HubResult, StoreError> {
     let ok = |v: serde_json::Value| HubResult {
         code: HubCode::Ok,
         log: String::new(),
@@ -279,6 +343,9 @@ fn query_inner(kv: &impl KvRead, path: &str) -> Result<HubResult, StoreError> {
             if t < f || t - f > 10_000 {
                 return Ok(reject(HubCode::BadArgument, "from <= to, at most 10000 heights"));
             }
+            if t > committed {
+                return Ok(reject(HubCode::BadArgument, format!("height {t} is not committed here yet (latest {committed})")));
+            }
             let start = key(&[DEPOSIT, &f.to_be_bytes()]);
             let end = match t.checked_add(1) {
                 Some(e) => key(&[DEPOSIT, &e.to_be_bytes()]),
@@ -291,7 +358,8 @@ fn query_inner(kv: &impl KvRead, path: &str) -> Result<HubResult, StoreError> {
                 }
                 true
             })?;
-            ok(json!({"from": f, "to": t, "deposits": deps}))
+            let count = deposit_count_through(kv, t)?;
+            ok(json!({"from": f, "to": t, "deposits": deps, "deposit_count": count}))
         }
         ["genesis"] => match kv.get(GENESIS)? {
             Some(v) => HubResult { code: HubCode::Ok, log: String::new(), value: v },

@@ -90,17 +90,20 @@ fn deposits_then_a_batch_is_paid_once() {
         .map(|x| x["seq"].as_u64().unwrap())
         .collect();
     assert_eq!(seqs, vec![1, 2]);
+    // bob's whole genesis escrow (5), alice's 30 of 120.
     let b = batch(
         &pubs,
         &shares,
         1,
-        vec![call(1, "alice", 30), call(2, "bob", 9)],
+        vec![call(1, "alice", 30), call(2, "bob", 5)],
     );
     let r = machine::deliver(&mut kv, 3, &b).expect("store");
     assert_eq!(r.code, HubCode::Ok, "{}", r.log);
     assert_eq!(q(&kv, "/escrow/alice")["escrow"], 90);
+    assert_eq!(q(&kv, "/escrow/bob")["escrow"], 0);
     assert_eq!(q(&kv, "/payout/acme")["paid"], 35);
-    assert_eq!(q(&kv, "/batch/hub/1")["shortfall"], 4);
+    assert_eq!(q(&kv, "/batch/hub/1")["paid"], 35);
+    assert_eq!(q(&kv, "/batch/hub/1")["shortfall"], 0);
     // Resubmitting the settled nonce pays nothing twice.
     let before = kv.changes().clone();
     assert_eq!(
@@ -185,4 +188,99 @@ fn a_corrupt_integer_is_a_store_error_not_a_result() {
         machine::query(&kv, "/last_nonce/hub").code,
         HubCode::Internal
     );
+}
+
+/// A batch that some user's escrow cannot cover in full is refused whole:
+/// nothing is paid, nothing is stored, and the nonce stays open. Short by
+/// 1 (one call, or one user's two calls together) is refused; exactly
+/// enough is paid.
+#[test]
+fn a_batch_escrow_cannot_cover_in_full_is_refused_whole() {
+    let (mut kv, pubs, shares) = setup();
+    assert_eq!(
+        machine::deliver(&mut kv, 1, &deposit("alice", 40))
+            .expect("store")
+            .code,
+        HubCode::Ok
+    );
+    let before = kv.changes().clone();
+    // alice has 40, bob 5 (genesis).
+    for calls in [
+        vec![call(1, "alice", 10), call(2, "bob", 6)],
+        vec![
+            call(1, "alice", 20),
+            call(2, "bob", 1),
+            call(3, "alice", 21),
+        ],
+        vec![call(1, "alice", u64::MAX), call(2, "alice", 2)],
+    ] {
+        let b = batch(&pubs, &shares, 1, calls.clone());
+        let r = machine::deliver(&mut kv, 2, &b).expect("store");
+        assert_eq!(r.code, HubCode::InsufficientEscrow, "{calls:?}: {}", r.log);
+        assert_eq!(r.code.value(), 8);
+        assert_eq!(kv.changes(), &before, "{calls:?}: nothing changed");
+    }
+    assert_eq!(q(&kv, "/last_nonce/hub")["last_nonce"], 0);
+    assert_eq!(machine::query(&kv, "/batch/hub/1").code, HubCode::NotFound);
+    // Exactly enough for both users: nonce 1 is paid in full.
+    let b = batch(
+        &pubs,
+        &shares,
+        1,
+        vec![
+            call(1, "alice", 20),
+            call(2, "bob", 5),
+            call(3, "alice", 20),
+        ],
+    );
+    let r = machine::deliver(&mut kv, 3, &b).expect("store");
+    assert_eq!(r.code, HubCode::Ok, "{}", r.log);
+    assert_eq!(q(&kv, "/escrow/alice")["escrow"], 0);
+    assert_eq!(q(&kv, "/escrow/bob")["escrow"], 0);
+    assert_eq!(q(&kv, "/payout/acme")["paid"], 45);
+    let res = q(&kv, "/batch/hub/1");
+    assert_eq!(
+        (res["paid"].clone(), res["shortfall"].clone()),
+        (45.into(), 0.into())
+    );
+    assert_eq!(q(&kv, "/last_nonce/hub")["last_nonce"], 1);
+}
+
+/// `/deposits/{from}/{to}` carries the hub's cumulative deposit count
+/// through `to`, whatever the range holds, and refuses a range ending
+/// above the committed height.
+#[test]
+fn deposit_answers_carry_the_count_through_their_end() {
+    let (mut kv, _, _) = setup();
+    // Deposits 1 at height 1, 2 and 3 at height 2, 4 at height 5.
+    for (h, user) in [(1, "a"), (2, "b"), (2, "c"), (5, "d")] {
+        let r = machine::deliver(&mut kv, h, &deposit(user, 7)).expect("store");
+        assert_eq!(r.code, HubCode::Ok, "{}", r.log);
+    }
+    // (from, to) -> (seqs listed, count through to), by hand.
+    type Case = ((u64, u64), (&'static [u64], u64));
+    let cases: [Case; 6] = [
+        ((1, 1), (&[1], 1)),
+        ((2, 2), (&[2, 3], 3)),
+        ((3, 4), (&[], 3)),
+        ((1, 4), (&[1, 2, 3], 3)),
+        ((5, 10), (&[4], 4)),
+        ((11, 20), (&[], 4)),
+    ];
+    for ((from, to), (seqs, count)) in cases {
+        let v = q(&kv, &format!("/deposits/{from}/{to}"));
+        let got: Vec<u64> = v["deposits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["seq"].as_u64().unwrap())
+            .collect();
+        assert_eq!(got, seqs, "{from}..={to}");
+        assert_eq!(v["deposit_count"], count, "{from}..={to}");
+    }
+    // Committed through height 4 only: a range ending at 5 could still grow.
+    let r = machine::query_at(&kv, "/deposits/1/5", 4);
+    assert_eq!(r.code, HubCode::BadArgument, "{}", r.log);
+    let r = machine::query_at(&kv, "/deposits/1/4", 4);
+    assert_eq!(r.code, HubCode::Ok, "{}", r.log);
 }

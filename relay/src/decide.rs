@@ -1,11 +1,11 @@
 //! The relay's decisions as pure functions of what it read (committed chain
 //! state, the hub's answers, how long ago it first saw the batch signed):
 //! no I/O and no clock, so every rule is unit-tested here and the loop in
-//! `lib.rs` only reads, calls these, and carries out the step.
+//! `poll.rs` only reads, calls these, and carries out the step.
 
 use std::time::Duration;
 
-use tally_settlement::proto::{BatchRecord, HubDeposit, SyncState};
+use tally_settlement::proto::{BatchRecord, HubBlock, HubDeposit, SyncState};
 use tally_settlement::BatchStatus;
 
 /// The hub height range `(from, to)` to hand in as the next `HubBlock`:
@@ -31,6 +31,30 @@ pub fn deposit_message(
     let more = all.len() > cap;
     all.truncate(cap);
     (all, more)
+}
+
+/// The hub-block message of hub heights `from..=to` from the hub's answer
+/// for them: [`deposit_message`]'s deposits and `more`, and the hub's
+/// cumulative deposit count through `to` (`deposit_count`), which every
+/// message of the range carries alike (the chain checks it against what it
+/// has credited: `tally_settlement::sync::deposits::check_count`).
+pub fn hub_block(
+    chain: &str,
+    (from, to): (u64, u64),
+    all: Vec<HubDeposit>,
+    deposit_count: u64,
+    next_seq: u64,
+    cap: usize,
+) -> HubBlock {
+    let (deposits, more) = deposit_message(all, next_seq, cap);
+    HubBlock {
+        chain: chain.to_string(),
+        from_height: from,
+        to_height: to,
+        deposits,
+        more,
+        deposit_count,
+    }
 }
 
 /// What the hub showed for the current nonce.
@@ -202,6 +226,28 @@ mod tests {
         assert!(!more);
         let (d, more) = deposit_message(all, 10, 3);
         assert!(d.is_empty() && !more);
+    }
+
+    #[test]
+    fn every_message_of_a_range_carries_the_hubs_count() {
+        // Seqs 3..=9 in range 11..=20, the hub's count through 20 is 9;
+        // cursor at 5, cap 3: [5, 6, 7] + more, then [8, 9].
+        let all: Vec<HubDeposit> = (3..=9).map(dep).collect();
+        let b = hub_block("hub", (11, 20), all.clone(), 9, 5, 3);
+        assert_eq!(
+            (b.chain.as_str(), b.from_height, b.to_height),
+            ("hub", 11, 20)
+        );
+        assert_eq!(
+            b.deposits.iter().map(|x| x.seq).collect::<Vec<_>>(),
+            [5, 6, 7]
+        );
+        assert!(b.more);
+        assert_eq!(b.deposit_count, 9);
+        let b = hub_block("hub", (11, 20), all, 9, 8, 3);
+        assert_eq!(b.deposits.iter().map(|x| x.seq).collect::<Vec<_>>(), [8, 9]);
+        assert!(!b.more);
+        assert_eq!(b.deposit_count, 9);
     }
 
     #[test]

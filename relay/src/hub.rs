@@ -3,11 +3,21 @@
 //! poll loop needs (tip, deposits, settlement, last nonce) over the
 //! workspace's JSON-RPC client. Every call is blocking; the loop runs them
 //! on tokio's blocking pool.
+//!
+//! The tip and a range's deposits are one poll step on ONE endpoint: the
+//! tip is read with failover ([`Hub::tip`] says which endpoint answered),
+//! the deposits on that endpoint only ([`Hub::deposits`]), at the tip's
+//! height, and an answer from below the range's end is refused
+//! ([`HubError::Stale`]). A step whose deposit read fails is abandoned;
+//! the next tip read (only the next) starts at the following endpoint, so
+//! a node that answers its tip but not its deposits cannot stall deposits
+//! while another endpoint answers both.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use serde_json::Value;
-use tally_client::rpc::{Connector, RpcClient, RpcError};
+use tally_client::rpc::{Connector, QueryAnswer, RpcClient, RpcError};
 use tally_client::{Breaker, BreakerState};
 use tally_settlement::proto::HubDeposit;
 
@@ -25,6 +35,37 @@ pub enum HubError {
     /// The answer was not what the hub's query path promises.
     #[error("hub: {0}")]
     Answer(String),
+    /// The endpoint answered from a height below the one the read needs
+    /// (a lagging node): the answer could miss deposits and is refused.
+    #[error("hub: {path} answered from height {height}, below the range end {want}")]
+    Stale {
+        /// The query path.
+        path: String,
+        /// The height the answer says it is from.
+        height: u64,
+        /// The least height an answer may come from.
+        want: u64,
+    },
+}
+
+/// The hub's tip as one endpoint answered it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Tip {
+    /// Index of the endpoint that answered.
+    pub(crate) endpoint: usize,
+    /// Its latest height.
+    pub(crate) height: u64,
+}
+
+/// The hub's `/deposits/{from}/{to}` answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Deposits {
+    /// Deposits in the range, by sequence number.
+    pub(crate) deposits: Vec<HubDeposit>,
+    /// The hub's cumulative deposit count through `to`.
+    pub(crate) count: u64,
+    /// The height the answer is from (at least `to`).
+    pub(crate) height: u64,
 }
 
 /// The hub's endpoints and their breakers (cheap to clone).
@@ -32,6 +73,9 @@ pub enum HubError {
 pub(crate) struct Hub {
     clients: Arc<Vec<RpcClient>>,
     breakers: Arc<Vec<Breaker>>,
+    /// The endpoint the next tip read tries first, once (after a failed
+    /// deposit read on one endpoint, the one after it; else 0).
+    first: Arc<AtomicUsize>,
 }
 
 /// Endpoint indexes to try, in failover order: those whose breaker is not
@@ -55,6 +99,7 @@ impl Hub {
         Self {
             clients: Arc::new(endpoints.iter().map(|e| http.client(e)).collect()),
             breakers: Arc::new(endpoints.iter().map(|_| breaker.breaker()).collect()),
+            first: Arc::new(AtomicUsize::new(0)),
         }
     }
 
@@ -68,47 +113,79 @@ impl Hub {
         &self.breakers
     }
 
-    /// Runs `read` on the first usable endpoint that answers. An endpoint
+    /// Runs `read` on endpoint `i` only, through its breaker. An endpoint
     /// that could not be reached (or answered garbage) counts against its
-    /// breaker and the next is tried; a JSON-RPC error is an answer: the
-    /// endpoint is alive and the error is returned.
-    fn read<T>(&self, read: impl Fn(&RpcClient) -> Result<T, RpcError>) -> Result<T, HubError> {
-        let mut last = String::from("no endpoint");
-        for i in usable(&self.breakers) {
-            let (Some(client), Some(b)) = (self.clients.get(i), self.breakers.get(i)) else {
-                continue;
-            };
-            if !b.allow() {
-                last = format!("{}: circuit open", client.url());
-                continue;
+    /// breaker and is [`HubError::Unreachable`]; a JSON-RPC error is an
+    /// answer: the endpoint is alive and the error is returned.
+    fn on<T>(
+        &self,
+        i: usize,
+        read: impl FnOnce(&RpcClient) -> Result<T, RpcError>,
+    ) -> Result<T, HubError> {
+        let (Some(client), Some(b)) = (self.clients.get(i), self.breakers.get(i)) else {
+            return Err(HubError::Unreachable(format!("no endpoint {i}")));
+        };
+        if !b.allow() {
+            return Err(HubError::Unreachable(format!(
+                "{}: circuit open",
+                client.url()
+            )));
+        }
+        match read(client) {
+            Ok(v) => {
+                b.record(true);
+                Ok(v)
             }
-            match read(client) {
-                Ok(v) => {
-                    b.record(true);
-                    return Ok(v);
-                }
-                Err(e @ RpcError::Rpc { .. }) => {
-                    b.record(true);
-                    return Err(HubError::Rpc(e));
-                }
-                Err(e) => {
-                    b.record(false);
-                    last = e.to_string();
-                }
+            Err(e @ RpcError::Rpc { .. }) => {
+                b.record(true);
+                Err(HubError::Rpc(e))
+            }
+            Err(e) => {
+                b.record(false);
+                Err(HubError::Unreachable(e.to_string()))
+            }
+        }
+    }
+
+    /// Runs `read` on the usable endpoints in failover order, starting
+    /// at `first`, until one answers; returns which one did.
+    fn read_from<T>(
+        &self,
+        first: usize,
+        read: impl Fn(&RpcClient) -> Result<T, RpcError>,
+    ) -> Result<(usize, T), HubError> {
+        let mut order = usable(&self.breakers);
+        let start = order.iter().position(|i| *i >= first).unwrap_or(0);
+        order.rotate_left(start);
+        let mut last = String::from("no endpoint");
+        for i in order {
+            match self.on(i, &read) {
+                Ok(v) => return Ok((i, v)),
+                Err(HubError::Unreachable(m)) => last = m,
+                Err(e) => return Err(e),
             }
         }
         Err(HubError::Unreachable(last))
     }
 
-    /// The hub's latest height.
-    pub(crate) fn tip(&self) -> Result<u64, HubError> {
-        Ok(self.read(RpcClient::status)?.height)
+    /// Runs `read` on the first usable endpoint that answers.
+    fn read<T>(&self, read: impl Fn(&RpcClient) -> Result<T, RpcError>) -> Result<T, HubError> {
+        self.read_from(0, read).map(|(_, v)| v)
     }
 
-    /// The JSON value of the hub's query `path`; `None` if the hub answered
-    /// it with an error code (logged at debug level).
-    fn query(&self, path: &str) -> Result<Option<Value>, HubError> {
-        let a = self.read(|c| c.abci_query(path))?;
+    /// The hub's latest height, and which endpoint said so.
+    pub(crate) fn tip(&self) -> Result<Tip, HubError> {
+        let first = self.first.swap(0, Ordering::Relaxed);
+        let (endpoint, s) = self.read_from(first, RpcClient::status)?;
+        Ok(Tip {
+            endpoint,
+            height: s.height,
+        })
+    }
+
+    /// The JSON value of a query answer; `None` if the hub answered with
+    /// an error code (logged at debug level).
+    fn value(path: &str, a: &QueryAnswer) -> Result<Option<Value>, HubError> {
         if a.code != 0 {
             tracing::debug!(path, code = a.code, log = %a.log, "hub query refused");
             return Ok(None);
@@ -118,13 +195,42 @@ impl Hub {
             .map_err(|e| HubError::Answer(format!("{path}: {e}")))
     }
 
-    /// Deposits in hub heights `from..=to`, by sequence number.
-    pub(crate) fn deposits(&self, from: u64, to: u64) -> Result<Vec<HubDeposit>, HubError> {
+    /// The JSON value of the hub's query `path`, from any endpoint.
+    fn query(&self, path: &str) -> Result<Option<Value>, HubError> {
+        let a = self.read(|c| c.abci_query(path))?;
+        Self::value(path, &a)
+    }
+
+    /// Deposits in hub heights `from..=to`, by sequence number, with the
+    /// hub's deposit count through `to`: read on `tip`'s endpoint only, at
+    /// `tip`'s height, and refused unless the answer is from a height of
+    /// at least `to`. A failed read makes the next tip read start at the
+    /// following endpoint.
+    pub(crate) fn deposits(&self, tip: Tip, from: u64, to: u64) -> Result<Deposits, HubError> {
+        let r = self.deposits_on(tip, from, to);
+        if r.is_err() {
+            let n = self.clients.len().max(1);
+            self.first.store((tip.endpoint + 1) % n, Ordering::Relaxed);
+        }
+        r
+    }
+
+    fn deposits_on(&self, tip: Tip, from: u64, to: u64) -> Result<Deposits, HubError> {
         let path = format!("/deposits/{from}/{to}");
-        let v = self
-            .query(&path)?
-            .ok_or_else(|| HubError::Answer(format!("{path} refused")))?;
-        let mut out: Vec<HubDeposit> = v["deposits"]
+        let a = self.on(tip.endpoint, |c| c.abci_query_at(&path, tip.height))?;
+        if a.height < to {
+            return Err(HubError::Stale {
+                path,
+                height: a.height,
+                want: to,
+            });
+        }
+        let v =
+            Self::value(&path, &a)?.ok_or_else(|| HubError::Answer(format!("{path} refused")))?;
+        let count = v["deposit_count"]
+            .as_u64()
+            .ok_or_else(|| HubError::Answer(format!("{path}: no deposit_count")))?;
+        let mut deposits: Vec<HubDeposit> = v["deposits"]
             .as_array()
             .map(|a| {
                 a.iter()
@@ -136,8 +242,12 @@ impl Hub {
                     .collect()
             })
             .unwrap_or_default();
-        out.sort_by_key(|d| d.seq);
-        Ok(out)
+        deposits.sort_by_key(|d| d.seq);
+        Ok(Deposits {
+            deposits,
+            count,
+            height: a.height,
+        })
     }
 
     /// The height at which `nonce` of `chain` settled on the hub, if it did.

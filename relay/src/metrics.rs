@@ -17,6 +17,7 @@
 //! | `pending_hub_calls` | gauge | hub calls not yet in a batch (at most 1000 counted) |
 //! | `oldest_pending_call_age_seconds` | gauge | seconds since the window of the oldest such call ended |
 //! | `hub_cursor_lag_blocks` | gauge | hub blocks whose deposits are not credited on Tally yet |
+//! | `hub_deposit_answers_refused_total{reason}` | counter | hub deposit answers this relay refused to hand in, by [`Refusal`] |
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -75,6 +76,35 @@ impl EncodeLabelValue for Outcome {
     }
 }
 
+/// Why a hub deposit answer was refused (the `reason` label).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Refusal {
+    /// Answered from a height below the range's end (a lagging node).
+    Stale,
+    /// Its list and deposit count are not a message the chain would
+    /// credit (a short list, or a count that does not fit the cursor).
+    Inconsistent,
+}
+
+impl Refusal {
+    /// Every reason, in a fixed order.
+    pub const ALL: [Refusal; 2] = [Refusal::Stale, Refusal::Inconsistent];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Refusal::Stale => "stale",
+            Refusal::Inconsistent => "inconsistent",
+        }
+    }
+}
+
+impl EncodeLabelValue for Refusal {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        EncodeLabelValue::encode(&self.as_str(), encoder)
+    }
+}
+
 /// Which retry layer (the `layer` label).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Layer {
@@ -95,6 +125,11 @@ impl EncodeLabelValue for Layer {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct OutcomeLabel {
     outcome: Outcome,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: Refusal,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -120,6 +155,7 @@ pub struct RelayMetrics {
     oldest_pending_call_age: Gauge,
     hub_cursor_lag: Gauge,
     hub_circuit_state: Family<EndpointLabel, Gauge>,
+    refused_answers: Family<ReasonLabel, Counter>,
 }
 
 impl RelayMetrics {
@@ -131,6 +167,10 @@ impl RelayMetrics {
             let _ = submissions.get_or_create(&OutcomeLabel { outcome });
         }
         let retries = Family::<LayerLabel, Counter>::default();
+        let refused_answers = Family::<ReasonLabel, Counter>::default();
+        for reason in Refusal::ALL {
+            let _ = refused_answers.get_or_create(&ReasonLabel { reason });
+        }
         let m = Self {
             transport_retries: retries.get_or_create_owned(&LayerLabel {
                 layer: Layer::Transport,
@@ -145,6 +185,7 @@ impl RelayMetrics {
             oldest_pending_call_age: Gauge::default(),
             hub_cursor_lag: Gauge::default(),
             hub_circuit_state: Family::default(),
+            refused_answers,
         };
         registry.register(
             "relay_submissions",
@@ -186,7 +227,19 @@ impl RelayMetrics {
             "Hub blocks whose deposits are not credited on Tally yet",
             m.hub_cursor_lag.clone(),
         );
+        registry.register(
+            "hub_deposit_answers_refused",
+            "Hub deposit answers this relay refused to hand in, by reason",
+            m.refused_answers.clone(),
+        );
         m
+    }
+
+    /// A hub deposit answer was refused for `reason`.
+    pub fn refused_answer(&self, reason: Refusal) {
+        self.refused_answers
+            .get_or_create(&ReasonLabel { reason })
+            .inc();
     }
 
     /// One submission ended with `outcome`.

@@ -10,15 +10,15 @@ use prost::Message;
 use tally_abci::TallyApp;
 use tally_client::HttpTransport;
 use tally_hub_types::{hub_tx, HubTx, SubmitBatch};
-use tally_settlement::proto::{BatchRecord, HubBlock, HubResult, SyncState};
+use tally_settlement::proto::{BatchRecord, HubResult, SyncState};
 use tally_settlement::sync;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::config::RelayConfig;
 use crate::decide;
-use crate::hub::{Hub, HubError};
-use crate::metrics::RelayMetrics;
+use crate::hub::{Hub, HubError, Tip};
+use crate::metrics::{Refusal, RelayMetrics};
 use crate::submission::{InFlight, Submission};
 
 fn unix_now() -> u64 {
@@ -130,11 +130,13 @@ impl Relay {
         let Ok(p) = tally_settlement::params(kv) else {
             return;
         };
-        // The hub's tip, read once per poll for deposits and settlement.
+        // The hub's tip, read once per poll for deposits and settlement;
+        // the deposits are read on the endpoint that answered it.
         let tip = read_hub("tip", &self.hub, Hub::tip).await;
         if let Some(tip) = tip {
             self.deposits(kv, &p, tip).await;
         }
+        let tip = tip.map(|t| t.height);
         let Ok(st) = sync::sync_state(kv, &p.hub_chain) else {
             return;
         };
@@ -206,12 +208,16 @@ impl Relay {
     /// Deposits: the next fixed range of hub heights, once it is
     /// `confirmations` blocks deep, goes to the signer, as the next message
     /// of at most `max_block_deposits` deposits from the chain's sequence
-    /// cursor (see [`decide::deposit_message`]).
+    /// cursor with the hub's deposit count (see [`decide::hub_block`]).
+    /// The range is read on `tip`'s endpoint at `tip`'s height; an answer
+    /// from below the range's end, or one the chain would not credit (a
+    /// short list under its count), is refused and counted, never handed
+    /// in. A failed read abandons the step until the next poll.
     async fn deposits(
         &self,
         kv: &impl tally_store::KvRead,
         p: &tally_settlement::Params,
-        tip: u64,
+        tip: Tip,
     ) {
         let chain = p.hub_chain.as_str();
         let Ok(sync::HubCursor {
@@ -223,22 +229,51 @@ impl Relay {
         };
         let range = p.hub_block_range;
         self.metrics
-            .set_cursor_lag(tip.saturating_sub(cursor.saturating_sub(1)));
-        let Some((from, to)) = decide::deposit_range(cursor, range, tip, self.cfg.confirmations)
+            .set_cursor_lag(tip.height.saturating_sub(cursor.saturating_sub(1)));
+        let Some((from, to)) =
+            decide::deposit_range(cursor, range, tip.height, self.cfg.confirmations)
         else {
             return;
         };
-        if let Some(deposits) = read_hub("deposits", &self.hub, move |h| h.deposits(from, to)).await
-        {
-            let (deposits, more) =
-                decide::deposit_message(deposits, deposit_seq, p.max_block_deposits as usize);
-            self.app.hand_in(HubBlock {
-                chain: chain.to_string(),
-                from_height: from,
-                to_height: to,
-                deposits,
-                more,
-            });
+        let h = self.hub.clone();
+        let answer = match tokio::task::spawn_blocking(move || h.deposits(tip, from, to)).await {
+            Ok(Ok(a)) => a,
+            Ok(Err(e @ HubError::Stale { .. })) => {
+                self.metrics.refused_answer(Refusal::Stale);
+                tracing::warn!(endpoint = tip.endpoint, error = %e, "hub deposit answer refused: from a lagging node");
+                return;
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(endpoint = tip.endpoint, error = %e, "hub deposits not readable");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "hub read task failed");
+                return;
+            }
+        };
+        let block = decide::hub_block(
+            chain,
+            (from, to),
+            answer.deposits,
+            answer.count,
+            deposit_seq,
+            p.max_block_deposits as usize,
+        );
+        match sync::deposits::check_block(kv, p, &block) {
+            Ok(Ok(())) => self.app.hand_in(block),
+            Ok(Err(why)) => {
+                self.metrics.refused_answer(Refusal::Inconsistent);
+                tracing::warn!(
+                    endpoint = tip.endpoint,
+                    from,
+                    to,
+                    answer_height = answer.height,
+                    error = %why,
+                    "hub deposit answer refused: the chain would not credit it"
+                );
+            }
+            Err(e) => tracing::debug!(error = %e, "committed state not readable"),
         }
     }
 

@@ -274,6 +274,12 @@ pub struct HubBlock {
     /// moves the sequence cursor but not the height cursor.
     #[prost(bool, tag = "5")]
     pub more: bool,
+    /// The hub's cumulative deposit count through `to_height`: how many
+    /// deposits the hub ever made at heights up to and including it (the
+    /// sequence number of the last one). The same in every message of a
+    /// range; see `sync::deposits::check_count` for the rule.
+    #[prost(uint64, tag = "6")]
+    pub deposit_count: u64,
 }
 
 /// One deposit on the hub.

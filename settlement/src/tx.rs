@@ -64,7 +64,7 @@ pub fn peek_payload(tx: &[u8]) -> Option<(u64, usize)> {
 pub fn system_tx_bound(p: &Params, signers: usize, field: u64) -> usize {
     const PARTIAL: usize = 192; // index, kind, 32-byte digest, 96-byte signature, framing
     const DEPOSIT: usize = 96; // seq, user (<= 64 bytes), amount, framing
-    const SLACK: usize = 256; // chain name, heights, framing
+    const SLACK: usize = 256; // chain name, heights, more, deposit count, framing (~105 bytes)
     let msgs = p.max_block_messages as usize;
     match field {
         FIELD_PARTIALS => msgs.saturating_mul(

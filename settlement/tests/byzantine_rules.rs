@@ -242,11 +242,14 @@ fn dep(seq: u64, amount: u64) -> HubDeposit {
     }
 }
 
+/// Hub range `from..=from+9` with `deposits`; its deposit count is the
+/// last one's seq (one more with `more`), or 0 without deposits.
 fn range(from: u64, deposits: Vec<HubDeposit>, more: bool) -> HubBlock {
     HubBlock {
         chain: "hub".into(),
         from_height: from,
         to_height: from + 9,
+        deposit_count: deposits.last().map_or(0, |d| d.seq + u64::from(more)),
         deposits,
         more,
     }
@@ -945,6 +948,27 @@ fn hub_block_off_the_cursor_or_with_bad_deposits_is_not_awaited() {
             },
         ),
         ("sequence gap", range(1, vec![dep(2, 1)], false)),
+        (
+            "count above the list (a short answer)",
+            HubBlock {
+                deposit_count: 2,
+                ..good.clone()
+            },
+        ),
+        (
+            "count below the list",
+            HubBlock {
+                deposit_count: 0,
+                ..good.clone()
+            },
+        ),
+        (
+            "more without a further deposit counted",
+            HubBlock {
+                deposit_count: 2,
+                ..range(1, vec![dep(1, 1), dep(2, 1)], true)
+            },
+        ),
         ("zero amount", range(1, vec![dep(1, 0)], false)),
         (
             "bad user",
@@ -970,11 +994,16 @@ fn hub_block_off_the_cursor_or_with_bad_deposits_is_not_awaited() {
 fn deposit_burst_split_into_full_more_messages_is_credited_once() {
     let mut env = Env::new(cap2());
     // Five deposits in hub range 1..10, cap 2: [1,2]+more, [3,4]+more, [5].
+    // Every part carries the range's count, 5.
     let parts = [
         range(1, vec![dep(1, 10), dep(2, 20)], true),
         range(1, vec![dep(3, 30), dep(4, 40)], true),
         range(1, vec![dep(5, 50)], false),
-    ];
+    ]
+    .map(|b| HubBlock {
+        deposit_count: 5,
+        ..b
+    });
     let signed = |env: &Env, b: &HubBlock| {
         let d = block_digest(b);
         partials_tx(SubmitPartials {

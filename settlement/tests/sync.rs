@@ -211,6 +211,7 @@ fn hub_deposits_are_credited_once_over_consecutive_ranges() {
         to_height: 10,
         deposits: vec![dep(1, "alice", 50), dep(2, "carol", 7)],
         more: false,
+        deposit_count: 2,
     };
     env.block(vec![partials_tx(block_partials(&env, &b1, &[0, 1, 2]))], 1);
     assert_eq!(balance(&env, "alice"), 1050);
@@ -232,6 +233,7 @@ fn hub_deposits_are_credited_once_over_consecutive_ranges() {
         to_height: 20,
         deposits: vec![dep(4, "alice", 1)],
         more: false,
+        deposit_count: 4,
     };
     let off = HubBlock {
         chain: "hub".into(),
@@ -239,6 +241,7 @@ fn hub_deposits_are_credited_once_over_consecutive_ranges() {
         to_height: 21,
         deposits: vec![],
         more: false,
+        deposit_count: 2,
     };
     env.block(
         vec![
@@ -261,6 +264,7 @@ fn hub_deposits_are_credited_once_over_consecutive_ranges() {
         to_height: 20,
         deposits: vec![],
         more: false,
+        deposit_count: 2,
     };
     env.block(
         vec![partials_tx(block_partials(&env, &empty, &[0, 1, 3]))],
@@ -274,6 +278,69 @@ fn hub_deposits_are_credited_once_over_consecutive_ranges() {
         }
     );
     assert_eq!(balance(&env, "alice"), 1050);
+}
+
+/// A lagging or lying hub node answers range 1..=10 with a short but
+/// gap-free list (seq 1 of 2) and the hub's true count through height 10
+/// (2): signed by t validators, the message is still not credited, and
+/// the chain's own check says why. The complete list is credited.
+#[test]
+fn a_short_deposit_list_whose_count_does_not_match_is_not_credited() {
+    let mut env = Env::new();
+    let dep = |seq, user: &str, amount| HubDeposit {
+        seq,
+        user: user.into(),
+        amount,
+    };
+    let short = HubBlock {
+        chain: "hub".into(),
+        from_height: 1,
+        to_height: 10,
+        deposits: vec![dep(1, "carol", 5)],
+        more: false,
+        deposit_count: 2,
+    };
+    let p = tally_settlement::params(&env.kv).unwrap();
+    assert_eq!(
+        sync::deposits::check_block(&env.kv, &p, &short).unwrap(),
+        Err(sync::deposits::BlockRefusal::Count {
+            count: 2,
+            credited: 1,
+            more: false
+        })
+    );
+    let r = env.block(
+        vec![partials_tx(block_partials(&env, &short, &[0, 1, 2]))],
+        1,
+    );
+    assert_eq!(r.last().unwrap().0, Code::Ok, "{r:?}");
+    assert!(r.last().unwrap().1.contains("0 partial"), "{r:?}");
+    assert_eq!(balance(&env, "carol"), 0);
+    assert_eq!(
+        sync::hub_cursor(&env.kv, "hub").unwrap(),
+        HubCursor {
+            height: 1,
+            deposit_seq: 1
+        }
+    );
+    // The complete answer for the same range is credited.
+    let full = HubBlock {
+        deposits: vec![dep(1, "carol", 5), dep(2, "dave", 6)],
+        ..short
+    };
+    env.block(
+        vec![partials_tx(block_partials(&env, &full, &[0, 1, 2]))],
+        1,
+    );
+    assert_eq!(balance(&env, "carol"), 5);
+    assert_eq!(balance(&env, "dave"), 6);
+    assert_eq!(
+        sync::hub_cursor(&env.kv, "hub").unwrap(),
+        HubCursor {
+            height: 11,
+            deposit_seq: 3
+        }
+    );
 }
 
 fn partials_tx(p: SubmitPartials) -> Vec<u8> {

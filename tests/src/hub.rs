@@ -9,7 +9,8 @@
 //! and hands in `HubResult { settled: true }` once the hub shows the nonce
 //! settled, and hands in the next hub-block message of the range at the
 //! chain's deposit cursor, split at `max_block_deposits` by
-//! [`deposit_message`], an oracle written apart from the relay's.
+//! [`deposit_message`], an oracle written apart from the relay's, with the
+//! hub's cumulative deposit count through the range's end.
 
 use std::collections::BTreeMap;
 
@@ -48,6 +49,12 @@ impl Hub {
             },
         ));
         seq
+    }
+
+    /// The hub's cumulative deposit count through `height`: every deposit
+    /// at or below it.
+    pub fn count_through(&self, height: u64) -> u64 {
+        self.deposits.iter().filter(|(h, _)| *h <= height).count() as u64
     }
 
     /// Credits deposited for each user.
@@ -97,6 +104,7 @@ impl Hub {
                 to_height: to,
                 deposits,
                 more,
+                deposit_count: self.count_through(to),
             }));
         }
         Ok(out)

@@ -118,7 +118,7 @@ fn run() -> anyhow::Result<Vec<String>> {
             let cur = query(&net, "/sync/hub");
             let from = cur["hub_cursor"].as_u64().unwrap_or(1);
             let seq = cur["next_deposit_seq"].as_u64().unwrap_or(1);
-            let deposits = (0..(h % 3))
+            let deposits: Vec<HubDeposit> = (0..(h % 3))
                 .map(|i| HubDeposit {
                     seq: seq + i,
                     user: traffic.users[(h + i) as usize % traffic.users.len()].clone(),
@@ -129,6 +129,7 @@ fn run() -> anyhow::Result<Vec<String>> {
                 chain: "hub".into(),
                 from_height: from,
                 to_height: from + 3,
+                deposit_count: seq - 1 + deposits.len() as u64,
                 deposits,
                 more: false,
             };

@@ -26,6 +26,7 @@ fn names_labels_and_values_are_the_documented_ones() {
     r.set_sync(5, 1, 2);
     r.set_pending(4, 30);
     r.set_cursor_lag(7);
+    r.refused_answer(Refusal::Stale);
     r.set_circuit_state("http://127.0.0.1:26757", 2);
     r.set_circuit_state("http://127.0.0.1:1", 0);
     let text = m.encode();
@@ -47,6 +48,14 @@ fn names_labels_and_values_are_the_documented_ones() {
         ("tally_oldest_pending_call_age_seconds", 30.0),
         ("tally_hub_cursor_lag_blocks", 7.0),
         (
+            "tally_hub_deposit_answers_refused_total{reason=\"stale\"}",
+            1.0,
+        ),
+        (
+            "tally_hub_deposit_answers_refused_total{reason=\"inconsistent\"}",
+            0.0,
+        ),
+        (
             "tally_hub_circuit_state{endpoint=\"http://127.0.0.1:26757\"}",
             2.0,
         ),
@@ -67,6 +76,7 @@ fn names_labels_and_values_are_the_documented_ones() {
         "# TYPE tally_pending_hub_calls gauge",
         "# TYPE tally_oldest_pending_call_age_seconds gauge",
         "# TYPE tally_hub_cursor_lag_blocks gauge",
+        "# TYPE tally_hub_deposit_answers_refused_total counter",
     ] {
         assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
     }

@@ -8,7 +8,9 @@
 //! `max_block_deposits` deposits: a range holding more is credited in
 //! several messages over the same heights, each exactly full and marked
 //! `more` except the last, so a burst of deposits costs more messages,
-//! never a bigger one.
+//! never a bigger one. Each message also carries the hub's cumulative
+//! deposit count through the range's end ([`check_count`]): a hub answer
+//! that left deposits out of the range is refused, not credited short.
 
 use tally_store::{Kv, KvRead};
 
@@ -21,35 +23,151 @@ use crate::state::chain::{balance, put_balance};
 use crate::state::sync::{hub_cursor, put_deposit_seq, put_hub_height};
 use crate::types::Event;
 
-/// Whether the chain waits for a signature on hub block `b` with `digest`:
-/// the hub chain's next range, deposits numbered on from the cursor, each
-/// positive and for a valid user, at most `max_block_deposits` of them and
-/// exactly that many when `more` is set.
-pub fn awaits_block(
+/// Why the chain does not wait for a signature on a hub block: it is not
+/// the message an honest relay would build for the chain's cursor.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BlockRefusal {
+    /// Another hub chain, or not the fixed range at the cursor.
+    #[error("hub block {chain}:{from}..={to} is not the next range ({want_chain}:{want_from}..={want_to})")]
+    NotNextRange {
+        /// The block's chain.
+        chain: String,
+        /// The block's first height.
+        from: u64,
+        /// The block's last height.
+        to: u64,
+        /// The chain's hub chain.
+        want_chain: String,
+        /// The cursor.
+        want_from: u64,
+        /// The cursor's range end.
+        want_to: u64,
+    },
+    /// More than `max_block_deposits`, or fewer with `more` set.
+    #[error("hub block carries {len} deposits with more={more}; the cap is {cap} (exactly {cap} when more)")]
+    Size {
+        /// Deposits carried.
+        len: usize,
+        /// The block's `more`.
+        more: bool,
+        /// `max_block_deposits`.
+        cap: usize,
+    },
+    /// A deposit out of sequence, of zero credits, or for a bad user.
+    #[error("deposit {index} of the hub block: seq {seq} (want {want}), amount {amount}, user {user:?}: not gap-free from the cursor, zero, or not a valid user")]
+    Deposit {
+        /// Position in the message.
+        index: usize,
+        /// Its sequence number.
+        seq: u64,
+        /// The one expected there.
+        want: u64,
+        /// Its amount.
+        amount: u64,
+        /// Its user.
+        user: String,
+    },
+    /// `deposit_count` disagrees with what crediting the message leaves
+    /// credited: the list is short (or the count wrong).
+    #[error("hub block deposit_count {count} with more={more}, but crediting it leaves {credited} deposits credited: the count must equal that when more=false and exceed it when more=true")]
+    Count {
+        /// The block's `deposit_count`.
+        count: u64,
+        /// Deposits credited on the chain once this message is.
+        credited: u64,
+        /// The block's `more`.
+        more: bool,
+    },
+}
+
+/// The deposit-count rule for block `b` when the chain expects sequence
+/// number `next_seq` next (so `next_seq - 1` deposits are credited): once
+/// `b` is credited, `next_seq - 1 + len` are. The final message of a range
+/// (`more == false`) must say exactly that many deposits exist through
+/// `to_height`; a `more == true` message promises at least one further
+/// deposit in the range, so its count must be strictly larger. A hub
+/// answer that lists fewer deposits than its count is thus never credited
+/// as complete, and the chunks of one range agree with its last message.
+pub fn check_count(next_seq: u64, b: &HubBlock) -> Result<(), BlockRefusal> {
+    let credited = next_seq
+        .saturating_sub(1)
+        .saturating_add(b.deposits.len() as u64);
+    let ok = if b.more {
+        b.deposit_count > credited
+    } else {
+        b.deposit_count == credited
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(BlockRefusal::Count {
+            count: b.deposit_count,
+            credited,
+            more: b.more,
+        })
+    }
+}
+
+/// Whether hub block `b` is the message the chain waits for (digest
+/// aside): the hub chain's next range, deposits numbered on from the
+/// cursor, each positive and for a valid user, at most
+/// `max_block_deposits` of them and exactly that many when `more` is set,
+/// and a `deposit_count` that meets [`check_count`]. The outer `Result` is
+/// the store; the inner one says why `b` is refused.
+pub fn check_block(
     kv: &impl KvRead,
     p: &Params,
     b: &HubBlock,
-    digest: &[u8; 32],
-) -> Result<bool, Fatal> {
+) -> Result<Result<(), BlockRefusal>, Fatal> {
     let cursor = hub_cursor(kv, &p.hub_chain)?;
-    let fixed = b.chain == p.hub_chain
-        && b.from_height == cursor.height
-        && b.to_height == cursor.height.saturating_add(p.hub_block_range - 1);
+    let want_to = cursor.height.saturating_add(p.hub_block_range - 1);
+    if !(b.chain == p.hub_chain && b.from_height == cursor.height && b.to_height == want_to) {
+        return Ok(Err(BlockRefusal::NotNextRange {
+            chain: b.chain.clone(),
+            from: b.from_height,
+            to: b.to_height,
+            want_chain: p.hub_chain.clone(),
+            want_from: cursor.height,
+            want_to,
+        }));
+    }
     let cap = p.max_block_deposits as usize;
     let sized = if b.more {
         b.deposits.len() == cap
     } else {
         b.deposits.len() <= cap
     };
-    if !(fixed && sized) {
-        return Ok(false);
+    if !sized {
+        return Ok(Err(BlockRefusal::Size {
+            len: b.deposits.len(),
+            more: b.more,
+            cap,
+        }));
     }
-    let gap_free = b.deposits.iter().enumerate().all(|(i, d)| {
-        d.seq == cursor.deposit_seq.saturating_add(i as u64)
-            && d.amount > 0
-            && ident::check_party("user", &d.user).is_ok()
-    });
-    Ok(gap_free && block_digest(b) == *digest)
+    for (i, d) in b.deposits.iter().enumerate() {
+        let want = cursor.deposit_seq.saturating_add(i as u64);
+        if d.seq != want || d.amount == 0 || ident::check_party("user", &d.user).is_err() {
+            return Ok(Err(BlockRefusal::Deposit {
+                index: i,
+                seq: d.seq,
+                want,
+                amount: d.amount,
+                user: d.user.clone(),
+            }));
+        }
+    }
+    Ok(check_count(cursor.deposit_seq, b))
+}
+
+/// Whether the chain waits for a signature on hub block `b` with `digest`:
+/// [`check_block`] accepts it and `digest` is its digest.
+pub fn awaits_block(
+    kv: &impl KvRead,
+    p: &Params,
+    b: &HubBlock,
+    digest: &[u8; 32],
+) -> Result<bool, Fatal> {
+    Ok(check_block(kv, p, b)?.is_ok() && block_digest(b) == *digest)
 }
 
 /// A hub block signed by t validators: its deposits are credited once and
@@ -81,4 +199,51 @@ pub fn credit_deposits(kv: &mut impl Kv, b: &HubBlock) -> Result<Event, Fatal> {
             ("credited", credited.to_string()),
         ],
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::HubDeposit;
+
+    /// `n` deposits numbered from `first`.
+    fn block(first: u64, n: u64, more: bool, count: u64) -> HubBlock {
+        HubBlock {
+            chain: "hub".into(),
+            from_height: 1,
+            to_height: 10,
+            deposits: (first..first + n)
+                .map(|seq| HubDeposit {
+                    seq,
+                    user: "u".into(),
+                    amount: 1,
+                })
+                .collect(),
+            more,
+            deposit_count: count,
+        }
+    }
+
+    #[test]
+    fn the_count_is_exact_for_a_last_message_and_larger_for_a_chunk() {
+        // 4 credited before (next seq 5); the message lists 5..=7.
+        assert_eq!(check_count(5, &block(5, 3, false, 7)), Ok(()));
+        for count in [6, 8, 0] {
+            assert_eq!(
+                check_count(5, &block(5, 3, false, count)),
+                Err(BlockRefusal::Count {
+                    count,
+                    credited: 7,
+                    more: false
+                })
+            );
+        }
+        assert_eq!(check_count(5, &block(5, 3, true, 8)), Ok(()));
+        assert_eq!(check_count(5, &block(5, 3, true, 900)), Ok(()));
+        assert!(check_count(5, &block(5, 3, true, 7)).is_err());
+        // An empty last message: the count is what is already credited.
+        assert_eq!(check_count(5, &block(5, 0, false, 4)), Ok(()));
+        assert!(check_count(5, &block(5, 0, false, 5)).is_err());
+        assert_eq!(check_count(1, &block(5, 0, false, 0)), Ok(()));
+    }
 }

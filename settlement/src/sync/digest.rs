@@ -39,11 +39,12 @@ pub fn result_digest(r: &HubResult) -> [u8; 32] {
 /// The digest validators sign for a hub block.
 pub fn block_digest(b: &HubBlock) -> [u8; 32] {
     let mut h = Sha256::new();
-    h.update(b"tally/hub-block/v2");
+    h.update(b"tally/hub-block/v3");
     put_str(&mut h, &b.chain);
     h.update(b.from_height.to_be_bytes());
     h.update(b.to_height.to_be_bytes());
     h.update([u8::from(b.more)]);
+    h.update(b.deposit_count.to_be_bytes());
     h.update((b.deposits.len() as u64).to_be_bytes());
     for d in &b.deposits {
         h.update(d.seq.to_be_bytes());

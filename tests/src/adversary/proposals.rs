@@ -56,8 +56,8 @@ impl Stuffer {
 
 /// A hub block for the range the chain waits on, from its deposit cursor:
 /// `count` deposits to `user-0` (amounts from `seed`), with `more` as
-/// given. Well-formed, so the chain recognises it as awaited; no hub ever
-/// produced it.
+/// given, and a deposit count that fits them. Well-formed, so the chain
+/// recognises it as awaited; no hub ever produced it.
 pub fn forged_block(ctx: &Ctx<'_>, seed: u64, count: u64, more: bool) -> HubBlock {
     let p = ctx.params();
     let cursor =
@@ -77,6 +77,7 @@ pub fn forged_block(ctx: &Ctx<'_>, seed: u64, count: u64, more: bool) -> HubBloc
             })
             .collect(),
         more,
+        deposit_count: cursor.deposit_seq - 1 + count + u64::from(more),
     }
 }
 

@@ -133,11 +133,14 @@ fn dep(seq: u64, user: &str, amount: u64) -> HubDeposit {
     }
 }
 
+/// Hub range `from..=from+9` with `deposits`; its deposit count is the
+/// last one's seq (one more with `more`), or 0 without deposits.
 fn hub_block(from: u64, deposits: Vec<HubDeposit>, more: bool) -> HubBlock {
     HubBlock {
         chain: "hub".into(),
         from_height: from,
         to_height: from + 9,
+        deposit_count: deposits.last().map_or(0, |d| d.seq + u64::from(more)),
         deposits,
         more,
     }

@@ -70,6 +70,16 @@ impl Sim {
                     && !d.user.is_empty()
                     && d.user.bytes().all(|c| c.is_ascii_alphanumeric())
             })
+            && {
+                // The hub's count: exactly what is credited after this
+                // message when it is the range's last, more when `more`.
+                let credited = self.seq - 1 + b.deposits.len() as u64;
+                if b.more {
+                    b.deposit_count > credited
+                } else {
+                    b.deposit_count == credited
+                }
+            }
     }
 
     /// Whether the chain now waits for pool message `m`.

@@ -59,6 +59,7 @@ async fn a_deposit_range_waits_for_its_confirmation_depth() {
             to_height: 10,
             deposits: vec![dep(1, "alice", 5), dep(2, "bob", 7)],
             more: false,
+            deposit_count: 2,
         }]
     );
 }
@@ -86,6 +87,7 @@ async fn a_range_the_cursor_moved_past_is_neither_read_nor_held() {
             to_height: 20,
             deposits: vec![dep(3, "carol", 9), dep(4, "dave", 11)],
             more: false,
+            deposit_count: 4,
         }]
     );
     let ranges: Vec<String> = hub
@@ -120,6 +122,7 @@ async fn hand_ins_stay_within_their_caps() {
         [dep(1, "u", 10), dep(2, "u", 20), dep(3, "u", 30)]
     );
     assert!(blocks[0].more);
+    assert_eq!(blocks[0].deposit_count, 4);
     // 70 attempts of nonce 7 each seen settled: 70 distinct results handed
     // in, of which the inbox keeps the newest MAX_HELD (64): attempts 7..=70.
     hub.with(|s| {
@@ -170,4 +173,119 @@ async fn a_refused_or_garbled_deposit_answer_is_not_handed_in() {
             .count(),
         3
     );
+}
+
+fn refused(m: &Metrics, reason: &str) -> Option<f64> {
+    sample(
+        &m.encode(),
+        &format!("tally_hub_deposit_answers_refused_total{{reason=\"{reason}\"}}"),
+    )
+}
+
+/// The range is read at the tip's height, and an answer from below the
+/// range's end (a node that has not committed it: its list may be short)
+/// is refused and counted, never handed in.
+#[tokio::test]
+async fn an_answer_from_below_the_range_end_is_refused() {
+    let hub = FakeHub::start(Script {
+        answer_height: Some(9),
+        ..deposits_script(40)
+    });
+    let backend = chain_with_cursor(&Params::default(), 1, 1);
+    let app = app(&backend);
+    let metrics = Metrics::new("tally");
+    let mut r = relay(app.clone(), config(vec![hub.url.clone()]), &metrics);
+    r.poll().await;
+    assert!(app.held().blocks().is_empty());
+    assert_eq!(refused(&metrics, "stale"), Some(1.0));
+    // The deposits were asked for at the tip just read (the other queries
+    // of the poll are at the latest height, "0").
+    let asked: Vec<(String, String)> = hub.with(|s| {
+        s.log
+            .iter()
+            .filter(|l| l.starts_with("query"))
+            .cloned()
+            .zip(s.query_heights.clone())
+            .collect()
+    });
+    assert_eq!(asked[0], ("query /deposits/1/10".into(), "40".into()));
+    // An answer from the range's end on is taken.
+    hub.with(|s| s.answer_height = Some(10));
+    r.poll().await;
+    assert_eq!(app.held().blocks().len(), 1);
+    assert_eq!(app.held().blocks()[0].deposit_count, 2);
+    assert_eq!(refused(&metrics, "stale"), Some(1.0));
+}
+
+/// The tip and the range come from one endpoint: the primary answers its
+/// tip (40) but fails the deposit read, and the step is abandoned instead
+/// of asking the lagging second endpoint (tip 5, which knows only
+/// deposit 1 of range 1..=10). The next step starts at the second
+/// endpoint, whose tip is too low for the range; the one after goes back
+/// to the primary.
+#[tokio::test]
+async fn the_tip_and_the_range_come_from_one_endpoint() {
+    let primary = FakeHub::start(Script {
+        deposits_unavailable: true,
+        ..deposits_script(40)
+    });
+    let lagging = FakeHub::start(Script {
+        tip: 5,
+        deposits: vec![(2, dep(1, "alice", 5))],
+        ..Script::default()
+    });
+    let backend = chain_with_cursor(&Params::default(), 1, 1);
+    let app = app(&backend);
+    let metrics = Metrics::new("tally");
+    let cfg = config(vec![primary.url.clone(), lagging.url.clone()]);
+    let mut r = relay(app.clone(), cfg, &metrics);
+    r.poll().await;
+    assert!(app.held().blocks().is_empty());
+    let deposit_reads = |h: &FakeHub| {
+        h.log()
+            .iter()
+            .filter(|l| l.starts_with("query /deposits"))
+            .count()
+    };
+    assert_eq!((deposit_reads(&primary), deposit_reads(&lagging)), (1, 0));
+    r.poll().await;
+    assert!(app.held().blocks().is_empty());
+    assert_eq!(lagging.log().first().map(String::as_str), Some("status"));
+    assert_eq!((deposit_reads(&primary), deposit_reads(&lagging)), (1, 0));
+    primary.with(|s| s.deposits_unavailable = false);
+    r.poll().await;
+    assert_eq!(
+        app.held().blocks(),
+        [HubBlock {
+            chain: CHAIN.into(),
+            from_height: 1,
+            to_height: 10,
+            deposits: vec![dep(1, "alice", 5), dep(2, "bob", 7)],
+            more: false,
+            deposit_count: 2,
+        }]
+    );
+    assert_eq!((deposit_reads(&primary), deposit_reads(&lagging)), (2, 0));
+}
+
+/// A list the hub's own count says is short (2 listed, 3 counted through
+/// the range's end) is refused before it is handed in: the chain would
+/// not credit it either.
+#[tokio::test]
+async fn a_short_list_under_its_count_is_not_handed_in() {
+    let hub = FakeHub::start(Script {
+        count_override: Some(3),
+        ..deposits_script(40)
+    });
+    let backend = chain_with_cursor(&Params::default(), 1, 1);
+    let app = app(&backend);
+    let metrics = Metrics::new("tally");
+    let mut r = relay(app.clone(), config(vec![hub.url.clone()]), &metrics);
+    r.poll().await;
+    assert!(app.held().blocks().is_empty());
+    assert_eq!(refused(&metrics, "inconsistent"), Some(1.0));
+    assert_eq!(refused(&metrics, "stale"), Some(0.0));
+    hub.with(|s| s.count_override = None);
+    r.poll().await;
+    assert_eq!(app.held().blocks().len(), 1);
 }

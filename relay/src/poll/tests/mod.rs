@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tally_abci::{Halt, TallyApp};
 use tally_client::RetryPolicy;
-use tally_settlement::proto::{HubCall, HubDeposit};
+use tally_settlement::proto::{HubBlock, HubCall, HubDeposit};
 use tally_settlement::state::{chain as chain_state, sync as sync_state};
 use tally_settlement::{BatchStatus, Params};
 use tally_store::{Backend, MemBackend, Pending};
@@ -68,6 +68,14 @@ struct Script {
     refuse_last_nonce: bool,
     /// Overrides every `/deposits` answer: (code, raw value).
     deposits_answer: Option<(u32, &'static str)>,
+    /// `/deposits` queries answer HTTP 503 (the endpoint fails the read).
+    deposits_unavailable: bool,
+    /// The `deposit_count` of `/deposits` answers instead of the true one.
+    count_override: Option<u64>,
+    /// The height `abci_query` answers say they are from instead of `tip`.
+    answer_height: Option<u64>,
+    /// The `height` parameter of every `abci_query`, in arrival order.
+    query_heights: Vec<String>,
     /// "status", "query <path>", "broadcast", in arrival order.
     log: Vec<String>,
     /// Base64 of every transaction broadcast.
@@ -86,6 +94,10 @@ impl Default for Script {
                 deliver: 0,
             },
             deposits_answer: None,
+            deposits_unavailable: false,
+            count_override: None,
+            answer_height: None,
+            query_heights: Vec::new(),
             refuse_last_nonce: false,
             log: Vec::new(),
             txs: Vec::new(),
@@ -110,7 +122,11 @@ fn query_answer(s: &Script, path: &str) -> (u32, Option<Value>) {
                 .filter(|(h, _)| (from..=to).contains(h))
                 .map(|(_, d)| json!({"seq": d.seq, "user": d.user, "amount": d.amount}))
                 .collect();
-            (0, Some(json!({ "deposits": d })))
+            // The hub's cumulative count: every deposit at or below `to`.
+            let count = s
+                .count_override
+                .unwrap_or_else(|| s.deposits.iter().filter(|(h, _)| *h <= to).count() as u64);
+            (0, Some(json!({ "deposits": d, "deposit_count": count })))
         }
         _ => (20, None),
     }
@@ -131,6 +147,11 @@ fn answer(s: &mut Script, req: &Value) -> (u16, Value) {
         "abci_query" => {
             let path = req["params"]["path"].as_str().unwrap_or("").to_string();
             s.log.push(format!("query {path}"));
+            s.query_heights
+                .push(req["params"]["height"].as_str().unwrap_or("").to_string());
+            if s.deposits_unavailable && path.starts_with("/deposits") {
+                return (503, json!({}));
+            }
             let (code, value) = match s.deposits_answer {
                 Some((code, raw)) if path.starts_with("/deposits") => (code, b64(raw.as_bytes())),
                 _ => {
@@ -141,8 +162,9 @@ fn answer(s: &mut Script, req: &Value) -> (u16, Value) {
                     )
                 }
             };
+            let height = s.answer_height.unwrap_or(s.tip);
             ok(json!({"response": {"code": code, "log": "", "value": value,
-                                   "height": s.tip.to_string()}}))
+                                   "height": height.to_string()}}))
         }
         "broadcast_tx_commit" => {
             s.log.push("broadcast".into());

@@ -91,6 +91,8 @@ async fn hub_result_codes_are_handled_as_documented() {
         (ok(0, 4), "already_settled", false),
         (Answer::InCache, "in_cache", false),
         (ok(0, 3), "refused", true),
+        // The hub cannot pay the batch in full: refused whole, not settled.
+        (ok(0, 8), "refused", true),
         (ok(2, 0), "refused", true),
         (ok(0, 16), "refused", true),
         (ok(0, 77), "refused", true),
