@@ -27,6 +27,12 @@ fn setup() -> Pending {
             name: "gw".into(),
             pubkey: hex::encode(gw_key().verifying_key().to_bytes()),
         }],
+        allowances: vec![tally_settlement::AllowanceEntry {
+            user: "u:1".into(),
+            gateway: "gw".into(),
+            max_per_window: 1,
+            expires_at: T0 + 3600,
+        }],
         ..Genesis::default()
     };
     init_chain(&mut p, CHAIN, &g).unwrap();

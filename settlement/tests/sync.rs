@@ -49,6 +49,12 @@ impl Env {
                 user: "alice".into(),
                 amount: 1000,
             }],
+            allowances: vec![tally_settlement::AllowanceEntry {
+                user: "alice".into(),
+                gateway: "gw".into(),
+                max_per_window: u64::MAX,
+                expires_at: u64::MAX,
+            }],
             dkg: Some(DkgGenesis {
                 threshold: 3,
                 group_key: hexk(&pubs.group),

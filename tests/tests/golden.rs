@@ -10,7 +10,8 @@
 //! (`max_close_per_block`); and again for issue 11: allowances (genesis
 //! allowances in state, their use per window), report ids scoped by
 //! gateway with the body hash, failed calls carrying amount 0 in the
-//! traffic. Any other change to them is a change of consensus behaviour
+//! traffic; the hub-block digest v3 with the hub's cumulative deposit
+//! count. Any other change to them is a change of consensus behaviour
 //! and must be deliberate.
 
 use tally_settlement::bls::deal;
@@ -25,15 +26,15 @@ const T0: i64 = 1_800_000_000;
 const GOLDEN: [(usize, &str); 3] = [
     (
         100,
-        "d1d4ae3e3369f024c0a73ff45eb57a2a7990446145f358ea12e3309d228b7e8e",
+        "dcf048f5600cd812991d2ece80e4524d2252fa5f23095806bd812ef2bdcc8c45",
     ),
     (
         500,
-        "239ab407e1222db52def1b637be9000bbc16c055e2341acda3a3c7163061e6df",
+        "4754072296a44432fb4b49dd2d5d88dd508bc787382dc5ede6dd43ed666c2254",
     ),
     (
         1000,
-        "e28c9a2f9b674e77224f71fa0c412a396139882ee34fd875b703f18343048ea5",
+        "af1458cf157892b07de3e6f7461ca2d5afcb70f2a022cf16278cfd1bcff9f5c3",
     ),
 ];
 

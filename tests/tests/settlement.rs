@@ -293,7 +293,7 @@ fn settle_everything_across_crashes(
         h += 1;
         let mut txs = Vec::new();
         if net.now < T0 + 200 && h.is_multiple_of(3) {
-            let recs: Vec<UsageRecord> = traffic.records(5, 7);
+            let recs: Vec<UsageRecord> = traffic.records(10, 7);
             charged += recs.iter().map(|r| r.amount).sum::<u64>();
             txs.push(traffic.report(recs, net.now as u64, 300));
         }
@@ -366,6 +366,7 @@ fn partials_below_threshold_expire() -> anyhow::Result<()> {
         .records(4, 5)
         .into_iter()
         .map(|mut r| {
+            r.outcome = Outcome::Ok as i32;
             r.amount = 2;
             r
         })
@@ -414,6 +415,7 @@ fn a_batch_is_signed_and_settled_with_one_validator_down() -> anyhow::Result<()>
         .records(8, 5)
         .into_iter()
         .map(|mut r| {
+            r.outcome = Outcome::Ok as i32;
             r.amount = 3;
             r
         })
