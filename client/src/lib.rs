@@ -35,4 +35,4 @@ pub use reporter::{Metrics, ReportError, ReportOutcome, Reporter, ReporterConfig
 pub use retry::{Failure, RetryError, RetryPolicy};
 pub use rpc::{RpcClient, RpcError};
 pub use tally_settlement::proto;
-pub use transport::{Broadcast, HttpTransport, Transport};
+pub use transport::{Broadcast, HttpTransport, Included, Transport};

@@ -171,6 +171,10 @@ pub struct Committed {
     pub code: u32,
     /// FinalizeBlock log.
     pub log: String,
+    /// CheckTx `data`, base64-decoded.
+    pub check_data: Vec<u8>,
+    /// FinalizeBlock `data`, base64-decoded.
+    pub data: Vec<u8>,
     /// Block height (0 when not included).
     pub height: u64,
     /// Transaction hash, hex.
@@ -196,6 +200,15 @@ impl Committed {
             &self.log
         }
     }
+
+    /// The `data` that goes with [`Committed::final_code`].
+    pub fn final_data(&self) -> &[u8] {
+        if self.check_code != 0 {
+            &self.check_data
+        } else {
+            &self.data
+        }
+    }
 }
 
 /// The outcome of `broadcast_tx_sync`: CheckTx's verdict.
@@ -205,6 +218,8 @@ pub struct Checked {
     pub code: u32,
     /// CheckTx log.
     pub log: String,
+    /// CheckTx `data`, base64-decoded.
+    pub data: Vec<u8>,
     /// Transaction hash, hex.
     pub hash: String,
 }
@@ -218,6 +233,8 @@ pub struct TxResult {
     pub code: u32,
     /// Its FinalizeBlock log.
     pub log: String,
+    /// Its FinalizeBlock `data`, base64-decoded.
+    pub data: Vec<u8>,
 }
 
 /// Timeouts, an answer size limit and a connection pool, shared by the
@@ -273,6 +290,19 @@ fn u32_field(v: &Value) -> u32 {
 
 fn str_field(v: &Value) -> String {
     v.as_str().unwrap_or("").to_string()
+}
+
+/// A base64 bytes field (CometBFT's encoding of `data`); empty if absent.
+fn bytes_field(method: &str, what: &str, v: &Value) -> Result<Vec<u8>, RpcError> {
+    match v.as_str() {
+        None | Some("") => Ok(Vec::new()),
+        Some(s) => base64::engine::general_purpose::STANDARD
+            .decode(s)
+            .map_err(|e| RpcError::Decode {
+                method: method.into(),
+                msg: format!("{what} is not base64: {e}"),
+            }),
+    }
 }
 
 fn b64(bytes: &[u8]) -> String {
@@ -406,12 +436,15 @@ impl RpcClient {
     /// `/broadcast_tx_commit`: waits until the transaction is in a block
     /// (or refused by CheckTx).
     pub fn broadcast_tx_commit(&self, tx: &[u8]) -> Result<Committed, RpcError> {
-        let r = self.call("broadcast_tx_commit", json!({ "tx": b64(tx) }))?;
+        let m = "broadcast_tx_commit";
+        let r = self.call(m, json!({ "tx": b64(tx) }))?;
         Ok(Committed {
             check_code: u32_field(&r["check_tx"]["code"]),
             check_log: str_field(&r["check_tx"]["log"]),
             code: u32_field(&r["tx_result"]["code"]),
             log: str_field(&r["tx_result"]["log"]),
+            check_data: bytes_field(m, "check_tx.data", &r["check_tx"]["data"])?,
+            data: bytes_field(m, "tx_result.data", &r["tx_result"]["data"])?,
             height: u64_field(&r["height"]),
             hash: str_field(&r["hash"]),
         })
@@ -423,6 +456,7 @@ impl RpcClient {
         Ok(Checked {
             code: u32_field(&r["code"]),
             log: str_field(&r["log"]),
+            data: bytes_field("broadcast_tx_sync", "data", &r["data"])?,
             hash: str_field(&r["hash"]),
         })
     }
@@ -435,6 +469,7 @@ impl RpcClient {
                 height: u64_field(&r["height"]),
                 code: u32_field(&r["tx_result"]["code"]),
                 log: str_field(&r["tx_result"]["log"]),
+                data: bytes_field("tx", "tx_result.data", &r["tx_result"]["data"])?,
             })),
             Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(e),

@@ -137,7 +137,9 @@ impl Submission {
             })
         };
         match r {
-            Ok(Broadcast::Result { code, log, height })
+            Ok(Broadcast::Result {
+                code, log, height, ..
+            })
                 if code == HubCode::Ok.value() || code == HubCode::AlreadySettled.value() =>
             {
                 self.metrics.submitted(if code == HubCode::Ok.value() {
