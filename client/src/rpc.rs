@@ -22,12 +22,14 @@ use std::time::Duration;
 use base64::Engine;
 use serde_json::{json, Value};
 
+use crate::redact::{redact_url, redact_urls_in};
 use crate::retry::Failure;
 
 /// Answers larger than this are refused ([`RpcError::TooLarge`]).
 pub const MAX_ANSWER_BYTES: u64 = 16 << 20;
 
-/// Why a call failed.
+/// Why a call failed. Endpoint URLs in it have their credentials hidden
+/// ([`redact_url`]).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RpcError {
     /// The node could not be reached, or the HTTP exchange broke off.
@@ -315,9 +317,14 @@ impl RpcClient {
         Connector::new(connect, timeout).client(url)
     }
 
-    /// The endpoint.
+    /// The endpoint, as configured (credentials included).
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The endpoint with any credentials hidden, for logs and messages.
+    pub fn shown_url(&self) -> String {
+        redact_url(&self.url)
     }
 
     /// Reads a body of at most the connector's limit.
@@ -327,12 +334,12 @@ impl RpcClient {
             .take(self.http.limit + 1)
             .read_to_end(&mut buf)
             .map_err(|e| RpcError::Transport {
-                url: self.url.clone(),
-                msg: e.to_string(),
+                url: self.shown_url(),
+                msg: redact_urls_in(&e.to_string()),
             })?;
         if buf.len() as u64 > self.http.limit {
             return Err(RpcError::TooLarge {
-                url: self.url.clone(),
+                url: self.shown_url(),
                 limit: self.http.limit,
             });
         }
@@ -355,8 +362,8 @@ impl RpcClient {
             }
             Err(e) => {
                 return Err(RpcError::Transport {
-                    url: self.url.clone(),
-                    msg: e.to_string(),
+                    url: self.shown_url(),
+                    msg: redact_urls_in(&e.to_string()),
                 })
             }
         };
@@ -365,13 +372,13 @@ impl RpcClient {
             (200..=299, Ok(v)) => self.unwrap_envelope(method, v),
             (200..=299, Err(e)) => Err(RpcError::Decode {
                 method: method.into(),
-                msg: format!("bad JSON from {}: {e}", self.url),
+                msg: format!("bad JSON from {}: {e}", self.shown_url()),
             }),
             (500, Ok(v)) if v.get("jsonrpc").is_some() && v.get("error").is_some() => {
                 self.unwrap_envelope(method, v)
             }
             _ => Err(RpcError::Http {
-                url: self.url.clone(),
+                url: self.shown_url(),
                 status,
                 retry_after,
                 body: String::from_utf8_lossy(&body).into_owned(),

@@ -280,3 +280,30 @@ fn malformed_and_oversized_answers_are_typed() {
     assert!(matches!(&e, RpcError::TooLarge { limit: 16, .. }), "{e:?}");
     assert_eq!(e.into_failure(), Failure::TooLarge);
 }
+
+#[test]
+fn errors_never_show_the_endpoints_credentials() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let url = format!("http://gw:s3cret@127.0.0.1:{port}/?api_key=K3Y");
+    let c = RpcClient::new(&url, Duration::from_secs(2), Duration::from_secs(5));
+    assert_eq!(c.url(), url, "the configured URL is what is called");
+    assert_eq!(c.shown_url(), format!("http://***@127.0.0.1:{port}/?api_key=***"));
+    let e = c.status().unwrap_err();
+    let text = format!("{e} {e:?} {}", e.clone().into_failure());
+    assert!(!text.contains("s3cret") && !text.contains("K3Y"), "{text}");
+    assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
+
+    let mut a = answer(503, "busy");
+    a.headers.push(("Retry-After", "1"));
+    let fake = Fake::start(vec![a, answer(200, "not json")]);
+    let url = fake.url.replace("http://", "http://gw:s3cret@") + "?key=K3Y";
+    let c = RpcClient::new(&url, Duration::from_secs(2), Duration::from_secs(5));
+    for _ in 0..2 {
+        let e = c.status().unwrap_err();
+        let text = format!("{e} {e:?}");
+        assert!(!text.contains("s3cret") && !text.contains("K3Y"), "{text}");
+    }
+}
