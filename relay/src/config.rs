@@ -85,6 +85,14 @@ pub struct RelayConfig {
 }
 
 impl RelayConfig {
+    /// The hub endpoints with their credentials hidden, for logs.
+    pub fn shown_hub_endpoints(&self) -> Vec<String> {
+        self.hub_endpoints
+            .iter()
+            .map(|e| tally_client::redact_url(e))
+            .collect()
+    }
+
     /// A relay of `hub_endpoints` with every other setting at its default:
     /// one confirmation, no key share (observes, never submits), 2 s
     /// stagger, [`DEFAULT_POLL`], the SDK's retry policy, default breakers

@@ -79,7 +79,7 @@ impl Hub {
                 continue;
             };
             if !b.allow() {
-                last = format!("{}: circuit open", client.url());
+                last = format!("{}: circuit open", client.shown_url());
                 continue;
             }
             match read(client) {
