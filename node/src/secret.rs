@@ -99,7 +99,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn created_0600_whatever_the_umask_and_not_clobbered_unless_asked() {
+    fn created_0600_and_not_clobbered_unless_asked() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("sub").join("secret.json");
         write_secret(&path, b"one", Existing::Keep).unwrap();
