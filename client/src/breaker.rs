@@ -32,11 +32,18 @@ impl BreakerState {
 
 #[derive(Debug)]
 enum Inner {
-    Closed { failures: u32 },
+    Closed {
+        failures: u32,
+    },
     /// Opened at `since`; half-open once `open_for` has passed (compared,
     /// never added, so no `open_for` can overflow an `Instant`).
-    Open { since: Instant },
-    HalfOpen { in_flight: u32, successes: u32 },
+    Open {
+        since: Instant,
+    },
+    HalfOpen {
+        in_flight: u32,
+        successes: u32,
+    },
 }
 
 /// One endpoint's circuit breaker.
@@ -135,7 +142,9 @@ impl Breaker {
     pub fn state(&self) -> BreakerState {
         match &*self.lock() {
             Inner::Closed { .. } => BreakerState::Closed,
-            Inner::Open { since } if Instant::now().saturating_duration_since(*since) < self.open_for => {
+            Inner::Open { since }
+                if Instant::now().saturating_duration_since(*since) < self.open_for =>
+            {
                 BreakerState::Open
             }
             Inner::Open { .. } | Inner::HalfOpen { .. } => BreakerState::HalfOpen,

@@ -33,8 +33,8 @@ pub mod rpc;
 pub mod transport;
 
 pub use breaker::{Breaker, BreakerState};
-pub use redact::{redact_url, redact_urls_in};
 pub use classify::{classify, UpstreamCall};
+pub use redact::{redact_url, redact_urls_in};
 pub use reporter::{Metrics, ReportError, ReportOutcome, Reporter, ReporterConfig};
 pub use retry::{Failure, RetryError, RetryPolicy};
 pub use rpc::{RpcClient, RpcError};

@@ -107,7 +107,10 @@ mod tests {
                 "https://alice:s3cret@hub.example.com/rpc",
                 "https://***@hub.example.com/rpc",
             ),
-            ("https://tok3n@hub.example.com", "https://***@hub.example.com"),
+            (
+                "https://tok3n@hub.example.com",
+                "https://***@hub.example.com",
+            ),
             (
                 "https://u:p%40ss@hub.example.com:443?x=1",
                 "https://***@hub.example.com:443?x=***",
@@ -124,7 +127,10 @@ mod tests {
                 "https://rpc.example.com?token=T0K#frag",
                 "https://rpc.example.com?token=***#***",
             ),
-            ("https://rpc.example.com/?flag", "https://rpc.example.com/?flag"),
+            (
+                "https://rpc.example.com/?flag",
+                "https://rpc.example.com/?flag",
+            ),
             (
                 "https://a:b@rpc.example.com:1/p?key=K&token=T",
                 "https://***@rpc.example.com:1/p?key=***&token=***",

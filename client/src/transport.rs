@@ -95,11 +95,7 @@ impl Transport for HttpTransport {
         }
     }
 
-    async fn lookup(
-        &self,
-        endpoint: String,
-        hash: [u8; 32],
-    ) -> Result<Option<Included>, Failure> {
+    async fn lookup(&self, endpoint: String, hash: [u8; 32]) -> Result<Option<Included>, Failure> {
         let client = self.http.client(&endpoint);
         let r = tokio::task::spawn_blocking(move || client.tx(&hash))
             .await

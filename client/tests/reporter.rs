@@ -126,11 +126,7 @@ impl Transport for FakeRpc {
         }
     }
 
-    async fn lookup(
-        &self,
-        _endpoint: String,
-        hash: [u8; 32],
-    ) -> Result<Option<Included>, Failure> {
+    async fn lookup(&self, _endpoint: String, hash: [u8; 32]) -> Result<Option<Included>, Failure> {
         Ok(self.0.lock().unwrap().landed.get(&hash).map(|_| Included {
             height: 1,
             code: 0,
@@ -384,13 +380,17 @@ async fn a_panicking_transport_gives_the_permits_back_and_the_reporter_goes_on()
     r.flush().await;
     let out = r.take_outcomes();
     match out.as_slice() {
-        [ReportOutcome::Failed { records: 10, error, .. }] => {
+        [ReportOutcome::Failed {
+            records: 10, error, ..
+        }] => {
             assert!(error.contains("transport bug"), "{error}")
         }
         other => panic!("{other:?}"),
     }
     assert_eq!(
-        r.metrics().failed.load(std::sync::atomic::Ordering::Relaxed),
+        r.metrics()
+            .failed
+            .load(std::sync::atomic::Ordering::Relaxed),
         1
     );
     // All ten permits are back: ten more records fit at once, and land.

@@ -141,8 +141,12 @@ fn write_share(path: &Path, file: &ShareFile) -> Result<(), DealerError> {
         serde_json::to_string_pretty(file).map_err(|e| DealerError::Invalid(e.to_string()))?;
     // A fresh deal replaces every home's share (the genesis entry changes
     // with it); the file is 0600 from creation and swapped in whole.
-    crate::secret::write_secret(path, (text + "\n").as_bytes(), crate::secret::Existing::Replace)
-        .map_err(io)
+    crate::secret::write_secret(
+        path,
+        (text + "\n").as_bytes(),
+        crate::secret::Existing::Replace,
+    )
+    .map_err(io)
 }
 
 /// Loads a share file; checks the secret matches its public share and, if

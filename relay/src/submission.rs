@@ -141,9 +141,7 @@ impl Submission {
         match r {
             Ok(Broadcast::Result {
                 code, log, height, ..
-            })
-                if code == HubCode::Ok.value() || code == HubCode::AlreadySettled.value() =>
-            {
+            }) if code == HubCode::Ok.value() || code == HubCode::AlreadySettled.value() => {
                 self.metrics.submitted(if code == HubCode::Ok.value() {
                     Outcome::Ok
                 } else {

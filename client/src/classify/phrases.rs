@@ -29,20 +29,32 @@ pub const CANCEL_PHRASES: [Phrase; 6] = [
         "net/http: request canceled",
         "Go net/http/transport.go: errRequestCanceled (x/net http2/transport.go too)",
     ),
-    ("AbortError", "Node: undici lib/core/errors.js AbortError name, DOMException name"),
+    (
+        "AbortError",
+        "Node: undici lib/core/errors.js AbortError name, DOMException name",
+    ),
     (
         "This operation was aborted",
         "Node: AbortSignal DOMException message (undici test/client-request.js)",
     ),
-    ("UND_ERR_ABORTED", "Node undici lib/core/errors.js: RequestAbortedError code"),
-    ("CancelledError", "CPython Lib/asyncio/exceptions.py: CancelledError"),
+    (
+        "UND_ERR_ABORTED",
+        "Node undici lib/core/errors.js: RequestAbortedError code",
+    ),
+    (
+        "CancelledError",
+        "CPython Lib/asyncio/exceptions.py: CancelledError",
+    ),
 ];
 
 /// Phrases that mean a timeout of ours or of the network: `transient`, and
 /// they turn a cancellation phrase into a timeout ("net/http: request
 /// canceled (Client.Timeout exceeded while awaiting headers)").
 pub const TIMEOUT_PHRASES: [Phrase; 17] = [
-    ("context deadline exceeded", "Go context/context.go: DeadlineExceeded"),
+    (
+        "context deadline exceeded",
+        "Go context/context.go: DeadlineExceeded",
+    ),
     (
         "Client.Timeout exceeded",
         "Go net/http/client.go: \" (Client.Timeout exceeded while awaiting headers)\"",
@@ -52,19 +64,58 @@ pub const TIMEOUT_PHRASES: [Phrase; 17] = [
         "timeout awaiting response headers",
         "Go net/http/transport.go: errTimeout (x/net http2/http2.go too)",
     ),
-    ("TLS handshake timeout", "Go net/http/transport.go: tlsHandshakeTimeoutError"),
-    ("connection timed out", "Go syscall zerrors_linux: ETIMEDOUT"),
-    ("operation timed out", "reqwest src/error.rs: TimedOut; hyper src/error.rs: TimedOut"),
-    ("ConnectTimeout", "Python requests exceptions.py, httpx _exceptions.py: ConnectTimeout"),
-    ("ReadTimeout", "Python requests exceptions.py, httpx _exceptions.py: ReadTimeout"),
-    ("ConnectTimeoutError", "Python urllib3 exceptions.py: ConnectTimeoutError"),
-    ("ReadTimeoutError", "Python urllib3 exceptions.py: ReadTimeoutError"),
-    ("Read timed out", "Python urllib3 connectionpool.py: \"Read timed out. (read timeout=..)\""),
-    ("Connection timeout to host", "Python aiohttp client.py: ConnectionTimeoutError"),
-    ("UND_ERR_CONNECT_TIMEOUT", "Node undici lib/core/errors.js: ConnectTimeoutError"),
-    ("UND_ERR_HEADERS_TIMEOUT", "Node undici lib/core/errors.js: HeadersTimeoutError"),
-    ("UND_ERR_BODY_TIMEOUT", "Node undici lib/core/errors.js: BodyTimeoutError"),
-    ("Connect Timeout Error", "Node undici lib/core/errors.js: ConnectTimeoutError message"),
+    (
+        "TLS handshake timeout",
+        "Go net/http/transport.go: tlsHandshakeTimeoutError",
+    ),
+    (
+        "connection timed out",
+        "Go syscall zerrors_linux: ETIMEDOUT",
+    ),
+    (
+        "operation timed out",
+        "reqwest src/error.rs: TimedOut; hyper src/error.rs: TimedOut",
+    ),
+    (
+        "ConnectTimeout",
+        "Python requests exceptions.py, httpx _exceptions.py: ConnectTimeout",
+    ),
+    (
+        "ReadTimeout",
+        "Python requests exceptions.py, httpx _exceptions.py: ReadTimeout",
+    ),
+    (
+        "ConnectTimeoutError",
+        "Python urllib3 exceptions.py: ConnectTimeoutError",
+    ),
+    (
+        "ReadTimeoutError",
+        "Python urllib3 exceptions.py: ReadTimeoutError",
+    ),
+    (
+        "Read timed out",
+        "Python urllib3 connectionpool.py: \"Read timed out. (read timeout=..)\"",
+    ),
+    (
+        "Connection timeout to host",
+        "Python aiohttp client.py: ConnectionTimeoutError",
+    ),
+    (
+        "UND_ERR_CONNECT_TIMEOUT",
+        "Node undici lib/core/errors.js: ConnectTimeoutError",
+    ),
+    (
+        "UND_ERR_HEADERS_TIMEOUT",
+        "Node undici lib/core/errors.js: HeadersTimeoutError",
+    ),
+    (
+        "UND_ERR_BODY_TIMEOUT",
+        "Node undici lib/core/errors.js: BodyTimeoutError",
+    ),
+    (
+        "Connect Timeout Error",
+        "Node undici lib/core/errors.js: ConnectTimeoutError message",
+    ),
 ];
 
 /// Phrases that mean a network-level failure (refused, reset, DNS, TLS,
@@ -137,7 +188,8 @@ pub fn contains_phrase(lower_text: &str, phrase: &str) -> bool {
     let last_is_word = p.chars().last().is_some_and(word);
     lower_text.match_indices(&p).any(|(at, _)| {
         let before_ok = !first_is_word || !lower_text[..at].chars().next_back().is_some_and(word);
-        let after_ok = !last_is_word || !lower_text[at + p.len()..].chars().next().is_some_and(word);
+        let after_ok =
+            !last_is_word || !lower_text[at + p.len()..].chars().next().is_some_and(word);
         before_ok && after_ok
     })
 }

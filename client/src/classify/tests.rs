@@ -121,7 +121,9 @@ fn table() {
             "302 + connection reset",
             call(|c| {
                 c.status = Some(302);
-                c.error = Some("read tcp 10.0.0.2:5000->10.0.0.1:443: read: connection reset by peer".into())
+                c.error = Some(
+                    "read tcp 10.0.0.2:5000->10.0.0.1:443: read: connection reset by peer".into(),
+                )
             }),
             Transient,
         ),
@@ -167,9 +169,7 @@ fn table() {
         ),
         (
             "refused",
-            call(|c| {
-                c.error = Some("dial tcp 10.0.0.1:443: connect: Connection Refused".into())
-            }),
+            call(|c| c.error = Some("dial tcp 10.0.0.1:443: connect: Connection Refused".into())),
             Transient,
         ),
         (
@@ -333,7 +333,10 @@ fn texts_that_only_look_like_network_failures_are_not() {
         ("tls handshake", Unknown),
         ("operation was canceled", Unknown),
         // A cancellation qualified by our own timeout is a timeout.
-        ("context canceled (Client.Timeout exceeded while awaiting headers)", Transient),
+        (
+            "context canceled (Client.Timeout exceeded while awaiting headers)",
+            Transient,
+        ),
         // A cancellation beats the reset it caused, and a rate limit.
         ("context canceled: read: connection reset by peer", Cancel),
         ("rate limit reached; context canceled", Cancel),

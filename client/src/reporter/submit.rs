@@ -102,9 +102,10 @@ impl<T: Transport> Submission<T> {
         // The submission runs as its own task so that a panic in it (a
         // transport's bug) becomes an outcome here, not a lost report.
         let m = metrics.clone();
-        let submission = tokio::spawn(async move {
-            deliver(&cfg, transport.as_ref(), &m, sealed, shutdown).await
-        });
+        let submission =
+            tokio::spawn(
+                async move { deliver(&cfg, transport.as_ref(), &m, sealed, shutdown).await },
+            );
         let outcome = match submission.await {
             Ok(o) => o,
             Err(e) => ReportOutcome::Failed {
@@ -221,7 +222,13 @@ async fn deliver<T: Transport>(
                     if let Ok(Some(Included { height, code, data })) =
                         transport.lookup(e.clone(), hash).await
                     {
-                        return finished(sealed, code, "refused in its block".into(), height, &data);
+                        return finished(
+                            sealed,
+                            code,
+                            "refused in its block".into(),
+                            height,
+                            &data,
+                        );
                     }
                 }
                 last_error = "in a mempool, not yet in a block".into();

@@ -167,12 +167,20 @@ fn huge_requested_delays_are_capped_and_never_panic() {
         r#"{"retryDelay": "1e300s"}"#,
         r#"{"retryDelay": "99999999999999999999999s"}"#,
     ] {
-        assert_eq!(parse_body_retry_delay(body), Some(MAX_REQUESTED_DELAY), "{body}");
+        assert_eq!(
+            parse_body_retry_delay(body),
+            Some(MAX_REQUESTED_DELAY),
+            "{body}"
+        );
     }
     assert_eq!(parse_body_retry_delay(r#"{"retryDelay": "-1s"}"#), None);
     assert_eq!(
-        status(429, Some("18446744073709551615"), "Please retry after 99999999999999 seconds.")
-            .requested_delay(now),
+        status(
+            429,
+            Some("18446744073709551615"),
+            "Please retry after 99999999999999 seconds."
+        )
+        .requested_delay(now),
         Some(MAX_REQUESTED_DELAY)
     );
 }
@@ -204,7 +212,10 @@ async fn a_retry_after_beyond_any_instant_gives_up_or_waits_the_cap() {
     }
     // Within the default 60 s bound: given up at once, no panic.
     let (r, starts) = huge(&RetryPolicy::default(), u32::MAX).await;
-    assert!(matches!(r, Err(RetryError::Exhausted { tries: 1, .. })), "{r:?}");
+    assert!(
+        matches!(r, Err(RetryError::Exhausted { tries: 1, .. })),
+        "{r:?}"
+    );
     assert_eq!(starts.len(), 1);
     // With no time bound at all: waits the capped delay (plus jitter).
     let p = RetryPolicy {
@@ -272,13 +283,22 @@ fn delays_stated_in_prose_are_read() {
     let now = SystemTime::now();
     let body = r#"{"error":{"message":"Please try again in 1.574s.","type":"tokens","code":"rate_limit_exceeded"}}"#;
     assert_eq!(status(429, None, body).requested_delay(now), Some(ms(1574)));
-    assert_eq!(status(429, Some("1"), body).requested_delay(now), Some(ms(1574)));
-    assert_eq!(status(429, Some("3"), body).requested_delay(now), Some(s(3)));
+    assert_eq!(
+        status(429, Some("1"), body).requested_delay(now),
+        Some(ms(1574))
+    );
+    assert_eq!(
+        status(429, Some("3"), body).requested_delay(now),
+        Some(s(3))
+    );
     assert_eq!(
         Failure::Transport("mempool is full, retry in 2s".into()).requested_delay(now),
         Some(s(2))
     );
-    assert_eq!(Failure::Rejected("retry in 2s".into()).requested_delay(now), None);
+    assert_eq!(
+        Failure::Rejected("retry in 2s".into()).requested_delay(now),
+        None
+    );
 }
 
 type Log = Arc<Mutex<Vec<(String, u32, Duration)>>>;

@@ -228,11 +228,19 @@ fn queries_decode_base64_and_broadcasts_send_it() {
     assert!(r.check_data.is_empty());
     let r = c.broadcast_tx_commit(&[1, 2, 3]).unwrap();
     assert_eq!(
-        (r.final_code(), r.final_log(), r.hash.as_str(), r.final_data()),
+        (
+            r.final_code(),
+            r.final_log(),
+            r.hash.as_str(),
+            r.final_data()
+        ),
         (7, "duplicate", "EE", &[7u8, 7, 7][..])
     );
     let r = c.broadcast_tx_sync(&[4]).unwrap();
-    assert_eq!((r.code, r.hash.as_str(), r.data.as_slice()), (0, "DD", &[9u8][..]));
+    assert_eq!(
+        (r.code, r.hash.as_str(), r.data.as_slice()),
+        (0, "DD", &[9u8][..])
+    );
     let t = c.tx(&[9; 32]).unwrap().unwrap();
     assert_eq!(
         (t.height, t.code, t.log.as_str(), t.data.as_slice()),
@@ -240,7 +248,10 @@ fn queries_decode_base64_and_broadcasts_send_it() {
     );
     // A `data` that is not base64 is a malformed answer, not empty data.
     let e = c.tx(&[9; 32]).unwrap_err();
-    assert!(matches!(&e, RpcError::Decode { method, .. } if method == "tx"), "{e:?}");
+    assert!(
+        matches!(&e, RpcError::Decode { method, .. } if method == "tx"),
+        "{e:?}"
+    );
     let seen = fake.seen();
     assert_eq!(seen[0]["params"]["path"], "/params");
     assert_eq!(seen[2]["method"], "broadcast_tx_commit");
@@ -290,7 +301,10 @@ fn errors_never_show_the_endpoints_credentials() {
     let url = format!("http://gw:s3cret@127.0.0.1:{port}/?api_key=K3Y");
     let c = RpcClient::new(&url, Duration::from_secs(2), Duration::from_secs(5));
     assert_eq!(c.url(), url, "the configured URL is what is called");
-    assert_eq!(c.shown_url(), format!("http://***@127.0.0.1:{port}/?api_key=***"));
+    assert_eq!(
+        c.shown_url(),
+        format!("http://***@127.0.0.1:{port}/?api_key=***")
+    );
     let e = c.status().unwrap_err();
     let text = format!("{e} {e:?} {}", e.clone().into_failure());
     assert!(!text.contains("s3cret") && !text.contains("K3Y"), "{text}");
