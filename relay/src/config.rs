@@ -139,4 +139,21 @@ mod tests {
             tally_client::BreakerState::Closed
         );
     }
+
+    #[test]
+    fn hub_endpoints_are_logged_without_credentials() {
+        let c = RelayConfig::new(vec![
+            "http://127.0.0.1:26757".into(),
+            "https://relay:s3cret@hub.example.com/rpc?api_key=K3Y".into(),
+        ]);
+        assert_eq!(
+            c.shown_hub_endpoints(),
+            [
+                "http://127.0.0.1:26757",
+                "https://***@hub.example.com/rpc?api_key=***"
+            ]
+        );
+        // The configured URLs, credentials included, are what is called.
+        assert!(c.hub_endpoints[1].contains("s3cret"));
+    }
 }
