@@ -32,9 +32,18 @@ impl BreakerState {
 
 #[derive(Debug)]
 enum Inner {
-    Closed { failures: u32 },
-    Open { until: Instant },
-    HalfOpen { in_flight: u32, successes: u32 },
+    Closed {
+        failures: u32,
+    },
+    /// Opened at `since`; half-open once `open_for` has passed (compared,
+    /// never added, so no `open_for` can overflow an `Instant`).
+    Open {
+        since: Instant,
+    },
+    HalfOpen {
+        in_flight: u32,
+        successes: u32,
+    },
 }
 
 /// One endpoint's circuit breaker.
@@ -68,8 +77,8 @@ impl Breaker {
         let mut s = self.lock();
         match &mut *s {
             Inner::Closed { .. } => true,
-            Inner::Open { until } => {
-                if Instant::now() >= *until {
+            Inner::Open { since } => {
+                if Instant::now().saturating_duration_since(*since) >= self.open_for {
                     *s = Inner::HalfOpen {
                         in_flight: 1,
                         successes: 0,
@@ -99,7 +108,7 @@ impl Breaker {
                     Inner::Closed { failures: 0 }
                 } else if failures + 1 >= self.failure_threshold {
                     Inner::Open {
-                        until: Instant::now() + self.open_for,
+                        since: Instant::now(),
                     }
                 } else {
                     Inner::Closed {
@@ -107,14 +116,14 @@ impl Breaker {
                     }
                 }
             }
-            Inner::Open { until } => Inner::Open { until: *until },
+            Inner::Open { since } => Inner::Open { since: *since },
             Inner::HalfOpen {
                 in_flight,
                 successes,
             } => {
                 if !ok {
                     Inner::Open {
-                        until: Instant::now() + self.open_for,
+                        since: Instant::now(),
                     }
                 } else if successes + 1 >= self.probes {
                     Inner::Closed { failures: 0 }
@@ -133,7 +142,11 @@ impl Breaker {
     pub fn state(&self) -> BreakerState {
         match &*self.lock() {
             Inner::Closed { .. } => BreakerState::Closed,
-            Inner::Open { until } if Instant::now() < *until => BreakerState::Open,
+            Inner::Open { since }
+                if Instant::now().saturating_duration_since(*since) < self.open_for =>
+            {
+                BreakerState::Open
+            }
             Inner::Open { .. } | Inner::HalfOpen { .. } => BreakerState::HalfOpen,
         }
     }
@@ -162,6 +175,16 @@ mod tests {
         b.record(true);
         b.record(true);
         assert_eq!(b.state(), BreakerState::Closed);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_open_for_beyond_any_instant_does_not_panic() {
+        let b = Breaker::new(1, Duration::MAX, 1);
+        b.record(false);
+        assert_eq!(b.state(), BreakerState::Open);
+        assert!(!b.allow());
+        tokio::time::sleep(Duration::from_secs(86_400)).await;
+        assert!(!b.allow(), "still open a day later");
     }
 
     #[tokio::test(start_paused = true)]

@@ -6,6 +6,8 @@
 //!   chain exactly once, through node restarts and network failures.
 //! - [`retry`]: the workspace's one transport retry policy.
 //! - [`rpc`]: the workspace's one CometBFT JSON-RPC client.
+//! - [`redact`]: endpoint URLs with their credentials hidden, for logs,
+//!   errors and metrics.
 //!
 //! ```no_run
 //! # async fn demo(key: ed25519_dalek::SigningKey) -> Result<(), Box<dyn std::error::Error>> {
@@ -24,6 +26,7 @@
 
 pub mod breaker;
 pub mod classify;
+pub mod redact;
 pub mod reporter;
 pub mod retry;
 pub mod rpc;
@@ -31,8 +34,9 @@ pub mod transport;
 
 pub use breaker::{Breaker, BreakerState};
 pub use classify::{classify, UpstreamCall};
+pub use redact::{redact_url, redact_urls_in};
 pub use reporter::{Metrics, ReportError, ReportOutcome, Reporter, ReporterConfig};
 pub use retry::{Failure, RetryError, RetryPolicy};
 pub use rpc::{RpcClient, RpcError};
 pub use tally_settlement::proto;
-pub use transport::{Broadcast, HttpTransport, Transport};
+pub use transport::{Broadcast, HttpTransport, Included, Transport};

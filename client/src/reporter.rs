@@ -1,9 +1,17 @@
 //! The reporter: buffers usage records, seals them into signed reports of
 //! up to 1,000 records, submits each through CometBFT's RPC until it is
 //! confirmed in a block, resubmitting the SAME bytes after any transport
-//! failure (a report that already landed is then answered as a duplicate,
-//! which counts as success), and gives up only at the report's
-//! `expires_at`, with an error naming it.
+//! failure, and gives up only at the report's `expires_at`, with an error
+//! naming it.
+//!
+//! A report that already landed is answered as a duplicate (code 7) whose
+//! `data` is the SHA-256 of the accepted report's body: it counts as landed
+//! only when that hash is this report's own; otherwise the id was taken by
+//! a different report, and the caller sees a refusal.
+//!
+//! Every record holds one buffer permit from `record` until its report has
+//! an outcome; the permits are owned by a guard that gives them back on
+//! every path, a panic in a submission included.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,15 +19,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ed25519_dalek::SigningKey;
-use rand::SeedableRng;
-use sha2::{Digest, Sha256};
-use tally_settlement::proto::{ReportUsage, UsageRecord};
-use tally_settlement::{sign_report, Code};
+use tally_settlement::proto::UsageRecord;
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tokio::task::JoinSet;
 
-use crate::retry::{RetryError, RetryPolicy};
-use crate::transport::{Broadcast, Transport};
+use crate::retry::RetryPolicy;
+use crate::transport::Transport;
+
+mod submit;
+use submit::{seal, SlotGuard, Submission};
 
 /// How a reporter behaves.
 #[derive(Clone, Debug)]
@@ -75,7 +83,8 @@ pub enum ReportError {
 /// The final outcome of one report.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ReportOutcome {
-    /// In a block, accepted (code 0), or already there (duplicate, code 7).
+    /// In a block, accepted (code 0), or already there (duplicate, code 7,
+    /// with this report's own body hash in the answer's `data`).
     Landed {
         /// Report id, hex.
         report_id: String,
@@ -84,7 +93,9 @@ pub enum ReportOutcome {
         /// Block height (0 when only known as a duplicate).
         height: u64,
     },
-    /// The chain refused it with `code` (nothing was counted).
+    /// The chain refused it with `code` (nothing was counted). A code 7
+    /// whose `data` is not this report's body hash is a refusal too: the
+    /// report id was taken by a different report (the log says so).
     Rejected {
         /// Report id, hex.
         report_id: String,
@@ -104,7 +115,32 @@ pub enum ReportOutcome {
         /// The last error seen.
         last_error: String,
     },
+    /// The submission stopped abnormally (a panic in the transport): the
+    /// reporter no longer knows whether the report landed.
+    Failed {
+        /// Report id, hex.
+        report_id: String,
+        /// Records in it.
+        records: usize,
+        /// What happened.
+        error: String,
+    },
 }
+
+impl ReportOutcome {
+    /// Records in the report.
+    pub fn records(&self) -> usize {
+        match self {
+            ReportOutcome::Landed { records, .. }
+            | ReportOutcome::Rejected { records, .. }
+            | ReportOutcome::Expired { records, .. }
+            | ReportOutcome::Failed { records, .. } => *records,
+        }
+    }
+}
+
+/// The error text of a code 7 answer for a different report's body.
+pub const ID_TAKEN: &str = "report id taken by a different report";
 
 /// Counters, readable at any time.
 #[derive(Debug, Default)]
@@ -121,6 +157,8 @@ pub struct Metrics {
     pub rejected: Mutex<BTreeMap<u32, u64>>,
     /// Reports that expired unconfirmed.
     pub expired: AtomicU64,
+    /// Submissions that stopped abnormally (a panic).
+    pub failed: AtomicU64,
 }
 
 enum Cmd {
@@ -165,6 +203,11 @@ impl Reporter {
         if cfg.ttl.is_zero() || cfg.ttl > Duration::from_secs(540) {
             return Err(ReportError::Config("ttl must be 1..=540 s".into()));
         }
+        if cfg.flush_interval.is_zero() || cfg.flush_interval > Duration::from_secs(3600) {
+            return Err(ReportError::Config(
+                "flush_interval must be more than 0 and at most 1 h".into(),
+            ));
+        }
         let (tx, rx) = mpsc::channel(cfg.capacity.max(1));
         let metrics = Arc::new(Metrics::default());
         let outcomes = Arc::new(Mutex::new(Vec::new()));
@@ -203,6 +246,7 @@ impl Reporter {
         self.metrics.buffered.fetch_add(1, Ordering::Relaxed);
         self.tx.send(Cmd::Record(r)).await.map_err(|e| {
             self.metrics.buffered.fetch_sub(1, Ordering::Relaxed);
+            self.slots.add_permits(1);
             match e.0 {
                 Cmd::Record(r) => ReportError::Closed(Box::new(r)),
                 Cmd::Flush(_) => ReportError::Config("unreachable".into()),
@@ -224,6 +268,7 @@ impl Reporter {
         self.metrics.buffered.fetch_add(1, Ordering::Relaxed);
         self.tx.try_send(Cmd::Record(r)).map_err(|e| {
             self.metrics.buffered.fetch_sub(1, Ordering::Relaxed);
+            self.slots.add_permits(1);
             match e {
                 mpsc::error::TrySendError::Full(Cmd::Record(r)) => {
                     ReportError::Full(self.capacity, Box::new(r))
@@ -275,34 +320,6 @@ impl Reporter {
     }
 }
 
-struct Sealed {
-    id: String,
-    tx: Vec<u8>,
-    records: usize,
-    expires_at: u64,
-}
-
-fn seal(cfg: &ReporterConfig, key: &SigningKey, records: Vec<UsageRecord>) -> Sealed {
-    let report_id: [u8; 16] = rand::random();
-    let expires_at = unix_now() + cfg.ttl.as_secs();
-    let n = records.len();
-    let tx = sign_report(
-        key,
-        &ReportUsage {
-            chain_id: cfg.chain_id.clone(),
-            report_id: report_id.to_vec(),
-            expires_at,
-            records,
-        },
-    );
-    Sealed {
-        id: hex::encode(report_id),
-        tx,
-        records: n,
-        expires_at,
-    }
-}
-
 /// What the background task shares with the handle.
 struct Shared {
     metrics: Arc<Metrics>,
@@ -328,8 +345,9 @@ async fn run<T: Transport>(
     let permits = Arc::new(Semaphore::new(cfg.max_in_flight.max(1)));
     let mut inflight: JoinSet<()> = JoinSet::new();
     let mut buf: Vec<UsageRecord> = Vec::with_capacity(cfg.max_records);
+    let now = tokio::time::Instant::now();
     let mut tick = tokio::time::interval_at(
-        tokio::time::Instant::now() + cfg.flush_interval,
+        now.checked_add(cfg.flush_interval).unwrap_or(now),
         cfg.flush_interval,
     );
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -344,64 +362,19 @@ async fn run<T: Transport>(
             .fetch_sub(records.len() as u64, Ordering::Relaxed);
         metrics.reports.fetch_add(1, Ordering::Relaxed);
         let sealed = seal(&cfg, &key, records);
-        let (cfg, transport, metrics, outcomes, permits, shutdown, slots) = (
-            cfg.clone(),
-            transport.clone(),
-            metrics.clone(),
-            outcomes.clone(),
-            permits.clone(),
-            shutdown.clone(),
-            slots.clone(),
-        );
-        inflight.spawn(async move {
-            let Ok(_permit) = permits.acquire_owned().await else {
-                return;
-            };
-            let outcome = deliver(&cfg, transport.as_ref(), &metrics, sealed, shutdown).await;
-            match &outcome {
-                ReportOutcome::Landed { records, .. } => {
-                    metrics
-                        .landed_records
-                        .fetch_add(*records as u64, Ordering::Relaxed);
-                }
-                ReportOutcome::Rejected {
-                    code,
-                    report_id,
-                    log,
-                    ..
-                } => {
-                    tracing::error!(report_id, code, log, "report refused by the chain");
-                    *metrics
-                        .rejected
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .entry(*code)
-                        .or_default() += 1;
-                }
-                ReportOutcome::Expired {
-                    report_id,
-                    last_error,
-                    ..
-                } => {
-                    tracing::error!(
-                        report_id,
-                        last_error,
-                        "report expired before it was confirmed"
-                    );
-                    metrics.expired.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            let n = match &outcome {
-                ReportOutcome::Landed { records, .. }
-                | ReportOutcome::Rejected { records, .. }
-                | ReportOutcome::Expired { records, .. } => *records,
-            };
-            outcomes
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(outcome);
-            slots.add_permits(n);
-        });
+        let guard = SlotGuard {
+            slots: slots.clone(),
+            n: sealed.records,
+        };
+        let ctx = Submission {
+            cfg: cfg.clone(),
+            transport: transport.clone(),
+            metrics: metrics.clone(),
+            outcomes: outcomes.clone(),
+            permits: permits.clone(),
+            shutdown: shutdown.clone(),
+        };
+        inflight.spawn(ctx.run(sealed, guard));
     };
     loop {
         tokio::select! {
@@ -431,76 +404,5 @@ async fn run<T: Transport>(
     while inflight.join_next().await.is_some() {}
     for w in waiters.drain(..) {
         let _ = w.send(());
-    }
-}
-
-/// Submits one sealed report until it has an outcome.
-async fn deliver<T: Transport>(
-    cfg: &ReporterConfig,
-    transport: &T,
-    metrics: &Metrics,
-    sealed: Sealed,
-    mut shutdown: watch::Receiver<bool>,
-) -> ReportOutcome {
-    let hash: [u8; 32] = Sha256::digest(&sealed.tx).into();
-    let mut rng = rand::rngs::StdRng::from_entropy();
-    let mut last_error = String::new();
-    let mut first = true;
-    loop {
-        if unix_now() >= sealed.expires_at {
-            return ReportOutcome::Expired {
-                report_id: sealed.id,
-                records: sealed.records,
-                last_error,
-            };
-        }
-        if !first {
-            metrics.retried.fetch_add(1, Ordering::Relaxed);
-        }
-        first = false;
-        let r = cfg
-            .policy
-            .run(&cfg.endpoints, &mut shutdown, &mut rng, |e: &String, _| {
-                transport.broadcast_commit(e.clone(), sealed.tx.clone())
-            })
-            .await;
-        match r {
-            Ok(Broadcast::Result { code, log, height }) => {
-                return finished(sealed, code, log, height)
-            }
-            Ok(Broadcast::InCache) => {
-                // In some mempool or already in a block: find out which.
-                for e in &cfg.endpoints {
-                    if let Ok(Some((height, code))) = transport.lookup(e.clone(), hash).await {
-                        return finished(sealed, code, "refused in its block".into(), height);
-                    }
-                }
-                last_error = "in a mempool, not yet in a block".into();
-            }
-            Err(RetryError::Fatal(f)) => last_error = f.to_string(),
-            Err(RetryError::Shutdown) => last_error = "shutting down".into(),
-            Err(e) => last_error = e.to_string(),
-        }
-        // Settle down before the next attempt (same bytes).
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
-/// A report the chain answered: accepted or already there (duplicate) is
-/// landed; any other code is a refusal.
-fn finished(sealed: Sealed, code: u32, log: String, height: u64) -> ReportOutcome {
-    if code == Code::Ok.value() || code == Code::DuplicateReport.value() {
-        ReportOutcome::Landed {
-            report_id: sealed.id,
-            records: sealed.records,
-            height,
-        }
-    } else {
-        ReportOutcome::Rejected {
-            report_id: sealed.id,
-            records: sealed.records,
-            code,
-            log,
-        }
     }
 }

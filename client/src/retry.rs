@@ -2,18 +2,25 @@
 //! `docs/ARCHITECTURE.md`, "Relay"): retryable failures, one retry budget shared across every
 //! endpoint of an attempt (worst case `endpoints + budget` calls), full
 //! jitter, a provider-requested delay as a floor (`Retry-After` in seconds
-//! or as an HTTP date, and a body `RetryInfo.retryDelay`, the longer wins),
-//! a per-try timeout re-armed on every try, a bound on total elapsed time,
+//! or as an HTTP date, a body `RetryInfo.retryDelay`, or a delay stated in
+//! the error message's prose; the longest wins, capped at
+//! [`MAX_REQUESTED_DELAY`]) with up to 25 % of additive jitter on top, a
+//! per-try timeout re-armed on every try, a bound on total elapsed time,
 //! and waits that end early on shutdown.
 //!
 //! Time is tokio's clock, so tests run it paused (virtual time).
 
 use std::future::Future;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use rand::Rng;
 use tokio::sync::watch;
 use tokio::time::Instant;
+
+mod delay;
+pub use delay::{
+    parse_body_retry_delay, parse_prose_delay, parse_retry_after, MAX_REQUESTED_DELAY,
+};
 
 /// The policy's knobs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -75,24 +82,29 @@ impl Failure {
         }
     }
 
-    /// The delay the server asked for, the longer of `Retry-After` and the
-    /// body's `retryDelay`.
+    /// The delay the server asked for: the longest of `Retry-After`, the
+    /// body's `retryDelay` and a delay stated in the body's or the error's
+    /// prose ("Please try again in 1.5s"), so none masks another (a
+    /// `Retry-After: 0` does not discard a body delay). Capped at
+    /// [`MAX_REQUESTED_DELAY`].
     pub fn requested_delay(&self, now: SystemTime) -> Option<Duration> {
-        match self {
+        let found = match self {
             Failure::Status {
                 retry_after, body, ..
-            } => {
-                let header = retry_after
+            } => [
+                retry_after
                     .as_deref()
-                    .and_then(|v| parse_retry_after(v, now));
-                let body = parse_body_retry_delay(body);
-                match (header, body) {
-                    (Some(a), Some(b)) => Some(a.max(b)),
-                    (a, b) => a.or(b),
-                }
-            }
+                    .and_then(|v| parse_retry_after(v, now)),
+                parse_body_retry_delay(body),
+                parse_prose_delay(body),
+            ]
+            .into_iter()
+            .flatten()
+            .max(),
+            Failure::Transport(msg) => parse_prose_delay(msg),
             _ => None,
-        }
+        };
+        found.map(|d| d.min(MAX_REQUESTED_DELAY))
     }
 }
 
@@ -134,44 +146,6 @@ pub enum RetryError {
     NoEndpoints,
 }
 
-/// `Retry-After`: delta seconds or an HTTP date (`Sun, 06 Nov 1994
-/// 08:49:37 GMT`; the obsolete RFC 850 and asctime forms too, as RFC 9110
-/// asks of recipients), in whole seconds from `now`. A date in the past is
-/// zero.
-pub fn parse_retry_after(v: &str, now: SystemTime) -> Option<Duration> {
-    let v = v.trim();
-    if let Ok(secs) = v.parse::<u64>() {
-        return Some(Duration::from_secs(secs));
-    }
-    let at = httpdate::parse_http_date(v).ok()?;
-    let at = at.duration_since(UNIX_EPOCH).ok()?.as_secs();
-    let now = now.duration_since(UNIX_EPOCH).ok()?.as_secs();
-    Some(Duration::from_secs(at.saturating_sub(now)))
-}
-
-/// A `RetryInfo.retryDelay` anywhere in a JSON body (Google APIs style:
-/// `"retryDelay": "1.5s"`).
-pub fn parse_body_retry_delay(body: &str) -> Option<Duration> {
-    let v: serde_json::Value = serde_json::from_str(body).ok()?;
-    find_retry_delay(&v)
-}
-
-fn find_retry_delay(v: &serde_json::Value) -> Option<Duration> {
-    match v {
-        serde_json::Value::Object(o) => {
-            if let Some(d) = o.get("retryDelay").and_then(|d| d.as_str()) {
-                let secs: f64 = d.trim().strip_suffix('s')?.parse().ok()?;
-                if secs.is_finite() && secs >= 0.0 {
-                    return Some(Duration::from_secs_f64(secs.min(3600.0)));
-                }
-            }
-            o.values().find_map(find_retry_delay)
-        }
-        serde_json::Value::Array(a) => a.iter().find_map(find_retry_delay),
-        _ => None,
-    }
-}
-
 impl RetryPolicy {
     /// The full-jitter ceiling before retry `n` (0-based): `min(base * 2^n, cap)`.
     pub fn ceiling(&self, n: u32) -> Duration {
@@ -180,16 +154,29 @@ impl RetryPolicy {
             .min(self.cap)
     }
 
-    /// The wait before retry `n`: uniform in `[0, ceiling(n)]`, raised to
-    /// `requested` (the server's delay is a floor).
+    /// The wait before retry `n`.
+    ///
+    /// Without a requested delay (or with a zero one): full jitter, uniform
+    /// in `[0, ceiling(n)]`. With a requested delay `r` (first cut to
+    /// [`MAX_REQUESTED_DELAY`]): `r` plus additive jitter uniform in
+    /// `[0, r / 4]`, so the wait is never shorter than asked, never more
+    /// than 25 % longer, and clients told the same delay do not all come
+    /// back at the same instant.
     pub fn backoff(&self, n: u32, requested: Option<Duration>, rng: &mut impl Rng) -> Duration {
-        let ceil = self.ceiling(n);
-        let jitter = if ceil.is_zero() {
-            Duration::ZERO
-        } else {
-            rng.gen_range(Duration::ZERO..=ceil)
-        };
-        jitter.max(requested.unwrap_or(Duration::ZERO))
+        match requested.map(|r| r.min(MAX_REQUESTED_DELAY)) {
+            Some(r) if !r.is_zero() => {
+                let extra = rng.gen_range(Duration::ZERO..=r / 4);
+                r.saturating_add(extra)
+            }
+            _ => {
+                let ceil = self.ceiling(n);
+                if ceil.is_zero() {
+                    Duration::ZERO
+                } else {
+                    rng.gen_range(Duration::ZERO..=ceil)
+                }
+            }
+        }
     }
 
     /// Runs `op` against `endpoints`: each endpoint's first try is free and
@@ -248,7 +235,11 @@ impl RetryPolicy {
                 });
             }
             let wait = self.backoff(retries, floor.take(), rng);
-            if start.elapsed() + wait > self.max_elapsed {
+            let too_late = start
+                .elapsed()
+                .checked_add(wait)
+                .is_none_or(|at| at > self.max_elapsed);
+            if too_late {
                 return Err(RetryError::Exhausted {
                     tries,
                     last: failure,

@@ -22,12 +22,14 @@ use std::time::Duration;
 use base64::Engine;
 use serde_json::{json, Value};
 
+use crate::redact::{redact_url, redact_urls_in};
 use crate::retry::Failure;
 
 /// Answers larger than this are refused ([`RpcError::TooLarge`]).
 pub const MAX_ANSWER_BYTES: u64 = 16 << 20;
 
-/// Why a call failed.
+/// Why a call failed. Endpoint URLs in it have their credentials hidden
+/// ([`redact_url`]).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RpcError {
     /// The node could not be reached, or the HTTP exchange broke off.
@@ -171,6 +173,10 @@ pub struct Committed {
     pub code: u32,
     /// FinalizeBlock log.
     pub log: String,
+    /// CheckTx `data`, base64-decoded.
+    pub check_data: Vec<u8>,
+    /// FinalizeBlock `data`, base64-decoded.
+    pub data: Vec<u8>,
     /// Block height (0 when not included).
     pub height: u64,
     /// Transaction hash, hex.
@@ -196,6 +202,15 @@ impl Committed {
             &self.log
         }
     }
+
+    /// The `data` that goes with [`Committed::final_code`].
+    pub fn final_data(&self) -> &[u8] {
+        if self.check_code != 0 {
+            &self.check_data
+        } else {
+            &self.data
+        }
+    }
 }
 
 /// The outcome of `broadcast_tx_sync`: CheckTx's verdict.
@@ -205,6 +220,8 @@ pub struct Checked {
     pub code: u32,
     /// CheckTx log.
     pub log: String,
+    /// CheckTx `data`, base64-decoded.
+    pub data: Vec<u8>,
     /// Transaction hash, hex.
     pub hash: String,
 }
@@ -218,6 +235,8 @@ pub struct TxResult {
     pub code: u32,
     /// Its FinalizeBlock log.
     pub log: String,
+    /// Its FinalizeBlock `data`, base64-decoded.
+    pub data: Vec<u8>,
 }
 
 /// Timeouts, an answer size limit and a connection pool, shared by the
@@ -275,6 +294,19 @@ fn str_field(v: &Value) -> String {
     v.as_str().unwrap_or("").to_string()
 }
 
+/// A base64 bytes field (CometBFT's encoding of `data`); empty if absent.
+fn bytes_field(method: &str, what: &str, v: &Value) -> Result<Vec<u8>, RpcError> {
+    match v.as_str() {
+        None | Some("") => Ok(Vec::new()),
+        Some(s) => base64::engine::general_purpose::STANDARD
+            .decode(s)
+            .map_err(|e| RpcError::Decode {
+                method: method.into(),
+                msg: format!("{what} is not base64: {e}"),
+            }),
+    }
+}
+
 fn b64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
@@ -285,9 +317,14 @@ impl RpcClient {
         Connector::new(connect, timeout).client(url)
     }
 
-    /// The endpoint.
+    /// The endpoint, as configured (credentials included).
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The endpoint with any credentials hidden, for logs and messages.
+    pub fn shown_url(&self) -> String {
+        redact_url(&self.url)
     }
 
     /// Reads a body of at most the connector's limit.
@@ -297,12 +334,12 @@ impl RpcClient {
             .take(self.http.limit + 1)
             .read_to_end(&mut buf)
             .map_err(|e| RpcError::Transport {
-                url: self.url.clone(),
-                msg: e.to_string(),
+                url: self.shown_url(),
+                msg: redact_urls_in(&e.to_string()),
             })?;
         if buf.len() as u64 > self.http.limit {
             return Err(RpcError::TooLarge {
-                url: self.url.clone(),
+                url: self.shown_url(),
                 limit: self.http.limit,
             });
         }
@@ -325,8 +362,8 @@ impl RpcClient {
             }
             Err(e) => {
                 return Err(RpcError::Transport {
-                    url: self.url.clone(),
-                    msg: e.to_string(),
+                    url: self.shown_url(),
+                    msg: redact_urls_in(&e.to_string()),
                 })
             }
         };
@@ -335,13 +372,13 @@ impl RpcClient {
             (200..=299, Ok(v)) => self.unwrap_envelope(method, v),
             (200..=299, Err(e)) => Err(RpcError::Decode {
                 method: method.into(),
-                msg: format!("bad JSON from {}: {e}", self.url),
+                msg: format!("bad JSON from {}: {e}", self.shown_url()),
             }),
             (500, Ok(v)) if v.get("jsonrpc").is_some() && v.get("error").is_some() => {
                 self.unwrap_envelope(method, v)
             }
             _ => Err(RpcError::Http {
-                url: self.url.clone(),
+                url: self.shown_url(),
                 status,
                 retry_after,
                 body: String::from_utf8_lossy(&body).into_owned(),
@@ -413,12 +450,15 @@ impl RpcClient {
     /// `/broadcast_tx_commit`: waits until the transaction is in a block
     /// (or refused by CheckTx).
     pub fn broadcast_tx_commit(&self, tx: &[u8]) -> Result<Committed, RpcError> {
-        let r = self.call("broadcast_tx_commit", json!({ "tx": b64(tx) }))?;
+        let m = "broadcast_tx_commit";
+        let r = self.call(m, json!({ "tx": b64(tx) }))?;
         Ok(Committed {
             check_code: u32_field(&r["check_tx"]["code"]),
             check_log: str_field(&r["check_tx"]["log"]),
             code: u32_field(&r["tx_result"]["code"]),
             log: str_field(&r["tx_result"]["log"]),
+            check_data: bytes_field(m, "check_tx.data", &r["check_tx"]["data"])?,
+            data: bytes_field(m, "tx_result.data", &r["tx_result"]["data"])?,
             height: u64_field(&r["height"]),
             hash: str_field(&r["hash"]),
         })
@@ -430,6 +470,7 @@ impl RpcClient {
         Ok(Checked {
             code: u32_field(&r["code"]),
             log: str_field(&r["log"]),
+            data: bytes_field("broadcast_tx_sync", "data", &r["data"])?,
             hash: str_field(&r["hash"]),
         })
     }
@@ -442,6 +483,7 @@ impl RpcClient {
                 height: u64_field(&r["height"]),
                 code: u32_field(&r["tx_result"]["code"]),
                 log: str_field(&r["tx_result"]["log"]),
+                data: bytes_field("tx", "tx_result.data", &r["tx_result"]["data"])?,
             })),
             Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(e),

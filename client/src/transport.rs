@@ -20,10 +20,25 @@ pub enum Broadcast {
         log: String,
         /// Block height (0 if not included).
         height: u64,
+        /// The result's `data` (CheckTx's if it refused, else the
+        /// block's). For Tally's code 7 (duplicate report) it is the
+        /// SHA-256 of the body of the report already accepted under that id.
+        data: Vec<u8>,
     },
     /// CometBFT's mempool cache already holds these bytes: they are in a
     /// mempool or already in a block. Look them up to know which.
     InCache,
+}
+
+/// A transaction found in a block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Included {
+    /// The block's height.
+    pub height: u64,
+    /// Its result code in that block.
+    pub code: u32,
+    /// Its result's `data`.
+    pub data: Vec<u8>,
 }
 
 /// A transport to CometBFT nodes.
@@ -34,13 +49,13 @@ pub trait Transport: Send + Sync + 'static {
         endpoint: String,
         tx: Vec<u8>,
     ) -> impl Future<Output = Result<Broadcast, Failure>> + Send;
-    /// The committed result (height, code) of the transaction with `hash`
-    /// (SHA-256 of its bytes), if it is in a block.
+    /// The committed result of the transaction with `hash` (SHA-256 of
+    /// its bytes), if it is in a block.
     fn lookup(
         &self,
         endpoint: String,
         hash: [u8; 32],
-    ) -> impl Future<Output = Result<Option<(u64, u32)>, Failure>> + Send;
+    ) -> impl Future<Output = Result<Option<Included>, Failure>> + Send;
 }
 
 /// JSON-RPC over HTTP/1.1 (loopback or any reachable node), through the
@@ -71,6 +86,7 @@ impl Transport for HttpTransport {
                 code: c.final_code(),
                 log: c.final_log().to_string(),
                 height: c.height,
+                data: c.final_data().to_vec(),
             }),
             Err(e) if e.is_tx_in_cache() => Ok(Broadcast::InCache),
             // Mempool full, timed out waiting for a block, node catching
@@ -79,16 +95,18 @@ impl Transport for HttpTransport {
         }
     }
 
-    async fn lookup(
-        &self,
-        endpoint: String,
-        hash: [u8; 32],
-    ) -> Result<Option<(u64, u32)>, Failure> {
+    async fn lookup(&self, endpoint: String, hash: [u8; 32]) -> Result<Option<Included>, Failure> {
         let client = self.http.client(&endpoint);
         let r = tokio::task::spawn_blocking(move || client.tx(&hash))
             .await
             .map_err(|e| Failure::Transport(e.to_string()))?;
-        r.map(|found| found.map(|t| (t.height, t.code)))
-            .map_err(RpcError::into_failure)
+        r.map(|found| {
+            found.map(|t| Included {
+                height: t.height,
+                code: t.code,
+                data: t.data,
+            })
+        })
+        .map_err(RpcError::into_failure)
     }
 }

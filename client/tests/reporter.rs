@@ -1,6 +1,7 @@
 //! The reporter against a fake RPC, on tokio's paused clock (no real
 //! sleeping): batching limits, identical-bytes resubmission, duplicate =
-//! success, backpressure, shutdown flush.
+//! success only with this report's own body hash, backpressure, permits
+//! returned after a panicking transport, shutdown flush.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -11,7 +12,7 @@ use prost::Message;
 use sha2::{Digest, Sha256};
 use tally_client::proto::{tx, Outcome, ReportUsage, UsageRecord};
 use tally_client::{
-    Broadcast, Failure, ReportError, ReportOutcome, Reporter, ReporterConfig, Transport,
+    Broadcast, Failure, Included, ReportError, ReportOutcome, Reporter, ReporterConfig, Transport,
 };
 
 #[derive(Default)]
@@ -34,10 +35,24 @@ enum Step {
     Unavailable,
     /// CometBFT's "already in cache" while the tx is still in a mempool.
     InCacheNotYet,
+    /// The transport panics (a bug in it).
+    Panic,
+    /// Code 7 for a different report's body under the same id.
+    TakenByOther,
+    /// Code 7 without any body hash.
+    DuplicateNoData,
 }
 
 #[derive(Clone, Default)]
 struct FakeRpc(Arc<Mutex<Chain>>);
+
+/// SHA-256 of the report body inside `tx`, what the chain answers code 7 with.
+fn body_hash(tx: &[u8]) -> Vec<u8> {
+    match tally_client::proto::Tx::decode(tx).ok().and_then(|t| t.sum) {
+        Some(tx::Sum::Report(s)) => Sha256::digest(&s.body).to_vec(),
+        _ => Vec::new(),
+    }
+}
 
 fn records_in(tx: &[u8]) -> usize {
     match tally_client::proto::Tx::decode(tx).ok().and_then(|t| t.sum) {
@@ -74,12 +89,29 @@ impl Transport for FakeRpc {
                 Err(Failure::Transport("connection reset".into()))
             }
             Some(Step::InCacheNotYet) => Ok(Broadcast::InCache),
+            Some(Step::Panic) => {
+                drop(c);
+                panic!("transport bug");
+            }
+            Some(Step::TakenByOther) => Ok(Broadcast::Result {
+                code: 7,
+                log: "duplicate".into(),
+                height: 0,
+                data: vec![0xAA; 32],
+            }),
+            Some(Step::DuplicateNoData) => Ok(Broadcast::Result {
+                code: 7,
+                log: "duplicate".into(),
+                height: 0,
+                data: Vec::new(),
+            }),
             None => {
                 if c.landed.contains_key(&hash) {
                     return Ok(Broadcast::Result {
                         code: 7,
                         log: "duplicate".into(),
                         height: 0,
+                        data: body_hash(&tx),
                     });
                 }
                 let n = records_in(&tx);
@@ -88,17 +120,18 @@ impl Transport for FakeRpc {
                     code: 0,
                     log: String::new(),
                     height: c.landed.len() as u64,
+                    data: Vec::new(),
                 })
             }
         }
     }
 
-    async fn lookup(
-        &self,
-        _endpoint: String,
-        hash: [u8; 32],
-    ) -> Result<Option<(u64, u32)>, Failure> {
-        Ok(self.0.lock().unwrap().landed.get(&hash).map(|_| (1, 0)))
+    async fn lookup(&self, _endpoint: String, hash: [u8; 32]) -> Result<Option<Included>, Failure> {
+        Ok(self.0.lock().unwrap().landed.get(&hash).map(|_| Included {
+            height: 1,
+            code: 0,
+            data: Vec::new(),
+        }))
     }
 }
 
@@ -261,9 +294,10 @@ async fn shutdown_flushes_and_rejections_are_reported() {
                 code: 13,
                 log: "user u1 has 0 credits".into(),
                 height: 3,
+                data: Vec::new(),
             })
         }
-        async fn lookup(&self, _: String, _: [u8; 32]) -> Result<Option<(u64, u32)>, Failure> {
+        async fn lookup(&self, _: String, _: [u8; 32]) -> Result<Option<Included>, Failure> {
             Ok(None)
         }
     }
@@ -276,4 +310,98 @@ async fn shutdown_flushes_and_rejections_are_reported() {
         matches!(out.as_slice(), [ReportOutcome::Rejected { code: 13, .. }]),
         "{out:?}"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_duplicate_counts_only_with_this_reports_own_body_hash() {
+    // The id was taken by a different report: a refusal the caller sees,
+    // never a landing.
+    for step in [Step::TakenByOther, Step::DuplicateNoData] {
+        let rpc = FakeRpc::default();
+        rpc.0.lock().unwrap().script = vec![step];
+        let r = Reporter::start(cfg(&["a"]), key(), rpc.clone()).unwrap();
+        r.record(rec(1)).await.unwrap();
+        let out = r.shutdown().await;
+        match out.as_slice() {
+            [ReportOutcome::Rejected { code: 7, log, .. }] => {
+                assert!(log.starts_with(tally_client::reporter::ID_TAKEN), "{log}");
+            }
+            other => panic!("{step:?}: {other:?}"),
+        }
+        assert!(rpc.0.lock().unwrap().landed.is_empty());
+    }
+    // Its own body, already in a block (the first answer was lost): landed.
+    let rpc = FakeRpc::default();
+    rpc.0.lock().unwrap().script = vec![Step::LoseAck];
+    let r = Reporter::start(cfg(&["a"]), key(), rpc.clone()).unwrap();
+    r.record(rec(1)).await.unwrap();
+    let out = r.shutdown().await;
+    assert!(
+        matches!(out.as_slice(), [ReportOutcome::Landed { records: 1, .. }]),
+        "{out:?}"
+    );
+
+    // The same through a block lookup after "already in cache".
+    #[derive(Clone)]
+    struct InCacheThenFound(Vec<u8>);
+    impl Transport for InCacheThenFound {
+        async fn broadcast_commit(&self, _: String, _: Vec<u8>) -> Result<Broadcast, Failure> {
+            Ok(Broadcast::InCache)
+        }
+        async fn lookup(&self, _: String, _: [u8; 32]) -> Result<Option<Included>, Failure> {
+            Ok(Some(Included {
+                height: 4,
+                code: 7,
+                data: self.0.clone(),
+            }))
+        }
+    }
+    let r = Reporter::start(cfg(&["a"]), key(), InCacheThenFound(vec![1; 32])).unwrap();
+    r.record(rec(1)).await.unwrap();
+    let out = r.shutdown().await;
+    assert!(
+        matches!(out.as_slice(), [ReportOutcome::Rejected { code: 7, .. }]),
+        "{out:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_transport_gives_the_permits_back_and_the_reporter_goes_on() {
+    let rpc = FakeRpc::default();
+    rpc.0.lock().unwrap().script = vec![Step::Panic];
+    let mut c = cfg(&["a"]);
+    c.capacity = 10;
+    c.max_records = 10;
+    let r = Reporter::start(c, key(), rpc.clone()).unwrap();
+    // Fill the buffer: one full report, whose submission panics.
+    for i in 0..10 {
+        r.try_record(rec(i)).unwrap();
+    }
+    r.flush().await;
+    let out = r.take_outcomes();
+    match out.as_slice() {
+        [ReportOutcome::Failed {
+            records: 10, error, ..
+        }] => {
+            assert!(error.contains("transport bug"), "{error}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        r.metrics()
+            .failed
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    // All ten permits are back: ten more records fit at once, and land.
+    for i in 10..20 {
+        r.try_record(rec(i))
+            .unwrap_or_else(|e| panic!("record {i}: {e}"));
+    }
+    let out = r.shutdown().await;
+    assert!(
+        matches!(out.as_slice(), [ReportOutcome::Landed { records: 10, .. }]),
+        "{out:?}"
+    );
+    assert_eq!(r_metrics_total(&rpc), 10);
 }

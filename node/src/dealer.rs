@@ -137,18 +137,16 @@ fn write_share(path: &Path, file: &ShareFile) -> Result<(), DealerError> {
         path: path.into(),
         source,
     };
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(io)?;
-    }
     let text =
         serde_json::to_string_pretty(file).map_err(|e| DealerError::Invalid(e.to_string()))?;
-    std::fs::write(path, text + "\n").map_err(io)?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(io)?;
-    }
-    Ok(())
+    // A fresh deal replaces every home's share (the genesis entry changes
+    // with it); the file is 0600 from creation and swapped in whole.
+    crate::secret::write_secret(
+        path,
+        (text + "\n").as_bytes(),
+        crate::secret::Existing::Replace,
+    )
+    .map_err(io)
 }
 
 /// Loads a share file; checks the secret matches its public share and, if
@@ -206,6 +204,8 @@ mod tests {
         assert_eq!(g.public_shares.len(), 4);
         assert_eq!(g.signers[2], "a2".repeat(20));
         for (i, h) in homes.iter().enumerate() {
+            #[cfg(unix)]
+            assert_eq!(crate::secret::mode(&share_path(h)).unwrap(), 0o600);
             let s = load_share(&share_path(h), Some(&g)).unwrap();
             let addr = validator_address(h).unwrap();
             check_binding(&g, s.index, &addr).unwrap();

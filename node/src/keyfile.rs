@@ -1,9 +1,13 @@
-//! Gateway key files: JSON with the ed25519 secret and public key in hex.
+//! Key files: JSON with the ed25519 secret and public key in hex. They are
+//! written as secret files ([`crate::secret`]): mode 0600 from creation,
+//! atomically, and never over an existing key unless asked to.
 
 use std::path::{Path, PathBuf};
 
 use ed25519_dalek::SigningKey;
 use serde::{Deserialize, Serialize};
+
+use crate::secret::{write_secret, Existing};
 
 /// Errors of key files.
 #[derive(Debug, thiserror::Error)]
@@ -79,19 +83,35 @@ fn check_name(name: &str) -> Result<(), KeyError> {
     }
 }
 
-/// Creates a new random key and writes it to `path` (mode 0600).
+/// Creates a new random key and writes it to `path` (mode 0600); an
+/// existing file there is replaced only with `force`.
 pub fn create(path: &Path, name: &str, force: bool) -> Result<SigningKey, KeyError> {
     check_name(name)?;
-    if path.exists() && !force {
+    if path.symlink_metadata().is_ok() && !force {
         return Err(KeyError::Exists(path.into()));
     }
     let key = SigningKey::generate(&mut rand::rngs::OsRng);
-    write(path, name, &key)?;
+    let existing = if force {
+        Existing::Replace
+    } else {
+        Existing::Keep
+    };
+    write_as(path, name, &key, existing)?;
     Ok(key)
 }
 
-/// Writes `key` to `path` (mode 0600).
+/// Writes `key` to `path` (mode 0600), replacing any file there atomically.
 pub fn write(path: &Path, name: &str, key: &SigningKey) -> Result<(), KeyError> {
+    write_as(path, name, key, Existing::Replace)
+}
+
+/// Writes `key` to `path` (mode 0600) unless a file is already there
+/// ([`KeyError::Exists`], the old file untouched).
+pub fn write_new(path: &Path, name: &str, key: &SigningKey) -> Result<(), KeyError> {
+    write_as(path, name, key, Existing::Keep)
+}
+
+fn write_as(path: &Path, name: &str, key: &SigningKey, existing: Existing) -> Result<(), KeyError> {
     let io = |source| KeyError::Io {
         path: path.into(),
         source,
@@ -102,20 +122,16 @@ pub fn write(path: &Path, name: &str, key: &SigningKey) -> Result<(), KeyError> 
         public_key: hex::encode(key.verifying_key().to_bytes()),
         secret_key: hex::encode(key.to_bytes()),
     };
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(io)?;
-    }
     let text = serde_json::to_string_pretty(&file).map_err(|e| KeyError::Invalid {
         path: path.into(),
         msg: e.to_string(),
     })?;
-    std::fs::write(path, text + "\n").map_err(io)?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(io)?;
+    match write_secret(path, (text + "\n").as_bytes(), existing) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            Err(KeyError::Exists(path.into()))
+        }
+        r => r.map_err(io),
     }
-    Ok(())
 }
 
 /// Loads a key file and checks its public key matches its secret.
@@ -152,6 +168,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("gw.json");
         let k = create(&path, "gw", false).unwrap();
+        #[cfg(unix)]
+        assert_eq!(crate::secret::mode(&path).unwrap(), 0o600);
         let (name, k2) = load(&path).unwrap();
         assert_eq!(name, "gw");
         assert_eq!(k.to_bytes(), k2.to_bytes());
@@ -159,6 +177,19 @@ mod tests {
             create(&path, "gw", false),
             Err(KeyError::Exists(_))
         ));
+        // write_new refuses too (atomically, not by a check before), and
+        // the key on disk is still the first one.
+        let other = SigningKey::from_bytes(&[9; 32]);
+        assert!(matches!(
+            write_new(&path, "gw", &other),
+            Err(KeyError::Exists(_))
+        ));
+        assert_eq!(load(&path).unwrap().1.to_bytes(), k.to_bytes());
+        // --force replaces it, still 0600.
+        let k3 = create(&path, "gw", true).unwrap();
+        assert_eq!(load(&path).unwrap().1.to_bytes(), k3.to_bytes());
+        #[cfg(unix)]
+        assert_eq!(crate::secret::mode(&path).unwrap(), 0o600);
         assert!(matches!(
             create(&path, "a b", true),
             Err(KeyError::BadName(_))

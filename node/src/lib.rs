@@ -10,3 +10,4 @@ pub mod dealer;
 pub mod keyfile;
 pub mod records;
 pub mod rpc;
+pub mod secret;

@@ -85,6 +85,14 @@ pub struct RelayConfig {
 }
 
 impl RelayConfig {
+    /// The hub endpoints with their credentials hidden, for logs.
+    pub fn shown_hub_endpoints(&self) -> Vec<String> {
+        self.hub_endpoints
+            .iter()
+            .map(|e| tally_client::redact_url(e))
+            .collect()
+    }
+
     /// A relay of `hub_endpoints` with every other setting at its default:
     /// one confirmation, no key share (observes, never submits), 2 s
     /// stagger, [`DEFAULT_POLL`], the SDK's retry policy, default breakers
@@ -130,5 +138,22 @@ mod tests {
             c.breaker.breaker().state(),
             tally_client::BreakerState::Closed
         );
+    }
+
+    #[test]
+    fn hub_endpoints_are_logged_without_credentials() {
+        let c = RelayConfig::new(vec![
+            "http://127.0.0.1:26757".into(),
+            "https://relay:s3cret@hub.example.com/rpc?api_key=K3Y".into(),
+        ]);
+        assert_eq!(
+            c.shown_hub_endpoints(),
+            [
+                "http://127.0.0.1:26757",
+                "https://***@hub.example.com/rpc?api_key=***"
+            ]
+        );
+        // The configured URLs, credentials included, are what is called.
+        assert!(c.hub_endpoints[1].contains("s3cret"));
     }
 }

@@ -128,7 +128,7 @@ impl Hub {
         if !b.allow() {
             return Err(HubError::Unreachable(format!(
                 "{}: circuit open",
-                client.url()
+                client.shown_url()
             )));
         }
         match read(client) {

@@ -12,7 +12,7 @@
 //! | `relay_submissions_total{outcome}` | counter | this relay's batch submissions by [`Outcome`] |
 //! | `retries_total{layer="transport"}` | counter | retries inside this relay's submissions |
 //! | `retries_total{layer="settlement"}` | counter | attempts beyond each batch's first, from chain state |
-//! | `hub_circuit_state{endpoint}` | gauge | 0 closed, 1 half-open, 2 open |
+//! | `hub_circuit_state{endpoint}` | gauge | 0 closed, 1 half-open, 2 open (`endpoint` with userinfo and query values shown as `***`) |
 //! | `sync_attempts_total`, `sync_failures_total` | counter | the chain's settlement attempts and failed attempts |
 //! | `pending_hub_calls` | gauge | hub calls not yet in a batch (at most 1000 counted) |
 //! | `oldest_pending_call_age_seconds` | gauge | seconds since the window of the oldest such call ended |
@@ -280,11 +280,12 @@ impl RelayMetrics {
         self.hub_cursor_lag.set(saturating_i64(blocks));
     }
 
-    /// The breaker state gauge of `endpoint`.
+    /// The breaker state gauge of `endpoint`, labelled with the URL's
+    /// credentials hidden (the metrics page is unauthenticated).
     pub fn set_circuit_state(&self, endpoint: &str, state: u8) {
         self.hub_circuit_state
             .get_or_create(&EndpointLabel {
-                endpoint: endpoint.to_string(),
+                endpoint: tally_client::redact_url(endpoint),
             })
             .set(i64::from(state));
     }

@@ -73,9 +73,9 @@ pub(crate) async fn run(
     mut stop: watch::Receiver<bool>,
 ) {
     match cfg.rank {
-        Some(rank) => tracing::info!(hub = ?cfg.hub_endpoints, rank, "relay started"),
+        Some(rank) => tracing::info!(hub = ?cfg.shown_hub_endpoints(), rank, "relay started"),
         None => tracing::info!(
-            hub = ?cfg.hub_endpoints,
+            hub = ?cfg.shown_hub_endpoints(),
             "relay started without a key share: observes the hub, never submits"
         ),
     }

@@ -107,6 +107,8 @@ impl Submission {
                 // A half-open breaker takes a probe only when it is tried.
                 let allowed = breaker.is_some_and(|b| b.allow());
                 let fut = transport.broadcast_commit(endpoint.clone(), tx.clone());
+                // Logs and errors show the URL without its credentials.
+                let endpoint = tally_client::redact_url(&endpoint);
                 async move {
                     if !allowed {
                         return Err(Failure::Transport(format!("{endpoint}: circuit open")));
@@ -137,9 +139,9 @@ impl Submission {
             })
         };
         match r {
-            Ok(Broadcast::Result { code, log, height })
-                if code == HubCode::Ok.value() || code == HubCode::AlreadySettled.value() =>
-            {
+            Ok(Broadcast::Result {
+                code, log, height, ..
+            }) if code == HubCode::Ok.value() || code == HubCode::AlreadySettled.value() => {
                 self.metrics.submitted(if code == HubCode::Ok.value() {
                     Outcome::Ok
                 } else {

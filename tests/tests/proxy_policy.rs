@@ -59,6 +59,7 @@ fn accepted() -> Result<Broadcast, RetryError> {
         code: 0,
         log: "ok".into(),
         height: 7,
+        data: Vec::new(),
     })
 }
 

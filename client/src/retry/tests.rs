@@ -2,6 +2,8 @@
 
 use std::sync::{Arc, Mutex};
 
+use std::time::UNIX_EPOCH;
+
 use rand::SeedableRng;
 
 use super::*;
@@ -90,7 +92,7 @@ fn retry_after_sources_longer_wins_and_zero_does_not_mask() {
 }
 
 #[test]
-fn full_jitter_stays_in_bounds_and_honours_the_floor() {
+fn full_jitter_stays_in_bounds_and_a_requested_delay_gets_additive_jitter() {
     let p = RetryPolicy {
         base: Duration::from_millis(100),
         cap: Duration::from_secs(1),
@@ -102,12 +104,201 @@ fn full_jitter_stays_in_bounds_and_honours_the_floor() {
         assert_eq!(p.ceiling(n), ceil);
         for _ in 0..200 {
             assert!(p.backoff(n, None, &mut r) <= ceil);
-            assert!(p.backoff(n, Some(Duration::from_secs(5)), &mut r) >= Duration::from_secs(5));
+            assert!(p.backoff(n, Some(Duration::ZERO), &mut r) <= ceil);
+            let w = p.backoff(n, Some(Duration::from_secs(5)), &mut r);
+            assert!(
+                w >= Duration::from_secs(5) && w <= Duration::from_millis(6250),
+                "{w:?}"
+            );
         }
     }
-    // Not all the same: it is jitter, not a fixed ceiling.
+    // Not all the same: it is jitter, not a fixed ceiling or a fixed floor.
     let xs: std::collections::BTreeSet<_> = (0..50).map(|_| p.backoff(3, None, &mut r)).collect();
     assert!(xs.len() > 10);
+    let xs: std::collections::BTreeSet<_> = (0..50)
+        .map(|_| p.backoff(0, Some(Duration::from_secs(7)), &mut r))
+        .collect();
+    assert!(xs.len() > 10, "everyone told 7 s must not retry at once");
+}
+
+proptest::proptest! {
+    /// Whatever a server asks for, the wait is in `[r, 1.25 r]` with `r`
+    /// the request cut to the cap, and computing it never panics.
+    #[test]
+    fn a_requested_delay_is_a_floor_with_at_most_a_quarter_on_top(
+        secs in proptest::prop_oneof![0u64..10, 0u64..100_000, proptest::num::u64::ANY],
+        nanos in 0u32..1_000_000_000,
+        n in 0u32..64,
+        seed: u64,
+    ) {
+        let p = RetryPolicy::default();
+        let asked = Duration::new(secs, nanos);
+        let mut r = rand::rngs::StdRng::seed_from_u64(seed);
+        let w = p.backoff(n, Some(asked), &mut r);
+        let floor = asked.min(MAX_REQUESTED_DELAY);
+        if floor.is_zero() {
+            proptest::prop_assert!(w <= p.ceiling(n));
+        } else {
+            proptest::prop_assert!(w >= floor, "{w:?} < {floor:?}");
+            proptest::prop_assert!(w <= floor + floor / 4, "{w:?} > 1.25 x {floor:?}");
+        }
+    }
+}
+
+#[test]
+fn huge_requested_delays_are_capped_and_never_panic() {
+    let now = SystemTime::now();
+    for v in [
+        "99999999999",
+        "18446744073709551615",
+        "99999999999999999999999999999999",
+    ] {
+        assert_eq!(parse_retry_after(v, now), Some(MAX_REQUESTED_DELAY), "{v}");
+    }
+    assert_eq!(
+        parse_retry_after("Fri, 31 Dec 9999 23:59:59 GMT", now),
+        Some(MAX_REQUESTED_DELAY)
+    );
+    assert_eq!(
+        parse_retry_after("Fri, 31 Dec 9999 23:59:59 GMT", UNIX_EPOCH),
+        Some(MAX_REQUESTED_DELAY)
+    );
+    for body in [
+        r#"{"retryDelay": "1e300s"}"#,
+        r#"{"retryDelay": "99999999999999999999999s"}"#,
+    ] {
+        assert_eq!(
+            parse_body_retry_delay(body),
+            Some(MAX_REQUESTED_DELAY),
+            "{body}"
+        );
+    }
+    assert_eq!(parse_body_retry_delay(r#"{"retryDelay": "-1s"}"#), None);
+    assert_eq!(
+        status(
+            429,
+            Some("18446744073709551615"),
+            "Please retry after 99999999999999 seconds."
+        )
+        .requested_delay(now),
+        Some(MAX_REQUESTED_DELAY)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_after_beyond_any_instant_gives_up_or_waits_the_cap() {
+    // Each try takes a moment, so the elapsed time is not zero when the
+    // wait is added to it (unchecked, `u64::MAX` seconds overflowed here).
+    async fn huge(p: &RetryPolicy, fail_tries: u32) -> (Result<u32, RetryError>, Vec<Duration>) {
+        let (_tx, mut rx) = watch::channel(false);
+        let start = Instant::now();
+        let starts = Arc::new(Mutex::new(Vec::new()));
+        let s = starts.clone();
+        let r = p
+            .run(&["a"], &mut rx, &mut rng(), |_: &&str, n| {
+                s.lock().unwrap().push(start.elapsed());
+                async move {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    if n <= fail_tries {
+                        Err(status(503, Some("18446744073709551615"), ""))
+                    } else {
+                        Ok(n)
+                    }
+                }
+            })
+            .await;
+        let starts = starts.lock().unwrap().clone();
+        (r, starts)
+    }
+    // Within the default 60 s bound: given up at once, no panic.
+    let (r, starts) = huge(&RetryPolicy::default(), u32::MAX).await;
+    assert!(
+        matches!(r, Err(RetryError::Exhausted { tries: 1, .. })),
+        "{r:?}"
+    );
+    assert_eq!(starts.len(), 1);
+    // With no time bound at all: waits the capped delay (plus jitter).
+    let p = RetryPolicy {
+        max_elapsed: Duration::MAX,
+        ..RetryPolicy::default()
+    };
+    let (r, starts) = huge(&p, 1).await;
+    assert_eq!(r, Ok(2));
+    let waited = starts[1] - Duration::from_millis(10);
+    assert!(
+        waited >= MAX_REQUESTED_DELAY && waited <= MAX_REQUESTED_DELAY + MAX_REQUESTED_DELAY / 4,
+        "{waited:?}"
+    );
+}
+
+#[test]
+fn delays_stated_in_prose_are_read() {
+    let s = Duration::from_secs;
+    let ms = Duration::from_millis;
+    let cases: &[(&str, Option<Duration>)] = &[
+        // Google Gemini API, 429 RESOURCE_EXHAUSTED message.
+        (
+            "* Quota exceeded for metric: generativelanguage.googleapis.com/generate_content_free_tier_requests, limit: 0\nPlease retry in 11.665902715s.",
+            Some(Duration::new(11, 665_902_715)),
+        ),
+        ("Please retry in 7s", Some(s(7))),
+        // OpenAI rate-limit messages.
+        (
+            "Rate limit reached for gpt-4 in organization org-x on tokens per min (TPM): Limit 10000, Used 8554, Requested 3082. Please try again in 9.816s. Visit https://platform.openai.com/account/rate-limits to learn more.",
+            Some(ms(9816)),
+        ),
+        ("Limit: 10000 / min. Please try again in 6ms. Contact us", Some(ms(6))),
+        ("Please try again in 1.5s", Some(ms(1500))),
+        ("rate limit reached for requests per day: try again in 2m0s", Some(s(120))),
+        ("Please try again in 7m12.864s.", Some(ms(432_864))),
+        ("Try again in 500ms", Some(ms(500))),
+        // Azure OpenAI.
+        (
+            "Requests to the ChatCompletions_Create Operation have exceeded token rate limit of your current OpenAI S0 pricing tier. Please retry after 20 seconds.",
+            Some(s(20)),
+        ),
+        ("Rate limit is exceeded. Try again in 30 seconds.", Some(s(30))),
+        ("retry after 1 minute", Some(s(60))),
+        ("RETRY AFTER 2 MINUTES", Some(s(120))),
+        // Absurd numbers are capped.
+        ("Please retry after 86400 seconds.", Some(MAX_REQUESTED_DELAY)),
+        ("try again in 99999999999999999999999999999h", Some(MAX_REQUESTED_DELAY)),
+        // The longest stated delay wins.
+        ("retry in 2s; if that fails, try again in 3s", Some(s(3))),
+        // Nothing to read.
+        ("Resource exhausted. Please try again later.", None),
+        ("please retry inside 5s", None),
+        ("try again in 5 servers", None),
+        ("try again in -5s", None),
+        ("try again in s", None),
+        ("retry in 1.2.3s", None),
+        ("wait 5s", None),
+        ("", None),
+    ];
+    for (text, want) in cases {
+        assert_eq!(parse_prose_delay(text), *want, "{text}");
+    }
+    // Read from a status body (JSON or not) and from a transport error,
+    // and the longest of all sources wins.
+    let now = SystemTime::now();
+    let body = r#"{"error":{"message":"Please try again in 1.574s.","type":"tokens","code":"rate_limit_exceeded"}}"#;
+    assert_eq!(status(429, None, body).requested_delay(now), Some(ms(1574)));
+    assert_eq!(
+        status(429, Some("1"), body).requested_delay(now),
+        Some(ms(1574))
+    );
+    assert_eq!(
+        status(429, Some("3"), body).requested_delay(now),
+        Some(s(3))
+    );
+    assert_eq!(
+        Failure::Transport("mempool is full, retry in 2s".into()).requested_delay(now),
+        Some(s(2))
+    );
+    assert_eq!(
+        Failure::Rejected("retry in 2s".into()).requested_delay(now),
+        None
+    );
 }
 
 type Log = Arc<Mutex<Vec<(String, u32, Duration)>>>;

@@ -196,15 +196,16 @@ fn queries_decode_base64_and_broadcasts_send_it() {
         result(json!({"response": {"code": 0, "log": "", "value": value, "height": "9"}})),
         result(json!({"response": {"code": 22, "log": "nothing there", "height": "9"}})),
         result(json!({
-            "check_tx": {"code": 0, "log": ""},
-            "tx_result": {"code": 5, "log": "bad batch"},
+            "check_tx": {"code": 0, "log": "", "data": null},
+            "tx_result": {"code": 5, "log": "bad batch", "data": "AAEC"},
             "height": "11", "hash": "FF"
         })),
         result(
-            json!({"check_tx": {"code": 3, "log": "refused"}, "tx_result": {}, "height": "0", "hash": "EE"}),
+            json!({"check_tx": {"code": 7, "log": "duplicate", "data": "BwcH"}, "tx_result": {}, "height": "0", "hash": "EE"}),
         ),
-        result(json!({"code": 0, "log": "", "hash": "DD"})),
-        result(json!({"height": "12", "tx_result": {"code": 0, "log": "ok"}})),
+        result(json!({"code": 0, "log": "", "data": "CQ==", "hash": "DD"})),
+        result(json!({"height": "12", "tx_result": {"code": 7, "log": "ok", "data": "AQID"}})),
+        result(json!({"height": "13", "tx_result": {"code": 0, "log": "ok", "data": "%%"}})),
     ]);
     let c = fake.client();
     let q = c.abci_query("/params").unwrap();
@@ -217,20 +218,40 @@ fn queries_decode_base64_and_broadcasts_send_it() {
         (q.code, q.log.as_str(), q.value.len()),
         (22, "nothing there", 0)
     );
+    // `data` travels base64-encoded; the one that decides is CheckTx's
+    // when it refused, else the block's.
     let r = c.broadcast_tx_commit(&[1, 2, 3]).unwrap();
     assert_eq!(
-        (r.final_code(), r.final_log(), r.height),
-        (5, "bad batch", 11)
+        (r.final_code(), r.final_log(), r.height, r.final_data()),
+        (5, "bad batch", 11, &[0u8, 1, 2][..])
     );
+    assert!(r.check_data.is_empty());
     let r = c.broadcast_tx_commit(&[1, 2, 3]).unwrap();
     assert_eq!(
-        (r.final_code(), r.final_log(), r.hash.as_str()),
-        (3, "refused", "EE")
+        (
+            r.final_code(),
+            r.final_log(),
+            r.hash.as_str(),
+            r.final_data()
+        ),
+        (7, "duplicate", "EE", &[7u8, 7, 7][..])
     );
     let r = c.broadcast_tx_sync(&[4]).unwrap();
-    assert_eq!((r.code, r.hash.as_str()), (0, "DD"));
+    assert_eq!(
+        (r.code, r.hash.as_str(), r.data.as_slice()),
+        (0, "DD", &[9u8][..])
+    );
     let t = c.tx(&[9; 32]).unwrap().unwrap();
-    assert_eq!((t.height, t.code, t.log.as_str()), (12, 0, "ok"));
+    assert_eq!(
+        (t.height, t.code, t.log.as_str(), t.data.as_slice()),
+        (12, 7, "ok", &[1u8, 2, 3][..])
+    );
+    // A `data` that is not base64 is a malformed answer, not empty data.
+    let e = c.tx(&[9; 32]).unwrap_err();
+    assert!(
+        matches!(&e, RpcError::Decode { method, .. } if method == "tx"),
+        "{e:?}"
+    );
     let seen = fake.seen();
     assert_eq!(seen[0]["params"]["path"], "/params");
     assert_eq!(seen[2]["method"], "broadcast_tx_commit");
@@ -269,4 +290,34 @@ fn malformed_and_oversized_answers_are_typed() {
     let e = small.client(&fake.url).status().unwrap_err();
     assert!(matches!(&e, RpcError::TooLarge { limit: 16, .. }), "{e:?}");
     assert_eq!(e.into_failure(), Failure::TooLarge);
+}
+
+#[test]
+fn errors_never_show_the_endpoints_credentials() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let url = format!("http://gw:s3cret@127.0.0.1:{port}/?api_key=K3Y");
+    let c = RpcClient::new(&url, Duration::from_secs(2), Duration::from_secs(5));
+    assert_eq!(c.url(), url, "the configured URL is what is called");
+    assert_eq!(
+        c.shown_url(),
+        format!("http://***@127.0.0.1:{port}/?api_key=***")
+    );
+    let e = c.status().unwrap_err();
+    let text = format!("{e} {e:?} {}", e.clone().into_failure());
+    assert!(!text.contains("s3cret") && !text.contains("K3Y"), "{text}");
+    assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
+
+    let mut a = answer(503, "busy");
+    a.headers.push(("Retry-After", "1"));
+    let fake = Fake::start(vec![a, answer(200, "not json")]);
+    let url = fake.url.replace("http://", "http://gw:s3cret@") + "?key=K3Y";
+    let c = RpcClient::new(&url, Duration::from_secs(2), Duration::from_secs(5));
+    for _ in 0..2 {
+        let e = c.status().unwrap_err();
+        let text = format!("{e} {e:?}");
+        assert!(!text.contains("s3cret") && !text.contains("K3Y"), "{text}");
+    }
 }

@@ -34,9 +34,13 @@ impl NodeArgs {
     }
 
     /// The endpoints for messages, as they would be written on the command
-    /// line (`a,b`).
+    /// line (`a,b`), with any credentials in them shown as `***`.
     pub fn display(&self) -> String {
-        self.nodes.join(",")
+        self.nodes
+            .iter()
+            .map(|n| tally_client::redact_url(n))
+            .collect::<Vec<_>>()
+            .join(",")
     }
 }
 
@@ -181,6 +185,11 @@ mod tests {
             ["http://a:1", "http://b:2", "http://c:3"]
         );
         assert_eq!(t.q.node.primary(), "http://a:1");
+        assert_eq!(t.q.node.display(), "http://a:1, http://b:2,http://c:3");
+        // Messages never show an endpoint's credentials.
+        let t = T::try_parse_from(["t", "--node", "https://u:s3cret@rpc.example:443/?key=K3Y"])
+            .unwrap();
+        assert_eq!(t.q.node.display(), "https://***@rpc.example:443/?key=***");
     }
 
     #[test]

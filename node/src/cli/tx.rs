@@ -152,8 +152,9 @@ impl Command for ReportCommand {
     }
 }
 
-/// One report's outcome as printed; `code` is `u32::MAX` for a report that
-/// expired unconfirmed.
+/// One report's outcome as printed; `code` is [`EXPIRED`] for a report that
+/// expired unconfirmed and [`FAILED`] for one whose submission stopped
+/// abnormally.
 #[derive(Debug, PartialEq, Eq)]
 struct OutcomeLine {
     report_id: String,
@@ -162,6 +163,11 @@ struct OutcomeLine {
     height: u64,
     log: String,
 }
+
+/// The printed code of a report that expired unconfirmed.
+const EXPIRED: u32 = u32::MAX;
+/// The printed code of a report whose submission stopped abnormally.
+const FAILED: u32 = u32::MAX - 1;
 
 impl From<ReportOutcome> for OutcomeLine {
     fn from(o: ReportOutcome) -> Self {
@@ -196,9 +202,20 @@ impl From<ReportOutcome> for OutcomeLine {
             } => Self {
                 report_id,
                 records,
-                code: u32::MAX,
+                code: EXPIRED,
                 height: 0,
                 log: format!("expired unconfirmed: {last_error}"),
+            },
+            ReportOutcome::Failed {
+                report_id,
+                records,
+                error,
+            } => Self {
+                report_id,
+                records,
+                code: FAILED,
+                height: 0,
+                log: format!("submission failed: {error}"),
             },
         }
     }
@@ -206,8 +223,10 @@ impl From<ReportOutcome> for OutcomeLine {
 
 impl OutcomeLine {
     fn code_name(&self) -> &'static str {
-        if self.code == u32::MAX {
+        if self.code == EXPIRED {
             "expired"
+        } else if self.code == FAILED {
+            "failed"
         } else {
             Code::from_value(self.code).map(Code::name).unwrap_or("?")
         }

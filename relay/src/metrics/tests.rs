@@ -169,3 +169,35 @@ fn a_taken_port_is_an_error_naming_the_address() {
     let e = serve(&addr, Arc::new(Metrics::new("tally"))).unwrap_err();
     assert!(e.to_string().contains(&addr), "{e}");
 }
+
+#[test]
+fn the_metrics_page_never_shows_an_endpoints_credentials() {
+    let metrics = Arc::new(Metrics::new("tally"));
+    let keyed = "https://relay:s3cret@hub.example.com:8443/rpc?api_key=K3Y&network=main";
+    metrics.relay().set_circuit_state(keyed, 1);
+    metrics
+        .relay()
+        .set_circuit_state("http://127.0.0.1:26757/?token=T0K3N", 0);
+    let server = serve("127.0.0.1:0", metrics.clone()).unwrap();
+    let page = get(server.local_addr().unwrap(), "/metrics");
+    for secret in ["s3cret", "K3Y", "T0K3N", "relay:"] {
+        assert!(!page.contains(secret), "{secret} on the page:\n{page}");
+    }
+    // The endpoints stay told apart by scheme, host, port and path.
+    assert_eq!(
+        sample(
+            &page,
+            "tally_hub_circuit_state{endpoint=\"https://***@hub.example.com:8443/rpc?api_key=***&network=***\"}"
+        ),
+        Some(1.0),
+        "{page}"
+    );
+    assert_eq!(
+        sample(
+            &page,
+            "tally_hub_circuit_state{endpoint=\"http://127.0.0.1:26757/?token=***\"}"
+        ),
+        Some(0.0),
+        "{page}"
+    );
+}
