@@ -64,14 +64,16 @@ for u in ${TALLY_USERS:-alice bob carol}; do
   "$TALLYD" --home "$g0" genesis add-user --name "$u" --key "$LOCALNET_DIR/users/$u.key"
   "$TALLYD" --home "$g0" genesis allow --user "$u" --gateway demo-gateway --max-per-window 1000000000 --expires-at "$expiry"
 done
-# With the hub, the demo users' credits come from hub deposits (synced down
-# as signed hub blocks); without it, or for --no-demo tests, from genesis.
-if [ "$HUB" != 1 ] || [ "$demo" != 1 ]; then
+# With the hub, users' credits come only from hub deposits (synced down as
+# signed hub blocks; the hub pays a batch in full or refuses it, so credits no
+# escrow backs are refused in genesis). Without the hub, from genesis.
+if [ "$HUB" != 1 ]; then
   for u in alice bob carol; do "$TALLYD" --home "$g0" genesis fund --user "$u" --amount 1000000; done
 fi
 "$TALLYD" --home "$g0" genesis set-param settlement_window_secs "$WINDOW_SECS"
-# Threshold key for settlement batches: a dealer stands in for the DKG.
-"$TALLYD" dkg dealer --validators "$NVAL" --threshold "$THRESHOLD" --testnet-dir "$LOCALNET_DIR" >/dev/null
+# Threshold key for settlement batches (only with a hub to settle on): a
+# dealer stands in for the DKG.
+[ "$HUB" != 1 ] || "$TALLYD" dkg dealer --validators "$NVAL" --threshold "$THRESHOLD" --testnet-dir "$LOCALNET_DIR" >/dev/null
 sed -i "s/\"chain_id\": *\"[^\"]*\"/\"chain_id\": \"$CHAIN_ID\"/" "$g0/config/genesis.json"
 "$TALLYD" --home "$g0" genesis validate >/dev/null
 
@@ -118,6 +120,21 @@ for i in $(seq 0 $((NVAL - 1))); do
 done
 log "all $NVAL validators are committing blocks (RPC: $(rpc_url 0) .. $(rpc_url $((NVAL - 1))))"
 
+if [ "$HUB" = 1 ]; then
+  wait_hub=0
+  until curl -s --max-time 1 "$(hub_rpc_url)/status" | grep -q '"latest_block_height":"[1-9]'; do
+    wait_hub=$((wait_hub + 1)); [ "$wait_hub" -gt 60 ] && die "hub made no blocks; see $HUB_DIR/*.log"; sleep 1
+  done
+  log "depositing on the hub: escrow for alice, bob and carol"
+  for u in alice bob carol; do "$TALLY_HUB_BIN" deposit --user "$u" --amount 1000000 --node "$(hub_rpc_url)" >/dev/null; done
+  log "waiting for the deposits to be credited on the chain (signed hub blocks, after confirmations)"
+  start_wait=$(date +%s)
+  until "$TALLYD" query raw /balance/carol --node "$(rpc_url 0)" 2>/dev/null | grep -q '"balance":1000000'; do
+    [ $(( $(date +%s) - start_wait )) -gt 120 ] && die "deposits not credited after 120 s; see $(node_home 0)/tallyd.log"
+    sleep 1
+  done
+fi
+
 if [ "$demo" = 1 ]; then
   demo_file="$LOCALNET_DIR/demo.jsonl"
   : >"$demo_file"
@@ -131,20 +148,6 @@ if [ "$demo" = 1 ]; then
     printf '{"user":"carol","provider":"bolt-inference","model":"mistral/7b","route":"/v1/completions","outcome":"%s","units":40,"amount":%d}\n' \
       "$o" "$([ "$o" = ok ] && echo 4 || echo 0)" >>"$demo_file"
   done
-  if [ "$HUB" = 1 ]; then
-    wait_hub=0
-    until curl -s --max-time 1 "$(hub_rpc_url)/status" | grep -q '"latest_block_height":"[1-9]'; do
-      wait_hub=$((wait_hub + 1)); [ "$wait_hub" -gt 60 ] && die "hub made no blocks; see $HUB_DIR/*.log"; sleep 1
-    done
-    log "depositing on the hub: escrow for alice, bob and carol"
-    for u in alice bob carol; do "$TALLY_HUB_BIN" deposit --user "$u" --amount 1000000 --node "$(hub_rpc_url)" >/dev/null; done
-    log "waiting for the deposits to be credited on the chain (signed hub blocks, after confirmations)"
-    start_wait=$(date +%s)
-    until "$TALLYD" query raw /balance/carol --node "$(rpc_url 0)" 2>/dev/null | grep -q '"balance":1000000'; do
-      [ $(( $(date +%s) - start_wait )) -gt 120 ] && die "deposits not credited after 120 s; see $(node_home 0)/tallyd.log"
-      sleep 1
-    done
-  fi
   log "sending demo traffic ($(wc -l <"$demo_file") records, every outcome class)"
   "$TALLYD" tx report --from "$LOCALNET_DIR/gateway.key" --file "$demo_file" --node "$(rpc_url 0)"
   echo

@@ -297,6 +297,25 @@ impl Genesis {
         Ok(g)
     }
 
+    /// The node's rule on top of [`Genesis::validate`]: a genesis with a
+    /// threshold key settles on a hub, whose escrow pays every batch in full
+    /// or refuses it, so balances must come only from hub deposits (synced
+    /// down as signed hub blocks). Genesis balances would be credits no
+    /// escrow backs: every batch charging them would be refused forever.
+    /// `tallyd genesis ...` and `tallyd start` apply it; the state machine
+    /// itself does not (in-process tests fund users directly).
+    pub fn check_hub_funding(&self) -> Result<(), GenesisError> {
+        if self.dkg.is_some() && !self.balances.is_empty() {
+            return Err(GenesisError::Invalid(format!(
+                "genesis funds {} user(s) and has a threshold key (batches settle on a hub): \
+                 balances must come from hub deposits; remove `balances` (or the `dkg` entry \
+                 for a chain without a hub)",
+                self.balances.len()
+            )));
+        }
+        Ok(())
+    }
+
     /// Checks every value.
     pub fn validate(&self) -> Result<(), GenesisError> {
         self.params.validate()?;

@@ -40,6 +40,7 @@ impl Command for GenesisCommand {
             Self::SetParam(c) => c.apply(g),
             Self::Validate => {
                 g.validate()?;
+                g.check_hub_funding()?;
                 println!("{}: app_state is valid", path.display());
                 Ok(false)
             }
@@ -235,6 +236,7 @@ pub fn update_genesis(
         return Ok(());
     }
     g.validate()?;
+    g.check_hub_funding()?;
     doc["app_state"] = serde_json::to_value(&g)?;
     std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
         .with_context(|| format!("writing {}", path.display()))

@@ -44,6 +44,7 @@ impl StartCommand {
         if genesis_path.exists() {
             let app_state = read_app_state(&genesis_path)?;
             Genesis::parse(app_state.to_string().as_bytes())
+                .and_then(|g| g.check_hub_funding())
                 .with_context(|| format!("{}", genesis_path.display()))?;
         }
         let db_path = cfg.db_path(home);
