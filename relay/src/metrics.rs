@@ -44,17 +44,21 @@ pub enum Outcome {
     Failed,
     /// Stopped: the nonce settled, the attempt ended, or the node stopped.
     Cancelled,
+    /// A batch the hub forgot (restored from a backup), re-submitted from
+    /// the body Tally kept.
+    Recovered,
 }
 
 impl Outcome {
     /// Every outcome, in a fixed order.
-    pub const ALL: [Outcome; 6] = [
+    pub const ALL: [Outcome; 7] = [
         Outcome::Ok,
         Outcome::AlreadySettled,
         Outcome::InCache,
         Outcome::Refused,
         Outcome::Failed,
         Outcome::Cancelled,
+        Outcome::Recovered,
     ];
 
     /// The label value.
@@ -66,6 +70,7 @@ impl Outcome {
             Outcome::Refused => "refused",
             Outcome::Failed => "failed",
             Outcome::Cancelled => "cancelled",
+            Outcome::Recovered => "recovered",
         }
     }
 }

@@ -6,10 +6,8 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use prost::Message;
 use tally_abci::TallyApp;
 use tally_client::HttpTransport;
-use tally_hub_types::{hub_tx, HubTx, SubmitBatch};
 use tally_settlement::proto::{BatchRecord, HubResult, SyncState};
 use tally_settlement::sync;
 use tokio::sync::watch;
@@ -19,7 +17,7 @@ use crate::config::RelayConfig;
 use crate::decide;
 use crate::hub::{Hub, HubError, Tip};
 use crate::metrics::{Refusal, RelayMetrics};
-use crate::submission::{InFlight, Submission};
+use crate::submission::{batch_tx, InFlight, Submission};
 
 fn unix_now() -> u64 {
     SystemTime::now()
@@ -329,23 +327,9 @@ impl Relay {
         batch: &BatchRecord,
     ) {
         let (nonce, attempt) = key;
-        let calls: Vec<_> = batch
-            .call_ids
-            .iter()
-            .filter_map(|id| sync::hub_call(kv, *id).ok().flatten())
-            .collect();
-        if calls.len() != batch.call_ids.len() {
+        let Some(tx) = batch_tx(kv, &chain, nonce, batch) else {
             return;
-        }
-        let tx = HubTx {
-            sum: Some(hub_tx::Sum::SubmitBatch(SubmitBatch {
-                chain: chain.clone(),
-                nonce,
-                calls,
-                signature: batch.signature.clone(),
-            })),
-        }
-        .encode_to_vec();
+        };
         self.done = Some(key);
         tracing::info!(
             nonce,

@@ -4,16 +4,59 @@
 //! policy over the hub's endpoints, each try gated by that endpoint's
 //! breaker; a refusal or spent retries are handed to the signer as
 //! `failed`.
+//!
+//! **Recovery when the hub forgot nonces.** A hub restored from a backup can
+//! be behind Tally: its last settled nonce below batches Tally already
+//! counts as settled. It then refuses every later batch (a gap), while the
+//! calls it forgot are settled on Tally. Before submitting nonce N to a hub
+//! whose last nonce L is below N - 1, the submission re-submits batches
+//! L+1 ..= N-1 in order, from the bodies Tally keeps for
+//! `settled_retention_windows` after a batch settled: the same calls and
+//! the same threshold signature the validators made, so the hub checks them
+//! like any batch, and no new signature or trust is needed. A forgotten
+//! batch whose body was already pruned cannot be re-submitted: the
+//! submission logs it (an operator's matter, see docs) and goes on.
 
+use prost::Message;
 use rand::SeedableRng;
 use tally_abci::TallyApp;
 use tally_client::{Broadcast, Failure, HttpTransport, RetryError, RetryPolicy, Transport};
-use tally_hub_types::HubCode;
-use tally_settlement::proto::HubResult;
+use tally_hub_types::{hub_tx, HubCode, HubTx, SubmitBatch};
+use tally_settlement::proto::{BatchRecord, HubResult};
+use tally_settlement::sync;
 use tokio::sync::watch;
 
 use crate::hub::{usable, Hub};
 use crate::metrics::{Outcome, RelayMetrics};
+
+/// The hub transaction of `batch` (nonce `nonce` on `chain`) from the calls
+/// in `kv`; `None` when a call is missing (pruned) or it is not signed.
+pub(crate) fn batch_tx(
+    kv: &impl tally_store::KvRead,
+    chain: &str,
+    nonce: u64,
+    batch: &BatchRecord,
+) -> Option<Vec<u8>> {
+    if batch.signature.is_empty() {
+        return None;
+    }
+    let calls: Vec<_> = batch
+        .call_ids
+        .iter()
+        .filter_map(|id| sync::hub_call(kv, *id).ok().flatten())
+        .collect();
+    (calls.len() == batch.call_ids.len()).then(|| {
+        HubTx {
+            sum: Some(hub_tx::Sum::SubmitBatch(SubmitBatch {
+                chain: chain.to_string(),
+                nonce,
+                calls,
+                signature: batch.signature.clone(),
+            })),
+        }
+        .encode_to_vec()
+    })
+}
 
 /// A submission running as a task.
 #[derive(Debug)]
@@ -76,26 +119,69 @@ impl Submission {
                 );
                 return;
             }
-            Ok(Ok(last)) if last + 1 < nonce => tracing::warn!(
-                nonce,
-                attempt,
-                last,
-                "the hub is behind the chain's nonces; submitting anyway (it will refuse a gap)"
-            ),
+            Ok(Ok(last)) if last.saturating_add(1) < nonce => {
+                tracing::warn!(
+                    nonce,
+                    attempt,
+                    last,
+                    "the hub is behind the chain's nonces: re-submitting the batches it forgot"
+                );
+                self.recover(last.saturating_add(1), nonce).await;
+            }
             _ => {}
         }
-        let r = self.broadcast().await;
+        let tx = self.tx.clone();
+        let r = self.broadcast(tx).await;
         self.conclude(r);
     }
 
-    /// The tries, through the retry policy.
-    async fn broadcast(&mut self) -> Result<Broadcast, RetryError> {
+    /// Re-submits the settled batches `from..until` from the bodies Tally
+    /// kept, in order; stops at the first that cannot be re-submitted or
+    /// that the hub refuses (the current batch then meets the gap and its
+    /// attempt fails, to be retried after the cooldown).
+    async fn recover(&mut self, from: u64, until: u64) {
+        for n in from..until {
+            let kv = self.app.committed_state().clone();
+            let tx = match sync::batch(&kv, &self.chain, n) {
+                Ok(Some(b)) => batch_tx(&kv, &self.chain, n, &b),
+                _ => None,
+            };
+            let Some(tx) = tx else {
+                self.metrics.submitted(Outcome::Refused);
+                tracing::error!(
+                    nonce = n,
+                    "cannot re-submit a batch the hub forgot: its body is no longer kept \
+                     (settled_retention_windows passed); see docs/ARCHITECTURE.md, recovery"
+                );
+                return;
+            };
+            match self.broadcast(tx).await {
+                Ok(Broadcast::Result { code, .. })
+                    if code == HubCode::Ok.value() || code == HubCode::AlreadySettled.value() =>
+                {
+                    self.metrics.submitted(Outcome::Recovered);
+                    tracing::info!(nonce = n, "re-submitted a batch the hub forgot");
+                }
+                Ok(Broadcast::InCache) => {
+                    self.metrics.submitted(Outcome::Recovered);
+                }
+                other => {
+                    self.metrics.submitted(Outcome::Refused);
+                    tracing::warn!(nonce = n, outcome = ?other.map(|_| ()), "re-submitting a forgotten batch failed");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The tries of `tx`, through the retry policy.
+    async fn broadcast(&mut self, tx: Vec<u8>) -> Result<Broadcast, RetryError> {
         let (nonce, attempt) = (self.nonce, self.attempt);
         let breakers = self.hub.breakers();
         let usable = usable(breakers);
         let endpoints = self.hub.endpoints();
         let mut rng = rand::rngs::StdRng::from_entropy();
-        let (metrics, transport, tx) = (&self.metrics, &self.transport, &self.tx);
+        let (metrics, transport, tx) = (&self.metrics, &self.transport, &tx);
         self.policy
             .run(&usable, &mut self.shutdown, &mut rng, |i: &usize, n| {
                 let i = *i;

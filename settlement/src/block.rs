@@ -2,8 +2,9 @@
 //! report ids that can no longer be replayed, close the settlement window
 //! the block time has left (its totals freeze), turn a bounded number of
 //! closed windows' debts into escrowed hub calls (see [`crate::sync::close`]),
-//! record the block's window and time, and expire partial signatures that
-//! never reached the threshold.
+//! record the block's window and time, expire partial signatures that
+//! never reached the threshold, and prune the kept calls of batches settled
+//! more than `settled_retention_windows` ago.
 
 use tally_store::Kv;
 
@@ -14,6 +15,7 @@ use crate::state::chain::{
 };
 use crate::sync::close::convert_closed;
 use crate::sync::partials::expire_partials;
+use crate::sync::results::prune_settled;
 use crate::types::{Block, Event};
 
 /// Runs the start-of-block work for `block`; returns its events.
@@ -47,5 +49,6 @@ pub fn begin_block(kv: &mut impl Kv, block: &Block) -> Result<Vec<Event>, Fatal>
     }
     put_last_time(kv, block.time);
     expire_partials(kv, block.height)?;
+    prune_settled(kv, now_window)?;
     Ok(events)
 }

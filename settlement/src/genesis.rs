@@ -48,6 +48,10 @@ pub struct Params {
     /// start of one block (1..=100000): a window with more is converted
     /// over several blocks, oldest window first.
     pub max_close_per_block: u32,
+    /// Settlement windows a settled batch's calls (user, provider, amount)
+    /// stay in state after it settled: queryable, and the bodies a relay
+    /// re-submits if the hub ever forgets a nonce (1..=1000000).
+    pub settled_retention_windows: u64,
 }
 
 impl Default for Params {
@@ -69,6 +73,7 @@ impl Default for Params {
             max_extension_partials: 8,
             max_block_messages: 8,
             max_close_per_block: 1000,
+            settled_retention_windows: 1440,
         }
     }
 }
@@ -121,6 +126,9 @@ impl Params {
         }
         if !(1..=100_000).contains(&self.max_close_per_block) {
             return bad("max_close_per_block must be 1..=100000");
+        }
+        if !(1..=1_000_000).contains(&self.settled_retention_windows) {
+            return bad("settled_retention_windows must be 1..=1000000");
         }
         Ok(())
     }

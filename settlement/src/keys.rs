@@ -63,6 +63,9 @@ pub const HUB_CALL: &[u8] = b"hc/";
 pub const HUB_PENDING: &[u8] = b"hcp/";
 /// `batch/<chain>\0<nonce>`: a batch record.
 pub const BATCH: &[u8] = b"batch/";
+/// `sret/<window><chain>\0<nonce>`: a settled batch whose calls are kept
+/// until that window starts.
+pub const SETTLED_RETAIN: &[u8] = b"sret/";
 /// `sync/<chain>`: a hub chain's sync state.
 pub const SYNC: &[u8] = b"sync/";
 /// `psig/<digest>/<index>`: a stored partial signature.
@@ -103,6 +106,10 @@ pub const LAYOUT: &[(&[u8], &str)] = &[
     (HUB_CALL, "escrowed hub calls"),
     (HUB_PENDING, "hub calls not yet in a batch"),
     (BATCH, "batches"),
+    (
+        SETTLED_RETAIN,
+        "settled batches whose calls are kept, by prune window",
+    ),
     (SYNC, "sync state per hub chain"),
     (PSIG, "partial signatures"),
     (PMSG, "messages being signed"),
@@ -285,6 +292,31 @@ pub fn owed(window: u64, provider: &str, user: &str) -> Vec<u8> {
         b"\0",
         user.as_bytes(),
     ])
+}
+
+/// `sret/<window><chain>\0<nonce>`.
+pub fn settled_retain(window: u64, chain: &str, nonce: u64) -> Vec<u8> {
+    cat(&[
+        SETTLED_RETAIN,
+        &window.to_be_bytes(),
+        chain.as_bytes(),
+        b"\0",
+        &nonce.to_be_bytes(),
+    ])
+}
+
+/// End (exclusive) of the `sret/` keys of windows up to `window`.
+pub fn settled_retain_through(window: u64) -> Vec<u8> {
+    cat(&[SETTLED_RETAIN, &window.saturating_add(1).to_be_bytes()])
+}
+
+/// The chain and nonce of an `sret/` key.
+pub fn parse_settled_retain(key: &[u8]) -> Option<(String, u64)> {
+    let rest = key.strip_prefix(SETTLED_RETAIN)?.get(8..)?;
+    let sep = rest.iter().position(|b| *b == 0)?;
+    let chain = std::str::from_utf8(rest.get(..sep)?).ok()?.to_string();
+    let nonce = u64::from_be_bytes(rest.get(sep + 1..)?.try_into().ok()?);
+    Some((chain, nonce))
 }
 
 /// Start of the report-expiry keys.

@@ -307,14 +307,17 @@ fn route_query(kv: &impl KvRead, full: &str) -> Result<serde_json::Value, ExecEr
                 .map_err(|_| bad(format!("nonce must be an integer, got {nonce:?}")))?;
             let b = sync::batch(kv, chain, n)?
                 .ok_or_else(|| reject(Code::NotFound, format!("no batch {n} on {chain}")))?;
+            let status = batch_status(&b)?;
+            let settled = status == crate::types::BatchStatus::Settled;
             let mut calls = Vec::with_capacity(b.call_ids.len());
             for id in &b.call_ids {
                 calls.push(match sync::hub_call(kv, *id)? {
-                    Some(c) => json!({"id": c.id, "user": c.user, "provider": c.provider, "amount": c.amount, "window": c.window}),
-                    None => json!({"id": id, "settled": true}),
+                    Some(c) => json!({"id": c.id, "user": c.user, "provider": c.provider, "amount": c.amount, "window": c.window, "settled": settled}),
+                    // Past `settled_retention_windows`: only the id is left.
+                    None => json!({"id": id, "settled": true, "pruned": true}),
                 });
             }
-            let status = batch_status(&b)?.name();
+            let status = status.name();
             Ok(json!({
                 "chain": b.chain, "nonce": b.nonce, "status": status,
                 "digest": hex::encode(&b.digest),

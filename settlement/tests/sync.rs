@@ -395,6 +395,28 @@ fn batch_signature_and_settled_result_in_one_transaction() {
     );
     assert_eq!(out.last().unwrap().0, Code::Ok);
     assert_eq!(env.state().settled_batches, 1);
+    // The settled batch's calls stay readable for settled_retention_windows
+    // (default 1440 windows of 60 s): the body a relay would re-submit.
+    let calls = |env: &Env| {
+        let r = tally_settlement::query::query(&env.kv, "/batch/hub/1");
+        let v: serde_json::Value = serde_json::from_slice(&r.value).unwrap();
+        v["calls"].as_array().unwrap().clone()
+    };
+    let kept = calls(&env);
+    assert_eq!(kept.len(), 1);
+    assert_eq!(
+        (kept[0]["user"].as_str(), kept[0]["amount"].as_u64()),
+        (Some("alice"), Some(7))
+    );
+    assert_eq!(kept[0]["settled"], true);
+    env.block(vec![], 60 * 1439);
+    env.block(vec![], 1);
+    assert_eq!(calls(&env)[0]["amount"], 7, "pruned a window early");
+    env.block(vec![], 60);
+    env.block(vec![], 1);
+    let pruned = calls(&env);
+    assert_eq!(pruned[0]["pruned"], true, "{pruned:?}");
+    assert!(pruned[0]["user"].is_null());
 }
 
 #[test]

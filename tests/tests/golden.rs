@@ -11,7 +11,8 @@
 //! allowances in state, their use per window), report ids scoped by
 //! gateway with the body hash, failed calls carrying amount 0 in the
 //! traffic; the hub-block digest v3 with the hub's cumulative deposit
-//! count. Any other change to them is a change of consensus behaviour
+//! count; settled batches' calls kept for `settled_retention_windows`.
+//! Any other change to them is a change of consensus behaviour
 //! and must be deliberate.
 
 use tally_settlement::bls::deal;
@@ -26,15 +27,15 @@ const T0: i64 = 1_800_000_000;
 const GOLDEN: [(usize, &str); 3] = [
     (
         100,
-        "dcf048f5600cd812991d2ece80e4524d2252fa5f23095806bd812ef2bdcc8c45",
+        "16eb84843c1773c0b94909ab036332f524d7b9481a7aede54b1e5aedfa00bc2c",
     ),
     (
         500,
-        "4754072296a44432fb4b49dd2d5d88dd508bc787382dc5ede6dd43ed666c2254",
+        "f47865819d17fc96499a770b9af8918691f922b09dc67adde8ddbb58f549f086",
     ),
     (
         1000,
-        "af1458cf157892b07de3e6f7461ca2d5afcb70f2a022cf16278cfd1bcff9f5c3",
+        "b88b951b469c398a12e6ec11f8b014c00ab0abd129fb8cdba914c4fdba163026",
     ),
 ];
 

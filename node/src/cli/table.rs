@@ -98,7 +98,8 @@ pub fn allowances(out: &mut impl Write, rows: &[Value]) -> io::Result<()> {
     Ok(())
 }
 
-/// Hub calls; a call already settled shows only its id.
+/// Hub calls; a settled call is marked, one past its retention shows only
+/// its id.
 pub fn calls(out: &mut impl Write, calls: &[Value]) -> io::Result<()> {
     writeln!(
         out,
@@ -106,17 +107,22 @@ pub fn calls(out: &mut impl Write, calls: &[Value]) -> io::Result<()> {
         "CALL", "USER", "PROVIDER", "AMOUNT", "WINDOW"
     )?;
     for c in calls {
-        if c["settled"] == true {
-            writeln!(out, "{:>8} (settled)", c["id"])?;
+        if c["pruned"] == true || c["user"].is_null() {
+            writeln!(out, "{:>8} (settled, body pruned)", c["id"])?;
         } else {
             writeln!(
                 out,
-                "{:>8} {:<16} {:<16} {:>12} {:>10}",
+                "{:>8} {:<16} {:<16} {:>12} {:>10}{}",
                 c["id"],
                 c["user"].as_str().unwrap_or(""),
                 c["provider"].as_str().unwrap_or(""),
                 c["amount"],
-                c["window"]
+                c["window"],
+                if c["settled"] == true {
+                    "  settled"
+                } else {
+                    ""
+                }
             )?;
         }
     }
@@ -164,7 +170,7 @@ mod tests {
     fn calls_and_gateways_print_as_they_always_have() {
         let cs = [
             json!({"id": 1, "user": "alice", "provider": "acme", "amount": 10, "window": 5}),
-            json!({"id": 2, "settled": true}),
+            json!({"id": 2, "settled": true, "pruned": true}),
         ];
         // JSON numbers ignore the column width (serde_json's Display does
         // not pad); kept as is so the output stays what scripts have seen.
@@ -172,7 +178,7 @@ mod tests {
             text(|o| calls(o, &cs)),
             "    CALL USER             PROVIDER               AMOUNT     WINDOW\n\
              1 alice            acme             10 5\n\
-             2 (settled)\n"
+             2 (settled, body pruned)\n"
         );
         let gs = [json!({"name": "gw", "pubkey": "ab"})];
         assert_eq!(

@@ -1,7 +1,8 @@
 //! Hub results: what the hub did with one attempt of the current batch,
 //! observed by each validator's relay and threshold-signed. A signed
-//! result ends the attempt (HubSyncEnd): settled retires the batch and its
-//! calls; failed backdates `last_sync` so the next attempt waits only the
+//! result ends the attempt (HubSyncEnd): settled retires the batch (its
+//! calls are kept for `settled_retention_windows`, then pruned at a block
+//! start); failed backdates `last_sync` so the next attempt waits only the
 //! cooldown.
 
 use tally_store::Kv;
@@ -9,6 +10,7 @@ use tally_store::Kv;
 use super::digest::result_digest;
 use crate::error::Fatal;
 use crate::genesis::Params;
+use crate::keys;
 use crate::proto::{HubResult, SyncState};
 use crate::state::sync::{batch, delete_hub_call, put_batch, put_sync_state, sync_state};
 use crate::types::{BatchStatus, Block, Event};
@@ -38,9 +40,12 @@ pub fn hub_sync_end(
     let outcome;
     if r.settled {
         let mut b = batch(kv, &r.chain, r.nonce)?.ok_or(Fatal::Corrupt("settled batch"))?;
-        for id in &b.call_ids {
-            delete_hub_call(kv, *id);
-        }
+        let window = block.time / p.settlement_window_secs;
+        let prune_at = window.saturating_add(p.settled_retention_windows);
+        kv.put(
+            keys::settled_retain(prune_at, &r.chain, r.nonce),
+            Vec::new(),
+        );
         b.status = BatchStatus::Settled.value();
         put_batch(kv, &r.chain, r.nonce, &b);
         st.current_nonce = 0;
@@ -70,4 +75,36 @@ pub fn hub_sync_end(
             ("retry_layer", "settlement".into()),
         ],
     ))
+}
+
+/// Most settled batches whose kept calls one block start prunes.
+pub const MAX_PRUNE_PER_BLOCK: usize = 16;
+
+/// Deletes the kept calls of settled batches whose retention ended at or
+/// before `window` (at most [`MAX_PRUNE_PER_BLOCK`], oldest first; the
+/// rest wait for the next block).
+pub fn prune_settled(kv: &mut impl Kv, window: u64) -> Result<usize, Fatal> {
+    let start = keys::SETTLED_RETAIN.to_vec();
+    let end = keys::settled_retain_through(window);
+    let mut due = Vec::new();
+    let mut bad = false;
+    kv.for_each(&start, &end, &mut |k, _| {
+        match keys::parse_settled_retain(k) {
+            Some(cn) => due.push((k.to_vec(), cn)),
+            None => bad = true,
+        }
+        !bad && due.len() < MAX_PRUNE_PER_BLOCK
+    })?;
+    if bad {
+        return Err(Fatal::Corrupt("settled retention key"));
+    }
+    for (key, (chain, nonce)) in &due {
+        if let Some(b) = batch(kv, chain, *nonce)? {
+            for id in &b.call_ids {
+                delete_hub_call(kv, *id);
+            }
+        }
+        kv.delete(key.clone());
+    }
+    Ok(due.len())
 }

@@ -195,10 +195,14 @@ pub(crate) mod tests {
 
     #[test]
     fn batches_print_their_head_then_their_calls() {
-        let v = json!({"chain": "hub", "nonce": 1, "status": "signed", "calls": [{"id": 4, "settled": true}]});
+        let v = json!({"chain": "hub", "nonce": 1, "status": "settled", "calls": [
+            {"id": 3, "user": "al", "provider": "pr", "amount": 2, "window": 9, "settled": true},
+            {"id": 4, "settled": true, "pruned": true}]});
         assert_eq!(
             text(Shape::Batch, v),
-            "chain: hub\nnonce: 1\nstatus: signed\n    CALL USER             PROVIDER               AMOUNT     WINDOW\n4 (settled)\n"
+            "chain: hub\nnonce: 1\nstatus: settled\n    CALL USER             PROVIDER               AMOUNT     WINDOW\n\
+             3 al               pr               2 9  settled\n\
+             4 (settled, body pruned)\n"
         );
     }
 

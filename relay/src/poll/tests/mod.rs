@@ -20,6 +20,8 @@ use tally_store::{Backend, MemBackend, Pending};
 use super::*;
 use crate::config::BreakerConfig;
 use crate::metrics::{Metrics, Outcome};
+use prost::Message;
+use tally_hub_types::{hub_tx, HubTx, SubmitBatch};
 
 const CHAIN: &str = "hub";
 const NONCE: u64 = 7;

@@ -311,3 +311,80 @@ async fn a_hub_behind_or_without_a_last_nonce_still_gets_the_batch() {
         assert_eq!(outcome(&metrics, "ok"), Some(1.0));
     }
 }
+
+/// Chain state beside [`chain_with_signed_batch`]: nonce 6 settled, its
+/// one call (id 2) kept unless `pruned`.
+fn with_settled_six(backend: &Arc<MemBackend>, pruned: bool) -> HubCall {
+    let six = HubCall {
+        id: 2,
+        user: "carol".into(),
+        provider: "dave".into(),
+        amount: 9,
+        window: 2,
+    };
+    let kept = six.clone();
+    commit(backend, |kv| {
+        if !pruned {
+            sync_state::put_pending_call(kv, CHAIN, &kept);
+            sync_state::unpend_call(kv, CHAIN, kept.id);
+        }
+        sync_state::put_batch(
+            kv,
+            CHAIN,
+            NONCE - 1,
+            &BatchRecord {
+                nonce: NONCE - 1,
+                call_ids: vec![2],
+                status: BatchStatus::Settled.value(),
+                signature: vec![0xCD; 96],
+                ..signed_batch()
+            },
+        );
+    });
+    six
+}
+
+#[tokio::test]
+async fn a_hub_that_forgot_a_settled_nonce_gets_it_again_from_the_kept_body() {
+    // The hub's last nonce is 5, Tally settled 6 and signed 7: the relay
+    // re-submits 6 (same calls, same group signature) before 7.
+    let hub = FakeHub::start(Script {
+        last_nonce: NONCE - 2,
+        ..Script::default()
+    });
+    let backend = chain_with_signed_batch(&Params::default(), 1);
+    let six = with_settled_six(&backend, false);
+    let metrics = Metrics::new("tally");
+    let mut r = relay(app(&backend), config(vec![hub.url.clone()]), &metrics);
+    r.poll().await;
+    settle(&mut r).await;
+    let six_tx = b64(&HubTx {
+        sum: Some(hub_tx::Sum::SubmitBatch(SubmitBatch {
+            chain: CHAIN.into(),
+            nonce: NONCE - 1,
+            calls: vec![six],
+            signature: vec![0xCD; 96],
+        })),
+    }
+    .encode_to_vec());
+    assert_eq!(hub.with(|s| s.txs.clone()), vec![six_tx, expected_tx()]);
+    assert_eq!(outcome(&metrics, "recovered"), Some(1.0));
+    assert_eq!(outcome(&metrics, "ok"), Some(1.0));
+}
+
+#[tokio::test]
+async fn a_forgotten_batch_past_its_retention_is_not_invented() {
+    let hub = FakeHub::start(Script {
+        last_nonce: NONCE - 2,
+        ..Script::default()
+    });
+    let backend = chain_with_signed_batch(&Params::default(), 1);
+    with_settled_six(&backend, true);
+    let metrics = Metrics::new("tally");
+    let mut r = relay(app(&backend), config(vec![hub.url.clone()]), &metrics);
+    r.poll().await;
+    settle(&mut r).await;
+    // Only the current batch goes out (the hub refuses the gap itself).
+    assert_eq!(hub.with(|s| s.txs.clone()), vec![expected_tx()]);
+    assert_eq!(outcome(&metrics, "recovered"), Some(0.0));
+}
