@@ -57,12 +57,20 @@ g0="$(node_home 0)"
 # `tallyd tx allowance grant|revoke --from $LOCALNET_DIR/users/<u>.key`) and
 # an allowance for the demo gateway from genesis, good for a year.
 # TALLY_USERS (space-separated) replaces the list; tests name their users.
-mkdir -p "$LOCALNET_DIR/users"
+# TALLY_GATEWAYS (space-separated names) registers more gateways, with keys
+# in $LOCALNET_DIR/gateways/<name>.key, and gives each the same allowances.
+mkdir -p "$LOCALNET_DIR/users" "$LOCALNET_DIR/gateways"
+for gw in ${TALLY_GATEWAYS:-}; do
+  "$TALLYD" keys add "$gw" --out "$LOCALNET_DIR/gateways/$gw.key" --force >/dev/null
+  "$TALLYD" --home "$g0" genesis add-gateway --name "$gw" --key "$LOCALNET_DIR/gateways/$gw.key"
+done
 expiry=$(( $(date +%s) + 365 * 86400 ))
 for u in ${TALLY_USERS:-alice bob carol}; do
   "$TALLYD" keys add "$u" --out "$LOCALNET_DIR/users/$u.key" --force >/dev/null
   "$TALLYD" --home "$g0" genesis add-user --name "$u" --key "$LOCALNET_DIR/users/$u.key"
-  "$TALLYD" --home "$g0" genesis allow --user "$u" --gateway demo-gateway --max-per-window 1000000000 --expires-at "$expiry"
+  for gw in demo-gateway ${TALLY_GATEWAYS:-}; do
+    "$TALLYD" --home "$g0" genesis allow --user "$u" --gateway "$gw" --max-per-window 1000000000 --expires-at "$expiry"
+  done
 done
 # With the hub, users' credits come only from hub deposits (synced down as
 # signed hub blocks; the hub pays a batch in full or refuses it, so credits no

@@ -5,6 +5,7 @@
 //! of the end-to-end tests that use them.
 
 pub mod adversary;
+pub mod chaos;
 pub mod driver;
 pub mod harness;
 pub mod hub;

@@ -94,6 +94,14 @@ pub struct ProxyState {
     pub script: VecDeque<Fault>,
     /// Every broadcast, in arrival order.
     pub broadcasts: Vec<Seen>,
+    /// While set, `status` calls are answered with the last answer recorded
+    /// before it was set (a lagging node's stale tip); other reads pass.
+    pub stale_status: bool,
+    /// The last upstream answer to a `status` call, recorded while
+    /// `stale_status` is off.
+    pub last_status: Option<Vec<u8>>,
+    /// `status` calls answered from `last_status`.
+    pub stale_answers: u64,
 }
 
 impl ProxyState {
@@ -101,7 +109,7 @@ impl ProxyState {
     pub fn with(faults: impl IntoIterator<Item = Fault>) -> Self {
         Self {
             script: faults.into_iter().collect(),
-            broadcasts: Vec::new(),
+            ..Self::default()
         }
     }
 
@@ -255,6 +263,21 @@ fn handle(mut sock: TcpStream, upstream: &str, state: &Mutex<ProxyState>) -> std
             Some(Fault::HoldAnswer(d)) => hold = Some(d),
         }
     }
+    let is_status = String::from_utf8_lossy(&body).contains("\"status\"");
+    if is_status {
+        let stale = {
+            let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
+            let stale = st.stale_status.then(|| st.last_status.clone()).flatten();
+            if stale.is_some() {
+                st.stale_answers += 1;
+            }
+            stale
+        };
+        if let Some(resp) = stale {
+            sock.write_all(&resp)?;
+            return sock.shutdown(Shutdown::Both);
+        }
+    }
     // Forward with Connection: close, then copy the answer back.
     let mut up = TcpStream::connect(upstream)?;
     let mut new_head: String = head
@@ -273,6 +296,12 @@ fn handle(mut sock: TcpStream, upstream: &str, state: &Mutex<ProxyState>) -> std
     up.read_to_end(&mut resp)?;
     if let Some(d) = hold {
         std::thread::sleep(d);
+    }
+    if is_status {
+        let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
+        if !st.stale_status {
+            st.last_status = Some(resp.clone());
+        }
     }
     sock.write_all(&resp)?;
     sock.shutdown(Shutdown::Both)

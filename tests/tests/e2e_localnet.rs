@@ -266,7 +266,7 @@ fn records_reach_every_validator(f: &mut Net) -> Result<()> {
             built.report_id,
             r.final_log()
         );
-        f.credits += 3 * outcomes.len() as u64;
+        f.credits += 3 * outcomes.iter().filter(|o| o.may_carry_amount()).count() as u64;
         f.reports.push((node, built.tx));
         last_height = last_height.max(r.height);
     }
@@ -297,7 +297,8 @@ fn duplicate_report_changes_nothing(f: &mut Net) -> Result<()> {
 }
 
 fn batch_signed_and_settled_on_hub(f: &mut Net) -> Result<()> {
-    // The closed windows' payments (39 credits: 13 records x 3) become
+    // The closed windows' payments (24 credits: the 8 records of classes
+    // that may carry an amount, x 3) become
     // batches that t validators sign through real vote extensions (visible
     // with `tallyd query batch`); the relays submit them to the hub chain,
     // which pays each once, and the chain ends each sync when t validators
@@ -617,7 +618,11 @@ impl Load {
                                 route: format!("/load/{}", i % 10),
                                 outcome: Outcome::ALL[((i + n) % 7) as usize] as i32,
                                 units: 1 + (i * 3 + n) % 17,
-                                amount: 1 + (i + 2 * n) % 5,
+                                amount: if Outcome::ALL[((i + n) % 7) as usize].may_carry_amount() {
+                                    1 + (i + 2 * n) % 5
+                                } else {
+                                    0
+                                },
                             })
                             .collect();
                         let built = build_report(&key, &chain_id, recs.clone(), now() + 300);
@@ -1081,7 +1086,11 @@ fn reporter_exactly_once_with_a_killed_validator(f: &mut Net) -> Result<()> {
     let records: Vec<UsageRecord> = (0..N / 1000)
         .flat_map(|_| traffic.records(1000, 4))
         .map(|mut r| {
-            r.amount += 1;
+            // Non-zero amounts where the class may carry one (failed calls
+            // carry 0).
+            if Outcome::try_from(r.outcome).is_ok_and(Outcome::may_carry_amount) {
+                r.amount += 1;
+            }
             r
         })
         .collect();

@@ -11,6 +11,8 @@
 //! against scan-and-delete.
 //! `proposal`: PrepareProposal and ProcessProposal latency with a full
 //! batch (100 hub calls) and with 67 validators' partials to verify.
+//! `chaos --minutes N`: a localnet with faults for N minutes, then an audit
+//! of the money (`tally_tests::chaos`; `scripts/chaos.sh`).
 //! `worst`: the worst ProcessProposal and FinalizeBlock a byzantine
 //! proposer can cause within the caps (ADR 0010) at `--validators N`
 //! (default 100): p50/p99/max over `--reps R` (default 30) runs.
@@ -389,6 +391,7 @@ fn main() -> Result<()> {
     let mut blocks = 30;
     let mut validators = 100u32;
     let mut reps = 30usize;
+    let mut minutes = 60u64;
     let mut which = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -413,9 +416,16 @@ fn main() -> Result<()> {
                     .filter(|v| *v > 0)
                     .ok_or_else(|| anyhow::anyhow!("--reps needs a positive number"))?
             }
-            "finalize" | "bls" | "range" | "proposal" | "worst" => which.push(a.clone()),
+            "--minutes" => {
+                minutes = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|v| *v > 0)
+                    .ok_or_else(|| anyhow::anyhow!("--minutes needs a positive number"))?
+            }
+            "finalize" | "bls" | "range" | "proposal" | "worst" | "chaos" => which.push(a.clone()),
             other => {
-                bail!("unknown argument {other:?}; benches: finalize, bls, range, proposal, worst")
+                bail!("unknown argument {other:?}; benches: finalize, bls, range, proposal, worst, chaos")
             }
         }
     }
@@ -433,6 +443,7 @@ fn main() -> Result<()> {
             "bls" => bls_bench()?,
             "range" => range_bench()?,
             "worst" => worst_bench(validators, reps)?,
+            "chaos" => tally_tests::chaos::run(minutes)?,
             _ => proposal_bench()?,
         }
     }
