@@ -270,7 +270,10 @@ impl AppConfig {
                 source,
             })?;
         }
-        std::fs::write(&path, body).map_err(|source| ConfigError::Io { path, source })
+        // Hub endpoint URLs often carry API keys: the file is a secret (0600,
+        // written atomically).
+        crate::secret::write_secret(&path, body.as_bytes(), crate::secret::Existing::Replace)
+            .map_err(|source| ConfigError::Io { path, source })
     }
 
     /// The share file, resolved against `home`.
@@ -336,6 +339,14 @@ mod tests {
         };
         cfg.save(dir.path()).unwrap();
         assert_eq!(AppConfig::load(dir.path()).unwrap(), cfg);
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(AppConfig::path(dir.path()))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600, "app.toml may hold hub API keys");
+        }
         std::fs::write(AppConfig::path(dir.path()), "log_format = \"xml\"\n").unwrap();
         let e = AppConfig::load(dir.path()).unwrap_err().to_string();
         assert!(e.contains("log_format"), "{e}");
