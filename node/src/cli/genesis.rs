@@ -48,12 +48,9 @@ impl Command for GenesisCommand {
     }
 }
 
-/// `genesis add-gateway --name N (--pubkey HEX | --key NAME|FILE)`.
+/// A public key given as hex or read from a key file.
 #[derive(Args, Debug, PartialEq, Eq)]
-pub struct AddGatewayCommand {
-    /// The gateway's name.
-    #[arg(long)]
-    pub name: String,
+pub struct KeySource {
     /// Hex ed25519 public key.
     #[arg(long, conflicts_with = "key")]
     pub pubkey: Option<String>,
@@ -62,17 +59,35 @@ pub struct AddGatewayCommand {
     pub key: Option<String>,
 }
 
+impl KeySource {
+    /// The hex public key.
+    fn pubkey(self, home: &Path) -> anyhow::Result<String> {
+        match (self.pubkey, self.key) {
+            (Some(p), None) => Ok(p),
+            (None, Some(k)) => {
+                let (_, key) = keyfile::load(&keyfile::resolve(home, &k))?;
+                Ok(hex::encode(key.verifying_key().to_bytes()))
+            }
+            _ => bail!("give --pubkey HEX or --key NAME|FILE"),
+        }
+    }
+}
+
+/// `genesis add-gateway --name N (--pubkey HEX | --key NAME|FILE)`.
+#[derive(Args, Debug, PartialEq, Eq)]
+pub struct AddGatewayCommand {
+    /// The gateway's name.
+    #[arg(long)]
+    pub name: String,
+    /// Its key.
+    #[command(flatten)]
+    pub key: KeySource,
+}
+
 impl AddGatewayCommand {
     /// Registers the key (replacing an entry with the same key).
     fn apply(self, g: &mut Genesis, home: &Path) -> anyhow::Result<bool> {
-        let pubkey = match (self.pubkey, self.key) {
-            (Some(p), None) => p,
-            (None, Some(k)) => {
-                let (_, key) = keyfile::load(&keyfile::resolve(home, &k))?;
-                hex::encode(key.verifying_key().to_bytes())
-            }
-            _ => bail!("give --pubkey HEX or --key NAME|FILE"),
-        };
+        let pubkey = self.key.pubkey(home)?;
         g.gateways.retain(|gw| gw.pubkey != pubkey);
         g.gateways.push(GatewayEntry {
             name: self.name,
@@ -111,25 +126,15 @@ pub struct AddUserCommand {
     /// The user's name (as in usage records).
     #[arg(long)]
     pub name: String,
-    /// Hex ed25519 public key.
-    #[arg(long, conflicts_with = "key")]
-    pub pubkey: Option<String>,
-    /// A key name or key file.
-    #[arg(long)]
-    pub key: Option<String>,
+    /// Its key.
+    #[command(flatten)]
+    pub key: KeySource,
 }
 
 impl AddUserCommand {
     /// Registers the key (replacing the user's earlier entry).
     fn apply(self, g: &mut Genesis, home: &Path) -> anyhow::Result<bool> {
-        let pubkey = match (self.pubkey, self.key) {
-            (Some(p), None) => p,
-            (None, Some(k)) => {
-                let (_, key) = keyfile::load(&keyfile::resolve(home, &k))?;
-                hex::encode(key.verifying_key().to_bytes())
-            }
-            _ => bail!("give --pubkey HEX or --key NAME|FILE"),
-        };
+        let pubkey = self.key.pubkey(home)?;
         g.users.retain(|u| u.name != self.name);
         g.users.push(UserEntry {
             name: self.name,
@@ -261,8 +266,10 @@ mod tests {
             genesis(&["genesis", "add-gateway", "--name", "gw", "--key", "gw.key"]).unwrap(),
             GenesisCommand::AddGateway(AddGatewayCommand {
                 name: "gw".into(),
-                pubkey: None,
-                key: Some("gw.key".into()),
+                key: KeySource {
+                    pubkey: None,
+                    key: Some("gw.key".into()),
+                },
             })
         );
         assert_eq!(
