@@ -81,6 +81,11 @@ pub fn run(minutes: u64) -> Result<()> {
     let chain_id = rpc0.status()?.chain_id;
 
     // Deposits (escrow on the hub, credited on Tally after confirmations).
+    // The localnet's own deposits (its demo users) came before: the audit
+    // counts from here.
+    let credited_before = query(&rpc0, "/sync/hub")?["next_deposit_seq"]
+        .as_u64()
+        .unwrap_or(1);
     let mut made = 0u64;
     for u in USERS {
         net.hub_deposit(u, DEPOSIT)?;
@@ -256,12 +261,13 @@ pub fn run(minutes: u64) -> Result<()> {
         );
         std::thread::sleep(Duration::from_secs(5));
     }
-    audit(&net, made, sent, landed, &other, stale_answers, start)
+    let counts = (made, credited_before);
+    audit(&net, counts, sent, landed, &other, stale_answers, start)
 }
 
 fn audit(
     net: &Localnet,
-    made: u64,
+    (made, credited_before): (u64, u64),
     sent: u64,
     landed: u64,
     other: &BTreeMap<String, u64>,
@@ -277,7 +283,10 @@ fn audit(
         }
     };
     let sync = query(&net.rpc(0), "/sync/hub")?;
-    let credited_count = sync["next_deposit_seq"].as_u64().unwrap_or(1) - 1;
+    let credited_count = sync["next_deposit_seq"]
+        .as_u64()
+        .unwrap_or(1)
+        .saturating_sub(credited_before);
     let mut balances = 0u64;
     let mut debits = 0u64;
     let mut counted = vec![0u64; 4];
