@@ -289,7 +289,7 @@ fn audit(
         .saturating_sub(credited_before);
     let mut balances = 0u64;
     let mut debits = 0u64;
-    let mut counted = vec![0u64; 4];
+    let mut counted = [0u64; 4];
     for u in USERS {
         balances += net.balance(0, u)?;
         for (i, c) in counted.iter_mut().enumerate() {
