@@ -54,10 +54,12 @@ fn the_proto_side_is_not_empty() {
         "ReportUsage",
         "UsageRecord",
         "PartialSig",
+        "SignedAllowance",
+        "AllowanceChange",
     ] {
         assert!(e.messages.contains_key(m), "{m} not generated: {e:?}");
     }
-    assert_eq!(e.oneofs["tx::Sum"].len(), 3, "{e:?}");
+    assert_eq!(e.oneofs["tx::Sum"].len(), 4, "{e:?}");
     assert_eq!(e.enums["Outcome"]["Unknown"], 7, "{e:?}");
     assert_eq!(
         e.messages["ReportUsage"]["records"],
@@ -98,14 +100,19 @@ fn mismatches_after(anchor: &str, from: &str, to: &str, in_line: bool) -> Vec<Mi
 
 #[test]
 fn a_changed_field_tag_is_reported() {
-    let m = mismatches_after("pub expires_at: u64", "tag = \"3\"", "tag = \"13\"", false);
+    let m = mismatches_after(
+        "pub report_id: Vec<u8>",
+        "tag = \"2\"",
+        "tag = \"13\"",
+        false,
+    );
     assert_eq!(
         m,
         vec![Mismatch {
             item: "message ReportUsage".into(),
-            member: Some("expires_at".into()),
-            expected: Some("uint64, tag = \"3\"".into()),
-            found: Some("uint64, tag = \"13\"".into()),
+            member: Some("report_id".into()),
+            expected: Some("bytes = \"vec\", tag = \"2\"".into()),
+            found: Some("bytes = \"vec\", tag = \"13\"".into()),
         }],
         "{}",
         report("proto", "mutated", &m)
@@ -114,7 +121,7 @@ fn a_changed_field_tag_is_reported() {
     let text = report("proto", "mutated", &m);
     assert!(
         text.contains(
-            "message ReportUsage / expires_at: expected `uint64, tag = \"3\"`, found `uint64, tag = \"13\"`"
+            "message ReportUsage / report_id: expected `bytes = \"vec\", tag = \"2\"`, found `bytes = \"vec\", tag = \"13\"`"
         ),
         "{text}"
     );
