@@ -58,7 +58,9 @@ fn log(start: Instant, what: &str) {
 /// Runs the chaos for `minutes`, then settles and audits.
 pub fn run(minutes: u64) -> Result<()> {
     let start = Instant::now();
-    let base = free_port_base(35656, 4)?;
+    // Below the ephemeral range (32768+): no outgoing connection can hold a
+    // port a restarted node must bind.
+    let base = free_port_base(28656, 4)?;
     let hub_upstream = format!("127.0.0.1:{}", base + 101);
     let proxy = FaultProxy::start(&hub_upstream, ProxyState::default())?;
     let endpoints = format!("{},http://127.0.0.1:1", proxy.url());
