@@ -124,6 +124,17 @@ impl TallyApp {
         }
     }
 
+    /// Keeps the last `versions` versions of the Merkle tree for historical
+    /// proofs (0: every version); see [`tally_store::merkle`].
+    pub fn set_retain_versions(&self, versions: u64) {
+        self.consensus().pending.set_retain_versions(versions);
+    }
+
+    /// What the last commit's tree update cost.
+    pub fn last_tree_stats(&self) -> tally_store::TreeStats {
+        self.consensus().pending.last_tree_stats()
+    }
+
     /// Committed state, for read-only use.
     pub fn committed_state(&self) -> &Arc<dyn Backend> {
         &self.inner.backend

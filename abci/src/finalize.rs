@@ -55,17 +55,19 @@ pub(crate) fn finalize_block(app: &TallyApp, req: RequestFinalizeBlock) -> Respo
             }
             match fault {
                 Some(f) => f,
-                None => {
-                    let app_hash = c.pending.app_hash_at(block.height);
-                    c.finalized = Some(block.height);
-                    return ResponseFinalizeBlock {
-                        events: convert::events(events),
-                        tx_results,
-                        validator_updates: Vec::new(),
-                        consensus_param_updates: None,
-                        app_hash: Bytes::copy_from_slice(&app_hash),
-                    };
-                }
+                None => match c.pending.app_hash_at(block.height) {
+                    Ok(app_hash) => {
+                        c.finalized = Some(block.height);
+                        return ResponseFinalizeBlock {
+                            events: convert::events(events),
+                            tx_results,
+                            validator_updates: Vec::new(),
+                            consensus_param_updates: None,
+                            app_hash: Bytes::copy_from_slice(&app_hash),
+                        };
+                    }
+                    Err(e) => settlement::Fatal::Store(e),
+                },
             }
         }
         Err(f) => f,

@@ -5,9 +5,11 @@
 
 use bytes::Bytes;
 use tally_settlement::{self as settlement, Code, TxResult};
+use tally_store::proof::{self, ProofError};
 use tendermint_proto::v0_38::abci::{
     RequestCheckTx, RequestInfo, RequestQuery, ResponseCheckTx, ResponseInfo, ResponseQuery,
 };
+use tendermint_proto::v0_38::crypto::{ProofOp, ProofOps};
 use tracing::warn;
 
 use crate::app::TallyApp;
@@ -29,7 +31,13 @@ pub(crate) fn info(app: &TallyApp, _req: RequestInfo) -> ResponseInfo {
     }
 }
 
+/// Longest key `/key` accepts.
+pub const MAX_QUERY_KEY: usize = 1024;
+
 pub(crate) fn query(app: &TallyApp, req: RequestQuery) -> ResponseQuery {
+    if req.path == "/key" {
+        return query_key(app, &req);
+    }
     let height = app.last_commit().height as i64;
     if req.height != 0 && req.height != height {
         return ResponseQuery {
@@ -49,6 +57,73 @@ pub(crate) fn query(app: &TallyApp, req: RequestQuery) -> ResponseQuery {
         height,
         codespace: codespace(r.code),
         ..Default::default()
+    }
+}
+
+/// `/key`: the raw stored value of the key in `data` at `height` (0: the
+/// latest), from the Merkle tree, with its ICS23 proof in `proof_ops` when
+/// `prove` is set (a non-existence proof and code 22 when the key is absent).
+/// The proof verifies against the app hash in the header at `height + 1`.
+fn query_key(app: &TallyApp, req: &RequestQuery) -> ResponseQuery {
+    let latest = app.last_commit().height;
+    let answer = |code: Code, log: String, height: u64| ResponseQuery {
+        code: code.value(),
+        log,
+        key: req.data.clone(),
+        height: height as i64,
+        codespace: codespace(code),
+        ..Default::default()
+    };
+    let key = req.data.as_ref();
+    if key.is_empty() || key.len() > MAX_QUERY_KEY || key[0] == 0 {
+        return answer(
+            Code::BadArgument,
+            format!(
+                "/key takes the raw state key in `data`: 1 to {MAX_QUERY_KEY} bytes, not starting with 0x00"
+            ),
+            latest,
+        );
+    }
+    let height = match u64::try_from(req.height) {
+        Ok(0) => latest,
+        Ok(h) => h,
+        Err(_) => {
+            return answer(
+                Code::BadArgument,
+                format!("height {} is negative", req.height),
+                latest,
+            )
+        }
+    };
+    match proof::prove(app.committed_state().as_ref(), key, height) {
+        Ok(p) => {
+            let (code, log) = match &p.value {
+                Some(_) => (Code::Ok, String::new()),
+                None => (Code::NotFound, "no value under this key".to_string()),
+            };
+            let mut r = answer(code, log, p.version);
+            r.value = p.value.unwrap_or_default().into();
+            if req.prove {
+                r.proof_ops = Some(ProofOps {
+                    ops: vec![ProofOp {
+                        r#type: proof::PROOF_OP_TYPE.into(),
+                        key: req.data.to_vec(),
+                        data: p.proof,
+                    }],
+                });
+            }
+            r
+        }
+        Err(
+            e @ (ProofError::Pruned { .. }
+            | ProofError::Future { .. }
+            | ProofError::Empty
+            | ProofError::EmptyState(_)),
+        ) => answer(Code::HeightUnavailable, e.to_string(), height),
+        Err(ProofError::Store(e)) => {
+            warn!(error = %e, height, "Query /key: local store fault");
+            answer(Code::Internal, format!("local store fault: {e}"), height)
+        }
     }
 }
 

@@ -197,7 +197,14 @@ impl Application for HubApp {
                 ..Default::default()
             });
         }
-        let app_hash = c.0.app_hash_at(height);
+        let app_hash = match c.0.app_hash_at(height) {
+            Ok(h) => h,
+            Err(e) => {
+                drop(c);
+                self.fatal(height, &e.to_string());
+                return ResponseFinalizeBlock::default();
+            }
+        };
         c.1 = Some(height);
         ResponseFinalizeBlock {
             tx_results,

@@ -53,6 +53,10 @@ pub struct AppConfig {
     pub metrics_listen: String,
     /// Prefix of metric names.
     pub metrics_prefix: String,
+    /// Heights whose state this node keeps provable (`abci_query` with a
+    /// `height`); older versions of the Merkle tree are pruned a bounded
+    /// amount per block. 0 keeps every height (an archive node).
+    pub state_retain_versions: u64,
     /// The `[relay]` section: the relay's tuning.
     pub relay: RelaySettings,
 }
@@ -160,6 +164,7 @@ impl Default for AppConfig {
             relay_stagger_secs: 2,
             metrics_listen: String::new(),
             metrics_prefix: "tally".into(),
+            state_retain_versions: tally_store::DEFAULT_RETAIN_VERSIONS,
             relay: RelaySettings::default(),
         }
     }

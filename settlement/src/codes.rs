@@ -70,6 +70,9 @@ pub enum Code {
     /// An allowance change whose user has no registered key, whose
     /// signature does not verify, or whose sequence is not above the last.
     BadAllowance = 27,
+    /// Query: the height asked for is not kept by this node (pruned,
+    /// before its first version, or not committed yet).
+    HeightUnavailable = 28,
 }
 
 impl Code {
@@ -108,12 +111,13 @@ impl Code {
             Code::AllowanceExceeded => "allowance_exceeded",
             Code::ReportPending => "report_pending",
             Code::BadAllowance => "bad_allowance",
+            Code::HeightUnavailable => "height_unavailable",
             Code::NonCanonical => "non_canonical",
         }
     }
 
     /// Every code, for documentation and tests.
-    pub const ALL: [Code; 28] = [
+    pub const ALL: [Code; 29] = [
         Code::Ok,
         Code::MalformedTx,
         Code::UnknownGateway,
@@ -142,6 +146,7 @@ impl Code {
         Code::AllowanceExceeded,
         Code::ReportPending,
         Code::BadAllowance,
+        Code::HeightUnavailable,
     ];
 
     /// The code with this number.

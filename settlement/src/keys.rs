@@ -36,6 +36,10 @@ pub const BY_PROVIDER: &[u8] = b"ip/";
 pub const BY_USER: &[u8] = b"iu/";
 /// `win/<window>`: a window's totals.
 pub const WINDOW: &[u8] = b"win/";
+/// `pw/<provider>\0<window>`: a provider's totals in a window (provable).
+pub const PROVIDER_WINDOW: &[u8] = b"pw/";
+/// `uw/<user>\0<window>`: a user's totals in a window (provable).
+pub const USER_WINDOW: &[u8] = b"uw/";
 /// `owed/<window>/<provider>\0<user>`: credits owed in a window, until
 /// they become a hub call.
 pub const OWED: &[u8] = b"owed/";
@@ -95,6 +99,8 @@ pub const LAYOUT: &[(&[u8], &str)] = &[
     (BY_PROVIDER, "route records by provider"),
     (BY_USER, "route records by user"),
     (WINDOW, "window totals"),
+    (PROVIDER_WINDOW, "a provider's totals per window"),
+    (USER_WINDOW, "a user's totals per window"),
     (OWED, "credits owed, not yet hub calls"),
     (CLOSING, "closed windows still becoming hub calls"),
     (GATEWAY_NAME, "gateway keys by name"),
@@ -274,6 +280,21 @@ pub fn parse_index(key: &[u8], by_provider: bool) -> Option<(RouteId, u64)> {
         },
         window,
     ))
+}
+
+/// `pw/<provider>\0` + window.
+pub fn provider_window(provider: &str, window: u64) -> Vec<u8> {
+    cat(&[
+        PROVIDER_WINDOW,
+        provider.as_bytes(),
+        b"\0",
+        &window.to_be_bytes(),
+    ])
+}
+
+/// `uw/<user>\0` + window.
+pub fn user_window(user: &str, window: u64) -> Vec<u8> {
+    cat(&[USER_WINDOW, user.as_bytes(), b"\0", &window.to_be_bytes()])
 }
 
 /// `win/<window>`.

@@ -60,4 +60,4 @@ pub use report::{sign_report, REPORT_SIGN_DOMAIN};
 pub use state::chain::{balance, chain_id, params};
 pub use system::{prepare_system, rederive_start, verify_system};
 pub use tx::{decode_tx, is_system_tx};
-pub use types::{BatchStatus, Block, Event, TxResult, WindowInfo};
+pub use types::{BatchStatus, Block, Event, PartyWindow, TxResult, WindowInfo};

@@ -6,6 +6,7 @@
 //! owed in the current window, adds the records to their route records
 //! and the window's totals, and remembers the report id until it expires.
 
+use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 
 use ed25519_dalek::{Signature, VerifyingKey};
@@ -22,11 +23,11 @@ use crate::keys;
 use crate::proto::{tx, Outcome, ReportUsage, SignedReport, Tx};
 use crate::record::{Counters, RouteId};
 use crate::state::chain::{
-    balance, chain_id, gateway, owed_slot, params, put_balance, put_owed_slot, put_report,
-    put_route, put_window_info, report_seen, route, window_info, OwedSlot,
+    balance, chain_id, gateway, owed_slot, params, party_window, put_balance, put_owed_slot,
+    put_report, put_route, put_window_info, report_seen, route, window_info, OwedSlot,
 };
 use crate::tx::decode_canonical;
-use crate::types::{Event, TxResult, WindowInfo};
+use crate::types::{Event, PartyWindow, TxResult, WindowInfo};
 
 /// Domain prefix of a gateway's report signature: the signed message is
 /// `REPORT_SIGN_DOMAIN || body`.
@@ -60,6 +61,8 @@ pub struct Plan {
     /// What each provider will be owed by each user after the report.
     owed: Vec<OwedSlot>,
     window_info: WindowInfo,
+    /// Provider and user window totals after the report, by key.
+    parties: BTreeMap<Vec<u8>, PartyWindow>,
     /// Allowance use after the report.
     spend: Spend,
 }
@@ -340,6 +343,7 @@ fn plan_report(
     let spend = check_spend(kv, &gateway, now, window, &debits)?;
     let mut info = window_info(kv, window)?.unwrap_or_default();
     let mut planned = Vec::with_capacity(routes.len());
+    let mut parties: BTreeMap<Vec<u8>, PartyWindow> = BTreeMap::new();
     for (id, add) in routes {
         let stored = route(kv, &id, window)?;
         let is_new = stored.is_none();
@@ -348,6 +352,22 @@ fn plan_report(
         info.totals.add(&add).map_err(|_| overflow())?;
         if is_new {
             info.routes += 1;
+        }
+        for key in [
+            keys::provider_window(&id.provider, window),
+            keys::user_window(&id.user, window),
+        ] {
+            let totals = match parties.entry(key) {
+                Entry::Occupied(e) => e.into_mut(),
+                Entry::Vacant(e) => {
+                    let have = party_window(kv, e.key())?.unwrap_or_default();
+                    e.insert(have)
+                }
+            };
+            totals.totals.add(&add).map_err(|_| overflow())?;
+            if is_new {
+                totals.routes += 1;
+            }
         }
         planned.push(PlannedRoute {
             id,
@@ -377,6 +397,7 @@ fn plan_report(
         balances,
         owed: owed_new,
         window_info: info,
+        parties,
         spend,
     })
 }
@@ -395,6 +416,9 @@ impl Plan {
             put_owed_slot(kv, slot);
         }
         put_window_info(kv, self.window, &self.window_info);
+        for (key, totals) in &self.parties {
+            kv.put(key.clone(), totals.encode());
+        }
         self.spend.apply(kv);
         let rid = hex::encode(&self.report_id);
         TxResult::ok(

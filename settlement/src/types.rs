@@ -120,6 +120,36 @@ impl WindowInfo {
     }
 }
 
+/// One party's (a provider's or a user's) totals in one window, kept beside
+/// the route records so each is provable as a single key.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PartyWindow {
+    /// Sum of the party's route records in the window.
+    pub totals: Counters,
+    /// Number of the party's route records in the window.
+    pub routes: u64,
+}
+
+impl PartyWindow {
+    /// 88 bytes: the totals (80), the route count (8, big-endian).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = self.totals.encode();
+        v.extend_from_slice(&self.routes.to_be_bytes());
+        v
+    }
+
+    /// Inverse of [`PartyWindow::encode`]; `None` for any other length.
+    pub fn decode(b: &[u8]) -> Option<Self> {
+        if b.len() != 88 {
+            return None;
+        }
+        Some(Self {
+            totals: Counters::decode(b.get(..80)?)?,
+            routes: u64::from_be_bytes(b.get(80..88)?.try_into().ok()?),
+        })
+    }
+}
+
 /// Where a batch is in its life (`BatchRecord.status`; the numbers are
 /// stored in state and must not change).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

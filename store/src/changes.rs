@@ -3,9 +3,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use sha2::{Digest, Sha256};
-
-use crate::{Backend, CommitMeta, Kv, KvRead, StoreError};
+use crate::merkle::{self, Prepared};
+use crate::{Backend, CommitMeta, Kv, KvRead, StoreError, TreeStats};
 
 /// The writes of one block, in a canonical order: range deletes (in the
 /// order they were made) apply first, then point writes in key order. A
@@ -29,38 +28,6 @@ impl ChangeSet {
     fn range_deleted(&self, key: &[u8]) -> bool {
         self.ranges.iter().any(|(s, e)| in_range(key, s, e))
     }
-
-    /// The chained app hash: `sha256(prev || height || canonical encoding)`.
-    pub fn chained_hash(&self, prev: &[u8; 32], height: u64) -> [u8; 32] {
-        let mut h = Sha256::new();
-        h.update(b"tally/app-hash/v1");
-        h.update(prev);
-        h.update(height.to_be_bytes());
-        for (s, e) in &self.ranges {
-            h.update([b'R']);
-            put_len_prefixed(&mut h, s);
-            put_len_prefixed(&mut h, e);
-        }
-        for (k, v) in &self.writes {
-            match v {
-                Some(v) => {
-                    h.update([b'P']);
-                    put_len_prefixed(&mut h, k);
-                    put_len_prefixed(&mut h, v);
-                }
-                None => {
-                    h.update([b'D']);
-                    put_len_prefixed(&mut h, k);
-                }
-            }
-        }
-        h.finalize().into()
-    }
-}
-
-fn put_len_prefixed(h: &mut Sha256, bytes: &[u8]) {
-    h.update((bytes.len() as u64).to_be_bytes());
-    h.update(bytes);
 }
 
 pub(crate) fn in_range(key: &[u8], start: &[u8], end: &[u8]) -> bool {
@@ -73,7 +40,16 @@ pub struct Pending {
     backend: Arc<dyn Backend>,
     changes: ChangeSet,
     meta: CommitMeta,
+    /// Tree versions kept for historical proofs (0: all).
+    retain: u64,
+    /// The tree version computed for the current changes, if still valid.
+    prepared: Option<Prepared>,
+    /// What the last commit's tree update cost.
+    last_stats: TreeStats,
 }
+
+/// Tree versions kept by default: about 14 hours of 5-second blocks.
+pub const DEFAULT_RETAIN_VERSIONS: u64 = 10_000;
 
 impl Pending {
     /// Opens pending state on top of `backend`'s last commit.
@@ -83,7 +59,22 @@ impl Pending {
             backend,
             changes: ChangeSet::default(),
             meta,
+            retain: DEFAULT_RETAIN_VERSIONS,
+            prepared: None,
+            last_stats: TreeStats::default(),
         })
+    }
+
+    /// Keeps the last `versions` tree versions for historical proofs (0:
+    /// every version); older ones are pruned a bounded amount per commit.
+    pub fn set_retain_versions(&mut self, versions: u64) {
+        self.retain = versions;
+        self.prepared = None;
+    }
+
+    /// What the last commit's tree update cost.
+    pub fn last_tree_stats(&self) -> TreeStats {
+        self.last_stats
     }
 
     /// The last committed height and app hash.
@@ -104,16 +95,31 @@ impl Pending {
     /// Forgets every uncommitted write.
     pub fn discard(&mut self) {
         self.changes = ChangeSet::default();
+        self.prepared = None;
     }
 
-    /// The app hash the buffered writes would give at `height`.
-    pub fn app_hash_at(&self, height: u64) -> [u8; 32] {
-        self.changes.chained_hash(&self.meta.app_hash, height)
+    /// The app hash the buffered writes give at `height`: the root of the
+    /// Merkle tree over the state they leave ([`crate::merkle`]). Computed
+    /// once and kept for [`Pending::commit`] until the writes change.
+    pub fn app_hash_at(&mut self, height: u64) -> Result<[u8; 32], StoreError> {
+        self.prepare(height).map(|p| p.root)
+    }
+
+    fn prepare(&mut self, height: u64) -> Result<&Prepared, StoreError> {
+        if self.prepared.as_ref().is_some_and(|p| p.height != height) {
+            self.prepared = None;
+        }
+        let prepared = match self.prepared.take() {
+            Some(p) => p,
+            None => merkle::prepare(self.backend.as_ref(), &self.changes, height, self.retain)?,
+        };
+        Ok(self.prepared.insert(prepared))
     }
 
     /// Replaces the buffered writes (to undo a block executed twice).
     pub fn set_changes(&mut self, changes: ChangeSet) {
         self.changes = changes;
+        self.prepared = None;
     }
 
     /// Writes the buffered change set with `height` and its app hash in one
@@ -129,12 +135,18 @@ impl Pending {
         {
             return Err(StoreError::ReservedKey(k.clone()));
         }
+        self.prepare(height)?;
+        let prepared = self
+            .prepared
+            .take()
+            .ok_or_else(|| StoreError::Tree("no prepared version".into()))?;
         let meta = CommitMeta {
             height,
-            app_hash: self.app_hash_at(height),
+            app_hash: prepared.root,
         };
-        self.backend.commit(&self.changes, &meta)?;
+        self.backend.commit(&self.changes, &prepared.raw, &meta)?;
         self.meta = meta.clone();
+        self.last_stats = prepared.stats;
         self.changes = ChangeSet::default();
         Ok(meta)
     }
@@ -215,10 +227,12 @@ impl KvRead for Pending {
 
 impl Kv for Pending {
     fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.prepared = None;
         self.changes.writes.insert(key, Some(value));
     }
 
     fn delete(&mut self, key: Vec<u8>) {
+        self.prepared = None;
         self.changes.writes.insert(key, None);
     }
 
@@ -226,6 +240,7 @@ impl Kv for Pending {
         if !end.is_empty() && start >= end {
             return;
         }
+        self.prepared = None;
         self.changes
             .writes
             .retain(|k, _| !in_range(k, &start, &end));

@@ -7,7 +7,9 @@
 //! ([`RocksBackend`], feature `rocksdb`) and an in-memory twin
 //! ([`MemBackend`]) with the same semantics, for tests.
 //!
-//! Keys starting with byte `0x00` are reserved for the store's own metadata.
+//! Keys starting with byte `0x00` are reserved for the store's own metadata
+//! and for the Merkle tree over user space ([`merkle`]) whose root is the app
+//! hash; [`proof`] proves single keys against it.
 //!
 //! [`halt`] holds the hook both applications on this store use to ask their
 //! binary to stop on a fault they cannot answer.
@@ -15,11 +17,14 @@
 mod changes;
 pub mod halt;
 mod mem;
+pub mod merkle;
+pub mod proof;
 #[cfg(feature = "rocksdb")]
 mod rocks;
 
-pub use changes::{ChangeSet, Pending};
+pub use changes::{ChangeSet, Pending, DEFAULT_RETAIN_VERSIONS};
 pub use mem::MemBackend;
+pub use merkle::{RawWrite, TreeStats};
 #[cfg(feature = "rocksdb")]
 pub use rocks::RocksBackend;
 
@@ -34,6 +39,9 @@ pub enum StoreError {
     /// Stored metadata could not be decoded.
     #[error("corrupt store metadata: {0}")]
     Corrupt(String),
+    /// The Merkle tree could not be read or updated.
+    #[error("merkle tree: {0}")]
+    Tree(String),
     /// A write used a key in the reserved `0x00` namespace.
     #[error("key {0:02x?} is in the reserved metadata namespace")]
     ReservedKey(Vec<u8>),
@@ -111,10 +119,33 @@ pub trait Backend: Send + Sync + Debug {
         end: &[u8],
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError>;
-    /// Writes `changes` and `meta` in one atomic, durable write.
-    fn commit(&self, changes: &ChangeSet, meta: &CommitMeta) -> Result<(), StoreError>;
+    /// Writes `changes`, the reserved-namespace writes `raw` (the tree) and
+    /// `meta` in one atomic, durable write.
+    fn commit(
+        &self,
+        changes: &ChangeSet,
+        raw: &[RawWrite],
+        meta: &CommitMeta,
+    ) -> Result<(), StoreError>;
     /// The metadata of the last commit, if any.
     fn meta(&self) -> Result<Option<CommitMeta>, StoreError>;
+    /// The committed value of any key, the reserved namespace included.
+    fn get_raw(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
+    /// The greatest committed pair whose key starts with `prefix` and is at
+    /// most `key`, the reserved namespace included.
+    fn last_at_or_before(
+        &self,
+        prefix: &[u8],
+        key: &[u8],
+    ) -> Result<Option<(Vec<u8>, Vec<u8>)>, StoreError>;
+    /// Visits committed pairs of `[start, end)` (`end` not empty) in key
+    /// order, the reserved namespace included, until `f` returns `false`.
+    fn for_each_raw(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError>;
 }
 
 impl<T: Backend + ?Sized> Backend for std::sync::Arc<T> {
@@ -129,11 +160,34 @@ impl<T: Backend + ?Sized> Backend for std::sync::Arc<T> {
     ) -> Result<(), StoreError> {
         (**self).for_each(start, end, f)
     }
-    fn commit(&self, changes: &ChangeSet, meta: &CommitMeta) -> Result<(), StoreError> {
-        (**self).commit(changes, meta)
+    fn commit(
+        &self,
+        changes: &ChangeSet,
+        raw: &[RawWrite],
+        meta: &CommitMeta,
+    ) -> Result<(), StoreError> {
+        (**self).commit(changes, raw, meta)
     }
     fn meta(&self) -> Result<Option<CommitMeta>, StoreError> {
         (**self).meta()
+    }
+    fn get_raw(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        (**self).get_raw(key)
+    }
+    fn last_at_or_before(
+        &self,
+        prefix: &[u8],
+        key: &[u8],
+    ) -> Result<Option<(Vec<u8>, Vec<u8>)>, StoreError> {
+        (**self).last_at_or_before(prefix, key)
+    }
+    fn for_each_raw(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        (**self).for_each_raw(start, end, f)
     }
 }
 

@@ -5,7 +5,7 @@ use std::ops::Bound;
 use std::sync::RwLock;
 
 use crate::changes::in_range;
-use crate::{user_start, Backend, ChangeSet, CommitMeta, StoreError};
+use crate::{user_start, Backend, ChangeSet, CommitMeta, RawWrite, StoreError, USER_SPACE_START};
 
 /// An in-memory [`Backend`] with the same semantics as RocksDB's: atomic
 /// commits, range deletes, metadata beside the data.
@@ -17,6 +17,8 @@ pub struct MemBackend {
 #[derive(Debug, Default, Clone)]
 struct Inner {
     data: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// The reserved namespace (the Merkle tree).
+    raw: BTreeMap<Vec<u8>, Vec<u8>>,
     meta: Option<CommitMeta>,
 }
 
@@ -40,6 +42,15 @@ impl MemBackend {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .data
+            .len()
+    }
+
+    /// Number of entries in the reserved namespace (the Merkle tree).
+    pub fn raw_len(&self) -> usize {
+        self.inner
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .raw
             .len()
     }
 
@@ -84,8 +95,19 @@ impl Backend for MemBackend {
         Ok(())
     }
 
-    fn commit(&self, changes: &ChangeSet, meta: &CommitMeta) -> Result<(), StoreError> {
+    fn commit(
+        &self,
+        changes: &ChangeSet,
+        raw: &[RawWrite],
+        meta: &CommitMeta,
+    ) -> Result<(), StoreError> {
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        for (k, v) in raw {
+            match v {
+                Some(v) => inner.raw.insert(k.clone(), v.clone()),
+                None => inner.raw.remove(k),
+            };
+        }
         for (s, e) in &changes.ranges {
             inner.data.retain(|k, _| !in_range(k, s, e));
         }
@@ -106,5 +128,56 @@ impl Backend for MemBackend {
             .unwrap_or_else(|e| e.into_inner())
             .meta
             .clone())
+    }
+
+    fn get_raw(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        Ok(if key < USER_SPACE_START {
+            inner.raw.get(key).cloned()
+        } else {
+            inner.data.get(key).cloned()
+        })
+    }
+
+    fn last_at_or_before(
+        &self,
+        prefix: &[u8],
+        key: &[u8],
+    ) -> Result<Option<(Vec<u8>, Vec<u8>)>, StoreError> {
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        let map = if key < USER_SPACE_START {
+            &inner.raw
+        } else {
+            &inner.data
+        };
+        Ok(map
+            .range::<[u8], _>((Bound::Unbounded, Bound::Included(key)))
+            .next_back()
+            .filter(|(k, _)| k.starts_with(prefix))
+            .map(|(k, v)| (k.clone(), v.clone())))
+    }
+
+    fn for_each_raw(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        if start >= end {
+            return Ok(());
+        }
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        let raw = inner
+            .raw
+            .range::<[u8], _>((Bound::Included(start), Bound::Excluded(end)));
+        let data = inner
+            .data
+            .range::<[u8], _>((Bound::Included(start), Bound::Excluded(end)));
+        for (k, v) in raw.chain(data) {
+            if !f(k, v) {
+                break;
+            }
+        }
+        Ok(())
     }
 }

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use rocksdb::{Direction, IteratorMode, Options, ReadOptions, WriteBatch, WriteOptions, DB};
 
-use crate::{user_start, Backend, ChangeSet, CommitMeta, StoreError};
+use crate::{user_start, Backend, ChangeSet, CommitMeta, RawWrite, StoreError, USER_SPACE_START};
 
 const META_HEIGHT: &[u8] = b"\x00meta/height";
 const META_APP_HASH: &[u8] = b"\x00meta/app_hash";
@@ -95,7 +95,12 @@ impl Backend for RocksBackend {
         Ok(())
     }
 
-    fn commit(&self, changes: &ChangeSet, meta: &CommitMeta) -> Result<(), StoreError> {
+    fn commit(
+        &self,
+        changes: &ChangeSet,
+        raw: &[RawWrite],
+        meta: &CommitMeta,
+    ) -> Result<(), StoreError> {
         let mut batch = WriteBatch::default();
         for (s, e) in &changes.ranges {
             let start = user_start(s);
@@ -113,6 +118,17 @@ impl Backend for RocksBackend {
                 None => batch.delete(k),
             }
         }
+        for (k, v) in raw {
+            if k.as_slice() >= USER_SPACE_START {
+                return Err(StoreError::Backend(format!(
+                    "raw write {k:02x?} outside the reserved namespace"
+                )));
+            }
+            match v {
+                Some(v) => batch.put(k, v),
+                None => batch.delete(k),
+            }
+        }
         for (k, v) in encode_meta(meta) {
             batch.put(k, v);
         }
@@ -125,6 +141,52 @@ impl Backend for RocksBackend {
         let h = self.db.get(META_HEIGHT).map_err(backend_err)?;
         let a = self.db.get(META_APP_HASH).map_err(backend_err)?;
         decode_meta(h, a)
+    }
+
+    fn get_raw(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        self.db.get(key).map_err(backend_err)
+    }
+
+    fn last_at_or_before(
+        &self,
+        prefix: &[u8],
+        key: &[u8],
+    ) -> Result<Option<(Vec<u8>, Vec<u8>)>, StoreError> {
+        let mut ro = ReadOptions::default();
+        ro.set_iterate_lower_bound(prefix.to_vec());
+        let mut it = self
+            .db
+            .iterator_opt(IteratorMode::From(key, Direction::Reverse), ro);
+        match it.next() {
+            None => Ok(None),
+            Some(item) => {
+                let (k, v) = item.map_err(backend_err)?;
+                Ok(k.starts_with(prefix).then(|| (k.to_vec(), v.to_vec())))
+            }
+        }
+    }
+
+    fn for_each_raw(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        if start >= end {
+            return Ok(());
+        }
+        let mut ro = ReadOptions::default();
+        ro.set_iterate_upper_bound(end.to_vec());
+        for item in self
+            .db
+            .iterator_opt(IteratorMode::From(start, Direction::Forward), ro)
+        {
+            let (k, v) = item.map_err(backend_err)?;
+            if !f(&k, &v) {
+                break;
+            }
+        }
+        Ok(())
     }
 }
 

@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use proptest::prelude::*;
-use tally_store::{Backend, Kv, KvRead, MemBackend, Pending};
+use prost_ics23::Message;
+use tally_store::{proof, Backend, Kv, KvRead, MemBackend, Pending};
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -64,112 +65,99 @@ proptest! {
         prop_assert_eq!(committed, want);
     }
 
-    /// Every write of a block's change set feeds the app hash: changing
-    /// any byte of any key or value (each position), a value's length, a
-    /// put into a delete or back, dropping a write, or any byte of a range
-    /// delete's bounds changes the hash; the write changes are pairwise
-    /// distinct too. Also the height and the previous commit.
+    /// The app hash is the root of the committed state, whatever history
+    /// led there: after every commit, each of the 32 keys proves its model
+    /// value (or its absence) under that root with the `ics23` crate's own
+    /// verifier, and a store that writes the model in one commit at the same
+    /// height gets the same root. Every earlier version still proves what the
+    /// model held then (nothing is pruned with retention 0).
     #[test]
-    fn app_hash_depends_on_every_write(
-        writes in proptest::collection::btree_map(
-            (2u8..0xf0, proptest::collection::vec(any::<u8>(), 0..6))
-                .prop_map(|(h, mut t)| { t.insert(0, h); t }),
-            proptest::option::of(proptest::collection::vec(any::<u8>(), 0..6)),
-            1..8,
-        ),
-        ranges in proptest::collection::vec((any::<u8>(), 1u8..=255, any::<u8>()), 0..3),
-    ) {
-        // Range deletes live under 0xff: they never cover a write.
-        let ranges: Vec<(Vec<u8>, Vec<u8>)> = ranges
-            .into_iter()
-            .map(|(a, d, x)| (vec![0xff, a / 2], vec![0xff, a / 2 + d / 2 + 1, x]))
-            .collect();
-        let hash = |w: &BTreeMap<Vec<u8>, Option<Vec<u8>>>, r: &[(Vec<u8>, Vec<u8>)]| {
-            let mut p = Pending::open(Arc::new(MemBackend::new())).unwrap();
-            for (s, e) in r {
-                p.delete_range(s.clone(), e.clone());
+    fn app_hash_is_the_root_of_the_state(ops in proptest::collection::vec(op(), 1..120)) {
+        let backend: Arc<dyn Backend> = Arc::new(MemBackend::new());
+        let mut p = Pending::open(backend.clone()).unwrap();
+        p.set_retain_versions(0);
+        let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        let mut history: Vec<(u64, [u8; 32], BTreeMap<Vec<u8>, Vec<u8>>)> = Vec::new();
+        let mut height = 0;
+        let spec = jmt::ics23_spec();
+        let check = |h: u64, root: &[u8; 32], model: &BTreeMap<Vec<u8>, Vec<u8>>| -> Result<(), TestCaseError> {
+            if model.is_empty() {
+                let r = proof::prove(backend.as_ref(), &key(0), h);
+                prop_assert!(matches!(r, Err(proof::ProofError::EmptyState(v)) if v == h));
+                return Ok(());
             }
-            for (k, v) in w {
-                match v {
-                    Some(v) => p.put(k.clone(), v.clone()),
-                    None => p.delete(k.clone()),
-                }
+            for k in 0..32u8 {
+                let key = key(k);
+                let proven = proof::prove(backend.as_ref(), &key, h).unwrap();
+                prop_assert_eq!(&proven.root, root);
+                prop_assert_eq!(proven.value.as_ref(), model.get(&key));
+                let cp = ics23::CommitmentProof::decode(proven.proof.as_slice()).unwrap();
+                let ok = match model.get(&key) {
+                    Some(v) => ics23::verify_membership::<ics23::HostFunctionsManager>(&cp, &spec, &root.to_vec(), &key, v),
+                    None => ics23::verify_non_membership::<ics23::HostFunctionsManager>(&cp, &spec, &root.to_vec(), &key),
+                };
+                prop_assert!(ok, "key {:?} at height {}", key, h);
             }
-            p.app_hash_at(1)
-        };
-        let base = hash(&writes, &ranges);
-        let mut seen = std::collections::BTreeSet::from([base]);
-        let mut variants = 0;
-        let mut distinct = |w: BTreeMap<Vec<u8>, Option<Vec<u8>>>, what: String| {
-            variants += 1;
-            prop_assert!(seen.insert(hash(&w, &ranges)), "{}", what);
             Ok(())
         };
-        for (k, v) in &writes {
-            for j in 0..k.len() {
-                let mut k2 = k.clone();
-                k2[j] ^= 1;
-                if writes.contains_key(&k2) {
-                    continue;
+        for op in ops {
+            match op {
+                Op::Put(k, v) => { p.put(key(k), vec![v]); model.insert(key(k), vec![v]); }
+                Op::Delete(k) => { p.delete(key(k)); model.remove(&key(k)); }
+                Op::DeleteRange(a, b) => {
+                    let (s, e) = (key(a), key(b));
+                    p.delete_range(s.clone(), e.clone());
+                    model.retain(|k, _| !(k >= &s && k < &e));
                 }
-                let mut w = writes.clone();
-                let v = w.remove(k).unwrap();
-                w.insert(k2, v);
-                distinct(w, format!("key {k:?} byte {j}"))?;
-            }
-            let mut w = writes.clone();
-            w.remove(k);
-            distinct(w, format!("drop {k:?}"))?;
-            match v {
-                Some(val) => {
-                    for j in 0..val.len() {
-                        let mut val2 = val.clone();
-                        val2[j] ^= 0x80;
-                        let mut w = writes.clone();
-                        w.insert(k.clone(), Some(val2));
-                        distinct(w, format!("value of {k:?} byte {j}"))?;
+                Op::Commit => {
+                    height += 1;
+                    let root = p.commit(height).unwrap().app_hash;
+                    check(height, &root, &model)?;
+                    let mut fresh = Pending::open(Arc::new(MemBackend::new())).unwrap();
+                    for (k, v) in &model {
+                        fresh.put(k.clone(), v.clone());
                     }
-                    let mut longer = val.clone();
-                    longer.push(0);
-                    let mut w = writes.clone();
-                    w.insert(k.clone(), Some(longer));
-                    distinct(w, format!("value of {k:?} longer"))?;
-                    let mut w = writes.clone();
-                    w.insert(k.clone(), None);
-                    distinct(w, format!("put {k:?} into delete"))?;
-                }
-                None => {
-                    let mut w = writes.clone();
-                    w.insert(k.clone(), Some(Vec::new()));
-                    distinct(w, format!("delete {k:?} into put"))?;
+                    prop_assert_eq!(fresh.app_hash_at(height).unwrap(), root, "same state, other history");
+                    history.push((height, root, model.clone()));
                 }
             }
         }
-        prop_assert_eq!(seen.len(), variants + 1);
-        for i in 0..ranges.len() {
-            for (end, bound) in [(false, &ranges[i].0), (true, &ranges[i].1)] {
-                for j in 0..bound.len() {
-                    let mut r = ranges.clone();
-                    let b = if end { &mut r[i].1 } else { &mut r[i].0 };
-                    b[j] ^= 1;
-                    prop_assert_ne!(hash(&writes, &r), base, "range {} end {} byte {}", i, end, j);
-                }
+        for (h, root, m) in &history {
+            check(*h, root, m)?;
+        }
+    }
+
+    /// With `retain` versions kept, versions older than the last `retain`
+    /// answer "pruned", the kept ones still prove, and the tree's stored
+    /// entries stop growing when the same keys are rewritten.
+    #[test]
+    fn pruning_keeps_the_last_versions(retain in 1u64..6, blocks in 20u64..60) {
+        let backend = Arc::new(MemBackend::new());
+        let dynb: Arc<dyn Backend> = backend.clone();
+        let mut p = Pending::open(dynb.clone()).unwrap();
+        p.set_retain_versions(retain);
+        let mut sizes = Vec::new();
+        for h in 1..=blocks {
+            for k in 0..8u8 {
+                p.put(key(k), h.to_be_bytes().to_vec());
+            }
+            if h % 3 == 0 {
+                p.delete(key(7));
+            }
+            p.commit(h).unwrap();
+            sizes.push(backend.raw_len());
+        }
+        for h in 1..=blocks {
+            let r = proof::prove(dynb.as_ref(), &key(1), h);
+            if h + retain <= blocks {
+                prop_assert!(matches!(r, Err(proof::ProofError::Pruned { .. })), "height {} of {}: {:?}", h, blocks, r.map(|x| x.version));
+            } else {
+                let r = r.unwrap();
+                prop_assert_eq!(r.value, Some(h.to_be_bytes().to_vec()));
+                proof::verify(&r.root, &key(1), Some(&h.to_be_bytes()), &r.proof).unwrap();
             }
         }
-        let mut p = Pending::open(Arc::new(MemBackend::new())).unwrap();
-        for (k, v) in &writes {
-            if let Some(v) = v {
-                p.put(k.clone(), v.clone());
-            }
-        }
-        prop_assert_ne!(p.app_hash_at(1), p.app_hash_at(2));
-        let before = p.app_hash_at(2);
-        p.commit(1).unwrap();
-        for (k, v) in &writes {
-            if let Some(v) = v {
-                p.put(k.clone(), v.clone());
-            }
-        }
-        prop_assert_ne!(p.app_hash_at(2), before, "the previous commit feeds the hash");
+        let late = &sizes[sizes.len() - 10..];
+        prop_assert!(late.iter().max().unwrap() - late.iter().min().unwrap() <= 40, "tree entries keep growing: {:?}", late);
     }
 }

@@ -55,6 +55,7 @@ impl StartCommand {
         // The binary owns the halt: exit 2 (genesis) or 3 (store), after the app's FATAL line.
         let halt = tally_abci::Halt::new(|e| std::process::exit(e.reason.exit_code()));
         let app = tally_abci::TallyApp::new(Arc::new(backend), halt)?;
+        app.set_retain_versions(cfg.state_retain_versions);
         let share_path = cfg.share_path(home);
         let mut rank = None;
         if share_path.exists() {

@@ -8,7 +8,7 @@ use crate::error::Fatal;
 use crate::genesis::{GenesisError, Params};
 use crate::keys;
 use crate::record::{Counters, RouteId};
-use crate::types::WindowInfo;
+use crate::types::{PartyWindow, WindowInfo};
 
 /// The chain's parameters (the defaults before genesis wrote them). A zero
 /// window length (genesis refuses it; blocks divide by it) is corrupt.
@@ -146,6 +146,17 @@ pub fn window_info(kv: &impl KvRead, window: u64) -> Result<Option<WindowInfo>, 
 /// Stores a window's totals.
 pub fn put_window_info(kv: &mut impl Kv, window: u64, info: &WindowInfo) {
     kv.put(keys::window(window), info.encode());
+}
+
+/// A party's window totals under `key` ([`keys::provider_window`] or
+/// [`keys::user_window`]), if it has any.
+pub fn party_window(kv: &impl KvRead, key: &[u8]) -> Result<Option<PartyWindow>, Fatal> {
+    match kv.get(key)? {
+        None => Ok(None),
+        Some(b) => PartyWindow::decode(&b)
+            .map(Some)
+            .ok_or(Fatal::Corrupt("party window totals")),
+    }
 }
 
 /// A route's counters in `window`, if it has a record there.
