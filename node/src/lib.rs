@@ -1,5 +1,6 @@
 //! Library side of `tallyd`: configuration, key files, the CometBFT RPC
-//! client and report building, shared by the binary and the tests. With the
+//! client, the light client and verified state reads ([`light`]), and
+//! report building, shared by the binary and the tests. With the
 //! test-only `byzantine` feature, also the misbehaving app wrapper of
 //! `tallyd-byzantine` (module `byzantine`).
 
@@ -8,6 +9,7 @@ pub mod byzantine;
 pub mod config;
 pub mod dealer;
 pub mod keyfile;
+pub mod light;
 pub mod records;
 pub mod rpc;
 pub mod secret;
