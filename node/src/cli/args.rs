@@ -1,6 +1,8 @@
 //! Argument groups shared by several subcommands, flattened into each with
 //! `#[command(flatten)]`: node endpoints, output format, paging, logging.
 
+use std::time::Duration;
+
 use clap::{Args, ValueEnum};
 
 /// The CometBFT node endpoint(s) a command talks to.
@@ -79,6 +81,51 @@ impl QueryOpts {
     pub fn format(&self) -> Output {
         self.output.output
     }
+}
+
+/// `--verify` and its trust settings, for queries whose answer is one
+/// provable state key (or a few).
+#[derive(Args, Clone, Debug, PartialEq, Eq)]
+pub struct VerifyArgs {
+    /// Verify the answer with the light client: the node's proof against
+    /// the app hash of a header verified from the trust root (the trust file
+    /// of `tallyd light init`, or --trust-height/--trust-hash).
+    #[arg(long)]
+    pub verify: bool,
+    /// Trust root height, instead of the trust file (with --trust-hash).
+    #[arg(long, requires_all = ["trust_hash", "verify"])]
+    pub trust_height: Option<u64>,
+    /// Hash (hex) of the header at --trust-height.
+    #[arg(long, requires = "trust_height")]
+    pub trust_hash: Option<String>,
+    /// How long a verified header's validators stay trusted (s, m, h, d).
+    #[arg(long, default_value = "14d", value_parser = parse_duration)]
+    pub trusting_period: Duration,
+    /// How long to wait for the header that carries the answer's app hash.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub header_wait: Duration,
+}
+
+/// A duration: a number with an optional unit s, m, h or d (default s).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let (num, unit) = match t.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => t.split_at(i),
+        None => (t, "s"),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration (e.g. 15s, 90m, 36h, 14d)"))?;
+    let mult = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return Err(format!("{s:?}: the unit must be s, m, h or d")),
+    };
+    n.checked_mul(mult)
+        .map(Duration::from_secs)
+        .ok_or_else(|| format!("{s:?} is too long"))
 }
 
 /// `--limit` and `--cursor` of a paged query.
@@ -225,6 +272,18 @@ mod tests {
         // A negative number reads as an unknown flag.
         let e = T::try_parse_from(["t", "--limit", "-1"]).unwrap_err();
         assert_eq!(e.kind(), clap::error::ErrorKind::UnknownArgument);
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("15"), Ok(Duration::from_secs(15)));
+        assert_eq!(parse_duration("15s"), Ok(Duration::from_secs(15)));
+        assert_eq!(parse_duration("90m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("36h"), Ok(Duration::from_secs(129_600)));
+        assert_eq!(parse_duration("14d"), Ok(Duration::from_secs(1_209_600)));
+        for bad in ["", "d", "1w", "1.5h", "-3s", "99999999999999999999d"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

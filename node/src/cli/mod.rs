@@ -16,7 +16,8 @@
 //!   genesis.rs   tallyd genesis add-gateway|fund|set-param|validate
 //!   dkg.rs       tallyd dkg dealer
 //!   tx.rs        tallyd tx report
-//!   query/       tallyd query ... (sla, state, sync, node)
+//!   light.rs     tallyd light init|show (the light client's trust root)
+//!   query/       tallyd query ... (sla, state, sync, node; --verify in verified.rs)
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -29,6 +30,7 @@ pub mod dkg;
 pub mod genesis;
 pub mod init;
 pub mod keys;
+pub mod light;
 pub mod query;
 pub mod start;
 pub mod table;
@@ -114,6 +116,9 @@ pub enum Commands {
     /// Threshold key setup.
     #[command(subcommand)]
     Dkg(dkg::DkgCommand),
+    /// The light client's trust root (for queries with --verify).
+    #[command(subcommand)]
+    Light(light::LightCommand),
 }
 
 impl Command for Commands {
@@ -126,6 +131,7 @@ impl Command for Commands {
             Self::Tx(c) => c.execute(ctx),
             Self::Query(c) => c.execute(ctx),
             Self::Dkg(c) => c.execute(ctx),
+            Self::Light(c) => c.execute(ctx),
         }
     }
 }

@@ -6,6 +6,8 @@
 //! [`Shape`]. Modules: [`sla`] (route records), [`state`] (balances,
 //! parameters, windows, gateways, threshold key), [`sync`] (hub sync state,
 //! batches, pending hub calls), [`node`] (raw paths and node status).
+//! [`verified`] answers from single state keys, checked by the light client
+//! with `--verify`.
 
 use std::io::Write;
 
@@ -23,6 +25,7 @@ pub mod node;
 pub mod sla;
 pub mod state;
 pub mod sync;
+pub mod verified;
 
 /// Query a node.
 #[derive(Subcommand, Debug, PartialEq, Eq)]

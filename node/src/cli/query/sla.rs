@@ -1,10 +1,17 @@
-//! `tallyd query sla route|provider|user`: SLA route records.
+//! `tallyd query sla route|provider|user|totals`: SLA route records and a
+//! party's window totals. `route --window W` and `totals` answer from
+//! single state keys and take `--verify` ([`super::verified`]).
 
-use clap::{Args, Subcommand};
+use anyhow::{anyhow, bail, Context as _};
+use clap::{ArgGroup, Args, Subcommand};
+use serde_json::json;
 use tally_settlement::query_path::{self, QueryPath};
+use tally_settlement::time::rfc3339;
+use tally_settlement::{ident, keys, PartyWindow, RouteId};
+use tally_store::KvRead;
 
-use super::{show, Shape};
-use crate::cli::args::{PageArgs, QueryOpts};
+use super::{show, verified, Shape};
+use crate::cli::args::{PageArgs, QueryOpts, VerifyArgs};
 use crate::cli::{Command, Context};
 
 /// SLA route records.
@@ -16,6 +23,8 @@ pub enum SlaCommand {
     Provider(ProviderCommand),
     /// A user's records.
     User(UserCommand),
+    /// A provider's or a user's totals in one window.
+    Totals(TotalsCommand),
 }
 
 impl Command for SlaCommand {
@@ -24,6 +33,7 @@ impl Command for SlaCommand {
             Self::Route(c) => c.execute(ctx),
             Self::Provider(c) => c.execute(ctx),
             Self::User(c) => c.execute(ctx),
+            Self::Totals(c) => c.execute(ctx),
         }
     }
 }
@@ -49,6 +59,9 @@ pub struct RouteCommand {
     /// Paging (over all windows only).
     #[command(flatten)]
     pub page: PageArgs,
+    /// Light-client verification (with --window only).
+    #[command(flatten)]
+    pub verify: VerifyArgs,
     /// Node and output format.
     #[command(flatten)]
     pub opts: QueryOpts,
@@ -70,9 +83,30 @@ impl RouteCommand {
 }
 
 impl Command for RouteCommand {
-    fn execute(self, _ctx: &Context) -> anyhow::Result<()> {
+    fn execute(self, ctx: &Context) -> anyhow::Result<()> {
         let (path, shape) = self.path();
-        show(&self.opts, &path, shape)
+        if !self.verify.verify {
+            return show(&self.opts, &path, shape);
+        }
+        let Some(window) = self.window else {
+            bail!(
+                "--verify needs --window: one record is provable, a page over all windows is not"
+            );
+        };
+        if self.page != PageArgs::default() {
+            bail!("--verify reads one record: --limit and --cursor do not apply");
+        }
+        let id = RouteId {
+            user: self.user.clone(),
+            provider: self.provider.clone(),
+            model: self.model.clone(),
+            route: self.route.clone(),
+        };
+        // The record and the parameters (its window's start and end).
+        let keys = [keys::route(&id, window), keys::PARAMS.to_vec()];
+        let read = verified::read(ctx, &self.opts, &self.verify, &keys)?;
+        let v = verified::answer(&read, &path.to_string())?;
+        verified::print(&self.opts, shape, v, &read)
     }
 }
 
@@ -135,6 +169,78 @@ impl UserCommand {
 impl Command for UserCommand {
     fn execute(self, _ctx: &Context) -> anyhow::Result<()> {
         show(&self.opts, &self.path(), Shape::Records)
+    }
+}
+
+/// `sla totals (--provider P | --user U) --window W`.
+#[derive(Args, Debug, PartialEq, Eq)]
+#[command(group(ArgGroup::new("party").required(true).args(["provider", "user"])))]
+pub struct TotalsCommand {
+    /// The provider whose totals to show.
+    #[arg(long)]
+    pub provider: Option<String>,
+    /// The user whose totals to show.
+    #[arg(long)]
+    pub user: Option<String>,
+    /// The window.
+    #[arg(long)]
+    pub window: u64,
+    /// Light-client verification.
+    #[command(flatten)]
+    pub verify: VerifyArgs,
+    /// Node and output format.
+    #[command(flatten)]
+    pub opts: QueryOpts,
+}
+
+impl TotalsCommand {
+    /// `("provider" | "user", name, state key)`.
+    pub fn key(&self) -> anyhow::Result<(&'static str, &str, Vec<u8>)> {
+        let (kind, party, key) = match (&self.provider, &self.user) {
+            (Some(p), None) => ("provider", p, keys::provider_window(p, self.window)),
+            (None, Some(u)) => ("user", u, keys::user_window(u, self.window)),
+            _ => bail!("give one of --provider and --user"),
+        };
+        ident::check_party(kind, party).map_err(|e| anyhow!(e.log))?;
+        Ok((kind, party, key))
+    }
+}
+
+impl Command for TotalsCommand {
+    fn execute(self, ctx: &Context) -> anyhow::Result<()> {
+        let (kind, party, key) = self.key()?;
+        let keys = [key.clone(), keys::PARAMS.to_vec()];
+        let read = verified::read(ctx, &self.opts, &self.verify, &keys)?;
+        // No record of the party in the window: no totals key, all zero.
+        let t = match read.kv.get(&key)? {
+            None => PartyWindow::default(),
+            Some(b) => PartyWindow::decode(&b)
+                .with_context(|| format!("{kind} totals of {} bytes, not 88", b.len()))?,
+        };
+        let secs = tally_settlement::params(&read.kv)
+            .map_err(|e| anyhow!("parameters: {e}"))?
+            .settlement_window_secs;
+        let start = self.window.saturating_mul(secs);
+        let c = &t.totals;
+        let v = json!({
+            kind: party,
+            "window": self.window,
+            "window_start": rfc3339(start),
+            "window_end": rfc3339(start.saturating_add(secs)),
+            "routes": t.routes,
+            "requests": c.requests,
+            "ok": c.ok,
+            "fail_count": c.fail_count(),
+            "rate_limit": c.rate_limit,
+            "auth": c.auth,
+            "transient": c.transient,
+            "unknown": c.unknown,
+            "client": c.client,
+            "cancel": c.cancel,
+            "units": c.units,
+            "amount": c.amount,
+        });
+        verified::print(&self.opts, Shape::Flat, v, &read)
     }
 }
 
@@ -207,6 +313,135 @@ mod tests {
             panic!()
         };
         assert_eq!(c.path().to_string(), "/sla/user/bob/3?limit=2");
+    }
+
+    #[test]
+    fn totals_name_one_party_and_its_key() {
+        let SlaCommand::Totals(c) =
+            sla(&["totals", "--provider", "acme", "--window", "4"]).unwrap()
+        else {
+            panic!()
+        };
+        assert!(!c.verify.verify);
+        assert_eq!(c.verify.trusting_period.as_secs(), 14 * 86_400);
+        assert_eq!(c.verify.header_wait.as_secs(), 15);
+        let (kind, party, key) = c.key().unwrap();
+        assert_eq!((kind, party), ("provider", "acme"));
+        assert_eq!(key, b"pw/acme\0\0\0\0\0\0\0\0\x04".to_vec());
+        let SlaCommand::Totals(c) = sla(&[
+            "totals",
+            "--user",
+            "bob",
+            "--window",
+            "258",
+            "--verify",
+            "--trust-height",
+            "7",
+            "--trust-hash",
+            "ab",
+        ])
+        .unwrap() else {
+            panic!()
+        };
+        assert_eq!(c.key().unwrap().2, b"uw/bob\0\0\0\0\0\0\0\x01\x02".to_vec());
+        assert!(c.verify.verify);
+        assert_eq!(c.verify.trust_height, Some(7));
+        assert_eq!(c.verify.trust_hash.as_deref(), Some("ab"));
+        let SlaCommand::Totals(c) = sla(&["totals", "--user", "a b", "--window", "1"]).unwrap()
+        else {
+            panic!()
+        };
+        assert!(c.key().is_err());
+    }
+
+    #[test]
+    fn verify_flags_go_together() {
+        for (bad, kind) in [
+            (
+                &["totals", "--provider", "p", "--user", "u", "--window", "1"][..],
+                ErrorKind::ArgumentConflict,
+            ),
+            (
+                &["totals", "--window", "1"],
+                ErrorKind::MissingRequiredArgument,
+            ),
+            (
+                &["totals", "--provider", "p"],
+                ErrorKind::MissingRequiredArgument,
+            ),
+            (
+                &[
+                    "totals",
+                    "--provider",
+                    "p",
+                    "--window",
+                    "1",
+                    "--trust-height",
+                    "3",
+                    "--trust-hash",
+                    "ab",
+                ],
+                ErrorKind::MissingRequiredArgument,
+            ),
+            (
+                &[
+                    "totals",
+                    "--provider",
+                    "p",
+                    "--window",
+                    "1",
+                    "--verify",
+                    "--trust-hash",
+                    "ab",
+                ],
+                ErrorKind::MissingRequiredArgument,
+            ),
+            (
+                &[
+                    "totals",
+                    "--provider",
+                    "p",
+                    "--window",
+                    "1",
+                    "--verify",
+                    "--trust-height",
+                    "3",
+                ],
+                ErrorKind::MissingRequiredArgument,
+            ),
+            (
+                &[
+                    "totals",
+                    "--provider",
+                    "p",
+                    "--window",
+                    "1",
+                    "--header-wait",
+                    "soon",
+                ],
+                ErrorKind::ValueValidation,
+            ),
+        ] {
+            assert_eq!(sla(bad).unwrap_err().kind(), kind, "{bad:?}");
+        }
+        let SlaCommand::Route(c) = sla(&[
+            "route",
+            "--user",
+            "a",
+            "--provider",
+            "p",
+            "--model",
+            "m",
+            "--route",
+            "r",
+            "--window",
+            "3",
+            "--verify",
+        ])
+        .unwrap() else {
+            panic!()
+        };
+        assert!(c.verify.verify && c.verify.trust_height.is_none());
     }
 
     #[test]

@@ -1,11 +1,12 @@
 //! `tallyd query balance|params|windows|gateways|dkg`: chain state other
-//! than route records and hub sync.
+//! than route records and hub sync. `balance` takes `--verify`
+//! ([`super::verified`]).
 
 use clap::Args;
-use tally_settlement::query_path;
+use tally_settlement::{keys, query_path};
 
-use super::{show, Shape};
-use crate::cli::args::{PageArgs, QueryOpts};
+use super::{show, verified, Shape};
+use crate::cli::args::{PageArgs, QueryOpts, VerifyArgs};
 use crate::cli::{Command, Context};
 
 /// `query balance --user U`.
@@ -14,14 +15,23 @@ pub struct BalanceCommand {
     /// The user.
     #[arg(long)]
     pub user: String,
+    /// Light-client verification.
+    #[command(flatten)]
+    pub verify: VerifyArgs,
     /// Node and output format.
     #[command(flatten)]
     pub opts: QueryOpts,
 }
 
 impl Command for BalanceCommand {
-    fn execute(self, _ctx: &Context) -> anyhow::Result<()> {
-        show(&self.opts, &query_path::balance(&self.user), Shape::Flat)
+    fn execute(self, ctx: &Context) -> anyhow::Result<()> {
+        let path = query_path::balance(&self.user);
+        if !self.verify.verify {
+            return show(&self.opts, &path, Shape::Flat);
+        }
+        let read = verified::read(ctx, &self.opts, &self.verify, &[keys::balance(&self.user)])?;
+        let v = verified::answer(&read, &path.to_string())?;
+        verified::print(&self.opts, Shape::Flat, v, &read)
     }
 }
 
