@@ -1,7 +1,8 @@
 //! Test support for Tally: an in-process ABCI driver that runs several app
 //! instances through CometBFT's call sequence with a controllable clock,
 //! byzantine behaviours for it and an in-process hub with every node's
-//! relay, a real CometBFT localnet on loopback, a fault-injecting proxy, and the runner
+//! relay, a real CometBFT localnet on loopback, a fault-injecting proxy, a
+//! tampering proxy that lies about query values and headers, and the runner
 //! of the end-to-end tests that use them.
 
 pub mod adversary;
@@ -11,5 +12,6 @@ pub mod harness;
 pub mod hub;
 pub mod localnet;
 pub mod proxy;
+pub mod tamper;
 pub mod traffic;
 pub mod worst;

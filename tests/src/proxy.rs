@@ -182,7 +182,8 @@ impl Drop for FaultProxy {
     }
 }
 
-fn read_request(sock: &mut TcpStream) -> std::io::Result<(String, Vec<u8>)> {
+/// Reads one HTTP request: its head and its body (by Content-Length).
+pub fn read_request(sock: &mut TcpStream) -> std::io::Result<(String, Vec<u8>)> {
     sock.set_read_timeout(Some(Duration::from_secs(10)))?;
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
