@@ -1,6 +1,7 @@
-//! The state-layout table in `docs/ARCHITECTURE.md` and the `keys` module
-//! must name the same key prefixes: a key added, renamed or removed in one
-//! place without the other fails here.
+//! The state-layout table in `docs/ARCHITECTURE.md`, the key tables of
+//! `docs/proofs.md` (what a third party verifies against) and the `keys`
+//! module must name the same key prefixes: a key added, renamed or removed
+//! in one place without the others fails here.
 
 use std::collections::BTreeSet;
 
@@ -9,9 +10,15 @@ use tally_settlement::keys::LAYOUT;
 /// The literal prefix of each row's key pattern in the "State layout"
 /// section: the first column's text up to its first `<` placeholder.
 fn documented_prefixes(doc: &str) -> Result<BTreeSet<String>, String> {
+    documented_in(doc, "\n## State layout")
+}
+
+/// The prefixes of the key tables in `doc`'s section under `heading` (up to
+/// the next `## ` heading).
+fn documented_in(doc: &str, heading: &str) -> Result<BTreeSet<String>, String> {
     let start = doc
-        .find("\n## State layout")
-        .ok_or("docs/ARCHITECTURE.md has no '## State layout' section")?;
+        .find(heading)
+        .ok_or_else(|| format!("no {heading:?} section"))?;
     let section = &doc[start + 1..];
     let end = section[3..].find("\n## ").map_or(section.len(), |i| i + 3);
     let mut out = BTreeSet::new();
@@ -42,7 +49,10 @@ fn code_prefixes() -> BTreeSet<String> {
 }
 
 fn compare(doc: &str) -> Result<(), String> {
-    let documented = documented_prefixes(doc)?;
+    compare_set(documented_prefixes(doc)?)
+}
+
+fn compare_set(documented: BTreeSet<String>) -> Result<(), String> {
     let code = code_prefixes();
     let undocumented: Vec<_> = code.difference(&documented).collect();
     let stale: Vec<_> = documented.difference(&code).collect();
@@ -50,7 +60,7 @@ fn compare(doc: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "keys::LAYOUT and docs/ARCHITECTURE.md disagree: in code but not documented {undocumented:?}; \
+            "keys::LAYOUT and the doc disagree: in code but not documented {undocumented:?}; \
              documented but not in code {stale:?}"
         ))
     }
@@ -67,6 +77,16 @@ fn architecture_table_names_every_key_prefix() {
     );
     if let Err(e) = compare(DOC) {
         panic!("{e}");
+    }
+}
+
+const PROOFS: &str = include_str!("../../docs/proofs.md");
+
+#[test]
+fn proofs_doc_names_every_key_prefix() {
+    let documented = documented_in(PROOFS, "\n## Keys and value encodings").unwrap();
+    if let Err(e) = compare_set(documented) {
+        panic!("docs/proofs.md: {e}");
     }
 }
 

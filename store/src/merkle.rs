@@ -76,6 +76,8 @@ pub struct TreeStats {
     pub pruned: usize,
     /// Bytes of the tree's raw writes (keys and values).
     pub raw_bytes: usize,
+    /// Bytes of the flat state's point writes (keys and values).
+    pub state_bytes: usize,
 }
 
 /// One version of the tree, computed but not yet written.
@@ -303,6 +305,11 @@ pub(crate) fn prepare(
             nodes_written,
             pruned,
             raw_bytes,
+            state_bytes: changes
+                .writes
+                .iter()
+                .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
+                .sum(),
         },
     })
 }

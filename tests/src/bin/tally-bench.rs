@@ -2,9 +2,11 @@
 //!
 //!   scripts/bench.sh [finalize] [bls] [range] [proposal] [--blocks N]
 //!
-//! `finalize`: FinalizeBlock + Commit on RocksDB, blocks of 10,000 records
-//! (100 reports of 100) over 1,000 routes; prints records/s, latency
-//! percentiles and peak memory (VmHWM).
+//! `finalize`: FinalizeBlock + Commit on RocksDB with the Merkle tree,
+//! blocks of 10,000 records (100 reports of 100) over 1,000 routes; prints
+//! records/s, latency percentiles, tree key updates/s, bytes written per
+//! block, proofs generated per second, the RocksDB directory's size and
+//! peak memory (VmHWM). `--blocks 100` is one million records.
 //! `bls`: threshold combine + verify at n = 4, 16, 67, 100 (t = 2n/3 + 1),
 //! and batch verification of 67 partials against one-by-one.
 //! `range`: deleting 100 and 10,000 partials by RocksDB range delete
@@ -57,7 +59,8 @@ fn finalize(blocks: usize) -> Result<()> {
     let key = gateway_key(9);
     // 10 users x 10 providers x 2 models x 5 routes = 1,000 routes.
     let mut traffic = Traffic::new(1, key.clone(), CHAIN, [10, 10, 2, 5]);
-    let app = TallyApp::new(Arc::new(RocksBackend::open(dir.path())?), halt_exits())?;
+    let backend: Arc<dyn tally_store::Backend> = Arc::new(RocksBackend::open(dir.path())?);
+    let app = TallyApp::new(backend.clone(), halt_exits())?;
     app.init_chain(RequestInitChain {
         time: Some(Timestamp {
             seconds: T0,
@@ -83,6 +86,8 @@ fn finalize(blocks: usize) -> Result<()> {
     let mut fin_ms = Vec::new();
     let mut commit_ms = Vec::new();
     let mut total_ms = Vec::new();
+    let mut key_updates = 0usize;
+    let mut written = Vec::new();
     let start = Instant::now();
     for (b, txs) in prepared.into_iter().enumerate() {
         let t0 = Instant::now();
@@ -101,6 +106,9 @@ fn finalize(blocks: usize) -> Result<()> {
         if let Some(bad) = r.tx_results.iter().find(|x| x.code != Code::Ok.value()) {
             bail!("block {b}: a report was refused: {}", bad.log);
         }
+        let stats = app.last_tree_stats();
+        key_updates += stats.key_updates;
+        written.push((stats.raw_bytes + stats.state_bytes) as f64);
         fin_ms.push((t1 - t0).as_secs_f64() * 1e3);
         commit_ms.push((t2 - t1).as_secs_f64() * 1e3);
         total_ms.push((t2 - t0).as_secs_f64() * 1e3);
@@ -130,8 +138,72 @@ fn finalize(blocks: usize) -> Result<()> {
         pct(&total_ms, 0.5),
         pct(&total_ms, 0.99)
     );
+    println!(
+        "  tree key updates: {:.0}/s ({:.0} per block)",
+        key_updates as f64 / elapsed,
+        key_updates as f64 / blocks as f64
+    );
+    written.sort_by(|a, b| a.total_cmp(b));
+    println!(
+        "  bytes written per block (state + tree): p50 {:.0} KiB  max {:.0} KiB",
+        pct(&written, 0.5) / 1024.0,
+        written.last().copied().unwrap_or(0.0) / 1024.0
+    );
+    // Proofs of route records at the latest height, as `/key` makes them.
+    let height = blocks as u64;
+    let window = (T0 as u64 + height - 1) / 60;
+    let ids: Vec<_> = traffic
+        .users
+        .iter()
+        .flat_map(|u| {
+            traffic.providers.iter().flat_map(move |p| {
+                traffic.models.iter().flat_map(move |m| {
+                    traffic.routes.iter().map(move |r| tally_settlement::RouteId {
+                        user: u.clone(),
+                        provider: p.clone(),
+                        model: m.clone(),
+                        route: r.clone(),
+                    })
+                })
+            })
+        })
+        .collect();
+    let t0 = Instant::now();
+    let mut proof_bytes = 0usize;
+    for id in &ids {
+        let k = tally_settlement::keys::route(id, window);
+        let p = tally_store::proof::prove(backend.as_ref(), &k, height)?;
+        proof_bytes += p.proof.len();
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    println!(
+        "  proofs: {:.0}/s ({} route records at height {height}, {:.0} bytes each on average)",
+        ids.len() as f64 / secs,
+        ids.len(),
+        proof_bytes as f64 / ids.len() as f64
+    );
+    drop(app);
+    drop(backend);
+    println!(
+        "  RocksDB directory after {records:.0} records: {:.1} MiB",
+        dir_bytes(dir.path()) as f64 / (1024.0 * 1024.0)
+    );
     println!("  peak RSS: {:.1} MiB", peak_rss_kib() as f64 / 1024.0);
     Ok(())
+}
+
+fn dir_bytes(p: &std::path::Path) -> u64 {
+    std::fs::read_dir(p)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| match e.metadata() {
+                    Ok(m) if m.is_dir() => dir_bytes(&e.path()),
+                    Ok(m) => m.len(),
+                    Err(_) => 0,
+                })
+                .sum()
+        })
+        .unwrap_or(0)
 }
 
 fn time_ms<T>(reps: u32, mut f: impl FnMut() -> T) -> f64 {
@@ -247,7 +319,8 @@ fn proposal_bench() -> Result<()> {
         "signers": (0..n).map(|i| hex::encode([i as u8; 20])).collect::<Vec<_>>(),
     });
     let dir = tempfile::tempdir()?;
-    let app = TallyApp::new(Arc::new(RocksBackend::open(dir.path())?), halt_exits())?;
+    let backend: Arc<dyn tally_store::Backend> = Arc::new(RocksBackend::open(dir.path())?);
+    let app = TallyApp::new(backend.clone(), halt_exits())?;
     app.init_chain(RequestInitChain {
         time: Some(Timestamp {
             seconds: T0,
