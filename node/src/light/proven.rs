@@ -175,6 +175,9 @@ pub fn wait_for_height(
     }
 }
 
+/// One value per key read, in order: the value, or `None` (absent).
+pub type Values = Vec<Option<Vec<u8>>>;
+
 /// Values of state keys that the light client verified.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Verified {
@@ -183,7 +186,7 @@ pub struct Verified {
     /// The verified header at `height + 1` whose app hash proves them.
     pub header: VerifiedHeader,
     /// One per key asked, in order: the value, or `None` (proven absent).
-    pub values: Vec<Option<Vec<u8>>>,
+    pub values: Values,
 }
 
 /// Reads `keys` (at least one) at the node's latest height with proofs,
@@ -217,10 +220,7 @@ pub fn read_verified(
 
 /// Reads `keys` (at least one) at the node's latest height, without
 /// proofs: what the node says, not verified.
-pub fn read_unverified(
-    rpc: &Rpc,
-    keys: &[Vec<u8>],
-) -> Result<(u64, Vec<Option<Vec<u8>>>), LightError> {
+pub fn read_unverified(rpc: &Rpc, keys: &[Vec<u8>]) -> Result<(u64, Values), LightError> {
     let mut height = 0;
     let mut values = Vec::with_capacity(keys.len());
     for k in keys {
