@@ -221,8 +221,10 @@ fn route_args<'a>(window: &'a str, node: &'a str, home: &'a str) -> Vec<&'a str>
 }
 
 /// A header's hash as another validator reports it (the operator's
-/// "source they trust" in these tests): `block_id.hash` of its `/commit`.
+/// "source they trust" in these tests): `block_id.hash` of its `/commit`,
+/// once it has that block.
 fn header_hash(net: &Localnet, i: usize, height: u64) -> Result<String> {
+    net.wait_height(i, height, Duration::from_secs(30))?;
     let r = net.rpc(i).call(
         "commit",
         serde_json::json!({ "height": height.to_string() }),
@@ -250,8 +252,10 @@ fn verified_queries_show_what_was_reported(f: &mut Net) -> Result<()> {
     let r = f.net.rpc(0).broadcast_tx_commit(&built.tx)?;
     ensure!(r.final_code() == 0, "report refused: {}", r.final_log());
     let landed = r.height;
-    // Its window, from another node's (unverified) listing.
-    f.net.wait_height(1, landed, Duration::from_secs(30))?;
+    // Its window, from another node's (unverified) listing, once that node
+    // applied the block (its block store is ahead of its state by up to one
+    // block: wait for the next one).
+    f.net.wait_height(1, landed + 1, Duration::from_secs(30))?;
     let a = f.net.rpc(1).abci_query(&format!("/sla/user/{USER}"))?;
     let listing: Value = serde_json::from_slice(&a.value)?;
     let window = listing["records"]
