@@ -1,6 +1,6 @@
 //! Header verification from a trust root: [`LightClient::verify_to`].
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use tendermint::block::Header;
 use tendermint::Time;
@@ -241,9 +241,4 @@ impl<S: Source> LightClient<S> {
         }
         Ok(VerifiedHeader::of(&above))
     }
-}
-
-/// The age of `t` at `now`, for messages (zero if in the future).
-pub fn age(t: Time, now: Time) -> Duration {
-    now.duration_since(t).unwrap_or_default()
 }
