@@ -64,18 +64,15 @@ impl RocksBackend {
     }
 }
 
-impl Backend for RocksBackend {
-    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        self.db.get(key).map_err(backend_err)
-    }
-
-    fn for_each(
+impl RocksBackend {
+    /// Visits `[start, end)` (empty `end`: unbounded) in key order until `f`
+    /// returns `false`.
+    fn forward(
         &self,
         start: &[u8],
         end: &[u8],
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError> {
-        let start = user_start(start);
         if !end.is_empty() && start >= end {
             return Ok(());
         }
@@ -93,6 +90,21 @@ impl Backend for RocksBackend {
             }
         }
         Ok(())
+    }
+}
+
+impl Backend for RocksBackend {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        self.db.get(key).map_err(backend_err)
+    }
+
+    fn for_each(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        self.forward(user_start(start), end, f)
     }
 
     fn commit(
@@ -172,21 +184,10 @@ impl Backend for RocksBackend {
         end: &[u8],
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError> {
-        if start >= end {
-            return Ok(());
+        if end.is_empty() {
+            return Err(StoreError::Backend("a raw scan needs an end".into()));
         }
-        let mut ro = ReadOptions::default();
-        ro.set_iterate_upper_bound(end.to_vec());
-        for item in self
-            .db
-            .iterator_opt(IteratorMode::From(start, Direction::Forward), ro)
-        {
-            let (k, v) = item.map_err(backend_err)?;
-            if !f(&k, &v) {
-                break;
-            }
-        }
-        Ok(())
+        self.forward(start, end, f)
     }
 }
 

@@ -83,7 +83,10 @@ fn check_store(dir: &Path, roots: &[[u8; 32]]) -> anyhow::Result<u64> {
     // The tree at `h` is whole: a key written at `h` proves its value.
     let k = key(h * 7919 + 199 * 31);
     let p = proof::prove(&backend, &k, h)?;
-    anyhow::ensure!(p.root == meta.app_hash, "tree root at {h} is not the app hash");
+    anyhow::ensure!(
+        p.root == meta.app_hash,
+        "tree root at {h} is not the app hash"
+    );
     let want = format!("v{h}-199").into_bytes();
     anyhow::ensure!(p.value.as_deref() == Some(want.as_slice()), "value at {h}");
     proof::verify(&meta.app_hash, &k, Some(&want), &p.proof)?;
@@ -92,7 +95,13 @@ fn check_store(dir: &Path, roots: &[[u8; 32]]) -> anyhow::Result<u64> {
 
 fn spawn_child(dir: &Path) -> anyhow::Result<std::process::Child> {
     Ok(Command::new(std::env::current_exe()?)
-        .args(["--exact", "crash_tree_child", "--nocapture", "--test-threads", "1"])
+        .args([
+            "--exact",
+            "crash_tree_child",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
         .env(CHILD_ENV, dir)
         .stdout(std::process::Stdio::null())
         .spawn()?)

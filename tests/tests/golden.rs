@@ -11,7 +11,9 @@
 //! allowances in state, their use per window), report ids scoped by
 //! gateway with the body hash, failed calls carrying amount 0 in the
 //! traffic; the hub-block digest v3 with the hub's cumulative deposit
-//! count; settled batches' calls kept for `settled_retention_windows`.
+//! count; settled batches' calls kept for `settled_retention_windows`;
+//! and for issue 13: the app hash became the root of a Jellyfish Merkle
+//! tree over the state (ADR 0012), with provider and user window totals.
 //! Any other change to them is a change of consensus behaviour
 //! and must be deliberate.
 
@@ -27,15 +29,15 @@ const T0: i64 = 1_800_000_000;
 const GOLDEN: [(usize, &str); 3] = [
     (
         100,
-        "16eb84843c1773c0b94909ab036332f524d7b9481a7aede54b1e5aedfa00bc2c",
+        "1d903831b24bc017eafa50b7f527edbaf5baf8bcbacc5ead4990ace1c39a9ee6",
     ),
     (
         500,
-        "f47865819d17fc96499a770b9af8918691f922b09dc67adde8ddbb58f549f086",
+        "0aa9223309ffd4612f464b902b2a7da4d4f53433ab322df41a7e2a025ebe9e79",
     ),
     (
         1000,
-        "b88b951b469c398a12e6ec11f8b014c00ab0abd129fb8cdba914c4fdba163026",
+        "307b9a0507bc0b3ccbc41f80fc4942ee235925c35283dbbdc357eea07eef9a6e",
     ),
 ];
 

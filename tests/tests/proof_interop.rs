@@ -141,12 +141,28 @@ fn proofs_verify_with_ics23_alone_and_tampering_is_refused() -> anyhow::Result<(
     let mut routes: BTreeMap<(String, String, String, String), Vec<&UsageRecord>> = BTreeMap::new();
     for r in &sent {
         routes
-            .entry((r.user.clone(), r.provider.clone(), r.model.clone(), r.route.clone()))
+            .entry((
+                r.user.clone(),
+                r.provider.clone(),
+                r.model.clone(),
+                r.route.clone(),
+            ))
             .or_default()
             .push(r);
     }
     for ((u, p, m, rt), rs) in &routes {
-        let k = cat(&[b"rr/", u.as_bytes(), b"\0", p.as_bytes(), b"\0", m.as_bytes(), b"\0", rt.as_bytes(), b"\0", &window]);
+        let k = cat(&[
+            b"rr/",
+            u.as_bytes(),
+            b"\0",
+            p.as_bytes(),
+            b"\0",
+            m.as_bytes(),
+            b"\0",
+            rt.as_bytes(),
+            b"\0",
+            &window,
+        ]);
         let a = ask(&net, &k, 0);
         assert_eq!((a.code, a.height), (0, height));
         assert_eq!(u64s(&a.value), counters(rs), "route {u} {p} {m} {rt}");
@@ -179,7 +195,12 @@ fn proofs_verify_with_ics23_alone_and_tampering_is_refused() -> anyhow::Result<(
             assert_eq!(a.code, 0);
             let mut want = counters(&rs);
             want.push(n as u64);
-            assert_eq!(u64s(&a.value), want, "{} {party}", String::from_utf8_lossy(ns));
+            assert_eq!(
+                u64s(&a.value),
+                want,
+                "{} {party}",
+                String::from_utf8_lossy(ns)
+            );
             assert!(member(&a, &root, &k, &a.value));
         }
     }
@@ -218,7 +239,10 @@ fn proofs_verify_with_ics23_alone_and_tampering_is_refused() -> anyhow::Result<(
     }
     let tries = bytes.len().div_ceil(7);
     // Field tags and lengths may survive a flip; hashes and prefixes do not.
-    assert!(refused * 10 >= tries * 9, "only {refused} of {tries} tampered proofs refused");
+    assert!(
+        refused * 10 >= tries * 9,
+        "only {refused} of {tries} tampered proofs refused"
+    );
 
     // A past height proves against that height's root.
     let past = 10i64;

@@ -152,22 +152,21 @@ fn finalize(blocks: usize) -> Result<()> {
     // Proofs of route records at the latest height, as `/key` makes them.
     let height = blocks as u64;
     let window = (T0 as u64 + height - 1) / 60;
-    let ids: Vec<_> = traffic
-        .users
-        .iter()
-        .flat_map(|u| {
-            traffic.providers.iter().flat_map(move |p| {
-                traffic.models.iter().flat_map(move |m| {
-                    traffic.routes.iter().map(move |r| tally_settlement::RouteId {
+    let mut ids = Vec::new();
+    for u in &traffic.users {
+        for p in &traffic.providers {
+            for m in &traffic.models {
+                for r in &traffic.routes {
+                    ids.push(tally_settlement::RouteId {
                         user: u.clone(),
                         provider: p.clone(),
                         model: m.clone(),
                         route: r.clone(),
-                    })
-                })
-            })
-        })
-        .collect();
+                    });
+                }
+            }
+        }
+    }
     let t0 = Instant::now();
     let mut proof_bytes = 0usize;
     for id in &ids {
