@@ -50,6 +50,9 @@ pub enum StoreError {
 /// Key-value pairs in key order, as scans return them.
 pub type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
 
+/// One key-value pair.
+pub type Pair = (Vec<u8>, Vec<u8>);
+
 /// What the store remembers about the last commit.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct CommitMeta {
@@ -133,11 +136,7 @@ pub trait Backend: Send + Sync + Debug {
     fn get_raw(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
     /// The greatest committed pair whose key starts with `prefix` and is at
     /// most `key`, the reserved namespace included.
-    fn last_at_or_before(
-        &self,
-        prefix: &[u8],
-        key: &[u8],
-    ) -> Result<Option<(Vec<u8>, Vec<u8>)>, StoreError>;
+    fn last_at_or_before(&self, prefix: &[u8], key: &[u8]) -> Result<Option<Pair>, StoreError>;
     /// Visits committed pairs of `[start, end)` (`end` not empty) in key
     /// order, the reserved namespace included, until `f` returns `false`.
     fn for_each_raw(
@@ -174,11 +173,7 @@ impl<T: Backend + ?Sized> Backend for std::sync::Arc<T> {
     fn get_raw(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         (**self).get_raw(key)
     }
-    fn last_at_or_before(
-        &self,
-        prefix: &[u8],
-        key: &[u8],
-    ) -> Result<Option<(Vec<u8>, Vec<u8>)>, StoreError> {
+    fn last_at_or_before(&self, prefix: &[u8], key: &[u8]) -> Result<Option<Pair>, StoreError> {
         (**self).last_at_or_before(prefix, key)
     }
     fn for_each_raw(

@@ -143,7 +143,7 @@ impl Backend for MemBackend {
         &self,
         prefix: &[u8],
         key: &[u8],
-    ) -> Result<Option<(Vec<u8>, Vec<u8>)>, StoreError> {
+    ) -> Result<Option<crate::Pair>, StoreError> {
         let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
         let map = if key < USER_SPACE_START {
             &inner.raw

@@ -323,7 +323,7 @@ fn prune(
     retain: u64,
     raw: &mut Vec<RawWrite>,
 ) -> Result<usize, StoreError> {
-    if retain == 0 || height + 1 <= retain {
+    if retain == 0 || height < retain {
         return Ok(0);
     }
     let cutoff = height + 1 - retain;

@@ -163,7 +163,7 @@ impl Backend for RocksBackend {
         &self,
         prefix: &[u8],
         key: &[u8],
-    ) -> Result<Option<(Vec<u8>, Vec<u8>)>, StoreError> {
+    ) -> Result<Option<crate::Pair>, StoreError> {
         let mut ro = ReadOptions::default();
         ro.set_iterate_lower_bound(prefix.to_vec());
         let mut it = self

@@ -8,6 +8,9 @@ use proptest::prelude::*;
 use prost_ics23::Message;
 use tally_store::{proof, Backend, Kv, KvRead, MemBackend, Pending};
 
+/// What the store should hold.
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+
 #[derive(Debug, Clone)]
 enum Op {
     Put(u8, u8),
@@ -77,7 +80,7 @@ proptest! {
         let mut p = Pending::open(backend.clone()).unwrap();
         p.set_retain_versions(0);
         let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
-        let mut history: Vec<(u64, [u8; 32], BTreeMap<Vec<u8>, Vec<u8>>)> = Vec::new();
+        let mut history: Vec<(u64, [u8; 32], Model)> = Vec::new();
         let mut height = 0;
         let spec = jmt::ics23_spec();
         let check = |h: u64, root: &[u8; 32], model: &BTreeMap<Vec<u8>, Vec<u8>>| -> Result<(), TestCaseError> {

@@ -33,7 +33,7 @@ fn key(n: u64) -> Vec<u8> {
 /// The writes of height `h`: every tenth height a range delete, 20
 /// deletes, then 200 puts (a put after a delete of the same key wins).
 fn workload(p: &mut Pending, h: u64) {
-    if h % 10 == 0 {
+    if h.is_multiple_of(10) {
         p.delete_range(key(h * 11), key(h * 11 + 40));
     }
     for i in 0..20u64 {
@@ -75,7 +75,7 @@ fn check_store(dir: &Path, roots: &[[u8; 32]]) -> anyhow::Result<u64> {
         return Ok(0);
     };
     let h = meta.height;
-    anyhow::ensure!(h >= 1 && h <= HEIGHTS, "height {h} out of range");
+    anyhow::ensure!((1..=HEIGHTS).contains(&h), "height {h} out of range");
     anyhow::ensure!(
         meta.app_hash == roots[h as usize - 1],
         "app hash at height {h} after the kill differs from the reference"
