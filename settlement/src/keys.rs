@@ -8,6 +8,11 @@
 
 use crate::record::RouteId;
 
+/// The value of an index or marker entry (`ip/`, `iu/`, `rexp/`, `hcp/`,
+/// `sret/`, `pexp/`): the single byte `0x01`. No key holds an empty value:
+/// ICS23 cannot prove one, nor the absence of a key next to one.
+pub const PRESENT: &[u8] = &[1];
+
 /// `meta/chain_id`: the chain id recorded at genesis.
 pub const CHAIN_ID: &[u8] = b"meta/chain_id";
 /// `meta/params`: the chain parameters (JSON).

@@ -42,6 +42,9 @@ pub enum StoreError {
     /// The Merkle tree could not be read or updated.
     #[error("merkle tree: {0}")]
     Tree(String),
+    /// A write stored an empty value, which no Merkle proof can carry.
+    #[error("key {} was given an empty value; every stored value must be non-empty to be provable", String::from_utf8_lossy(.0))]
+    EmptyValue(Vec<u8>),
     /// A write used a key in the reserved `0x00` namespace.
     #[error("key {0:02x?} is in the reserved metadata namespace")]
     ReservedKey(Vec<u8>),

@@ -27,7 +27,8 @@
 //! | `\0t/latest` | latest version (8, BE) |
 //! | `\0t/oldest` | oldest version still whole (8, BE) |
 //!
-//! Deletes write no value entry: jmt reads a value only after finding the
+//! Empty values are refused ([`StoreError::EmptyValue`]): ICS23 cannot prove
+//! one, nor the absence of a key next to one. Deletes write no value entry: jmt reads a value only after finding the
 //! key's leaf at the version asked, and a re-inserted key writes a new entry.
 //!
 //! # Pruning
@@ -249,6 +250,11 @@ pub(crate) fn prepare(
     let mut raw: Vec<RawWrite> = Vec::new();
     let mut set = Vec::with_capacity(updates.len());
     for (k, v) in &updates {
+        if v.as_ref().is_some_and(Vec::is_empty) {
+            // ICS23 proves no empty value, nor the absence of a key whose
+            // neighbour holds one: a state machine bug, refused loudly.
+            return Err(StoreError::EmptyValue(k.clone()));
+        }
         let kh = KeyHash::with::<Sha256>(k);
         // The entry this write supersedes becomes stale at `height`.
         if let Some((old, _)) = reader.value_entry(&kh, height)? {

@@ -32,6 +32,22 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// An empty value cannot be proven (ICS23 needs a value), nor the absence
+/// of its neighbours: the store refuses it and writes nothing.
+#[test]
+fn an_empty_value_is_refused_and_nothing_is_written() {
+    let backend: Arc<dyn Backend> = Arc::new(MemBackend::new());
+    let mut p = Pending::open(backend.clone()).unwrap();
+    p.put(b"a".to_vec(), vec![1]);
+    p.put(b"b".to_vec(), Vec::new());
+    match p.commit(1) {
+        Err(tally_store::StoreError::EmptyValue(k)) => assert_eq!(k, b"b"),
+        other => panic!("expected EmptyValue, got {other:?}"),
+    }
+    assert_eq!(backend.meta().unwrap(), None);
+    assert!(Backend::get(backend.as_ref(), b"a").unwrap().is_none());
+}
+
 proptest! {
     #[test]
     fn pending_matches_model(ops in proptest::collection::vec(op(), 1..200)) {

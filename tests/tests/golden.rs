@@ -13,7 +13,8 @@
 //! traffic; the hub-block digest v3 with the hub's cumulative deposit
 //! count; settled batches' calls kept for `settled_retention_windows`;
 //! and for issue 13: the app hash became the root of a Jellyfish Merkle
-//! tree over the state (ADR 0012), with provider and user window totals.
+//! tree over the state (ADR 0012), with provider and user window totals
+//! and index entries holding `0x01` instead of nothing.
 //! Any other change to them is a change of consensus behaviour
 //! and must be deliberate.
 
@@ -29,15 +30,15 @@ const T0: i64 = 1_800_000_000;
 const GOLDEN: [(usize, &str); 3] = [
     (
         100,
-        "1d903831b24bc017eafa50b7f527edbaf5baf8bcbacc5ead4990ace1c39a9ee6",
+        "f61366ff7db976b5063ceb4dc6387e4138512a71f941feb666d84f1585f13239",
     ),
     (
         500,
-        "0aa9223309ffd4612f464b902b2a7da4d4f53433ab322df41a7e2a025ebe9e79",
+        "bbf88f8c958632ee747fcf5296c60bc4a6d3198308ca62ae48336a9960b80b8e",
     ),
     (
         1000,
-        "307b9a0507bc0b3ccbc41f80fc4942ee235925c35283dbbdc357eea07eef9a6e",
+        "4817e617de31d92f2c085ee3f08ec5e647c3f06be0cd3517afd43bd9d8e1ce72",
     ),
 ];
 

@@ -222,6 +222,40 @@ fn proofs_verify_with_ics23_alone_and_tampering_is_refused() -> anyhow::Result<(
     assert!(absent(&a, &root, &k));
     assert!(!member(&a, &root, &k, b""), "absence proved presence");
 
+    // Index entries hold 0x01 and prove; absent keys beside them (in every
+    // namespace with index or marker entries) prove absent.
+    let (u, p, m, rt) = routes.keys().next().unwrap().clone();
+    let k = cat(&[
+        b"ip/",
+        p.as_bytes(),
+        b"\0",
+        &window,
+        u.as_bytes(),
+        b"\0",
+        m.as_bytes(),
+        b"\0",
+        rt.as_bytes(),
+    ]);
+    let a = ask(&net, &k, 0);
+    assert_eq!((a.code, a.value.as_slice()), (0, &[1u8][..]));
+    assert!(member(&a, &root, &k, &a.value));
+    for k in [
+        cat(&[b"ip/", p.as_bytes(), b"\0", &window, b"zz"]),
+        cat(&[b"iu/", u.as_bytes(), b"\0", &window, b"zz"]),
+        cat(&[b"rexp/", &[0xff; 8]]),
+        cat(&[b"pw/nobody-here\0", &window]),
+        cat(&[b"uw/nobody-here\0", &window]),
+        b"rr/zzz".to_vec(),
+    ] {
+        let a = ask(&net, &k, 0);
+        assert_eq!(a.code, 22, "{}", String::from_utf8_lossy(&k));
+        assert!(
+            absent(&a, &root, &k),
+            "absence of {} not proven",
+            String::from_utf8_lossy(&k)
+        );
+    }
+
     // A proof with one byte changed no longer verifies.
     let k = cat(&[b"bal/", traffic.users[0].as_bytes()]);
     let a = ask(&net, &k, 0);

@@ -104,7 +104,10 @@ pub fn put_report(kv: &mut impl Kv, scope: &[u8], expires_at: u64, body_hash: &[
     let mut v = expires_at.to_be_bytes().to_vec();
     v.extend_from_slice(body_hash);
     kv.put(keys::report_id(scope), v);
-    kv.put(keys::report_expiry(expires_at, scope), Vec::new());
+    kv.put(
+        keys::report_expiry(expires_at, scope),
+        keys::PRESENT.to_vec(),
+    );
 }
 
 /// Forgets every report id that expires at or before `time`: each id, then
@@ -174,8 +177,8 @@ pub fn route(kv: &impl KvRead, id: &RouteId, window: u64) -> Result<Option<Count
 pub fn put_route(kv: &mut impl Kv, id: &RouteId, window: u64, c: &Counters, is_new: bool) {
     kv.put(keys::route(id, window), c.encode());
     if is_new {
-        kv.put(keys::by_provider(id, window), Vec::new());
-        kv.put(keys::by_user(id, window), Vec::new());
+        kv.put(keys::by_provider(id, window), keys::PRESENT.to_vec());
+        kv.put(keys::by_user(id, window), keys::PRESENT.to_vec());
     }
 }
 

@@ -99,7 +99,7 @@ pub fn hub_call(kv: &impl KvRead, id: u64) -> Result<Option<HubCall>, Fatal> {
 /// Stores a new hub call and adds it to `chain`'s pending set.
 pub fn put_pending_call(kv: &mut impl Kv, chain: &str, call: &HubCall) {
     kv.put(keys::hub_call(call.id), call.encode_to_vec());
-    kv.put(keys::hub_pending(chain, call.id), Vec::new());
+    kv.put(keys::hub_pending(chain, call.id), keys::PRESENT.to_vec());
 }
 
 /// Takes a hub call out of `chain`'s pending set (it joined a batch).
@@ -193,7 +193,7 @@ pub fn pending_message(kv: &impl KvRead, digest: &[u8]) -> Result<Option<Pending
 /// expire.
 pub fn put_pending_message(kv: &mut impl Kv, digest: &[u8], m: &PendingMessage, expires: u64) {
     kv.put(keys::pmsg(digest), m.encode_to_vec());
-    kv.put(keys::pexp(expires, digest), Vec::new());
+    kv.put(keys::pexp(expires, digest), keys::PRESENT.to_vec());
 }
 
 /// Deletes `digest`'s partials, its message and its expiry entry (at

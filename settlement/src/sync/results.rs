@@ -44,7 +44,7 @@ pub fn hub_sync_end(
         let prune_at = window.saturating_add(p.settled_retention_windows);
         kv.put(
             keys::settled_retain(prune_at, &r.chain, r.nonce),
-            Vec::new(),
+            keys::PRESENT.to_vec(),
         );
         b.status = BatchStatus::Settled.value();
         put_batch(kv, &r.chain, r.nonce, &b);
