@@ -214,9 +214,12 @@ fn relay_failover_on_429_and_dead_endpoint(f: &mut Net) -> Result<()> {
         hub_batch_total(hub, nonce)?
     );
     let m = metrics(net.port_base() + 5)?;
+    // The reset and the 429 each cost a retry; a try of the dead endpoint
+    // adds one only when its breaker is not already open from the deposit
+    // reads (timing: seen both ways), so at least 2.
     ensure!(
         metric(&m, "tally_relay_submissions_total{outcome=\"ok\"}") == nonce as f64
-            && metric(&m, "tally_retries_total{layer=\"transport\"}") >= 3.0,
+            && metric(&m, "tally_retries_total{layer=\"transport\"}") >= 2.0,
         "validator 0's metrics:\n{m}"
     );
     eprintln!(
