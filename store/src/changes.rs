@@ -69,7 +69,6 @@ impl Pending {
     /// every version); older ones are pruned a bounded amount per commit.
     pub fn set_retain_versions(&mut self, versions: u64) {
         self.retain = versions;
-        self.prepared = None;
     }
 
     /// What the last commit's tree update cost.
@@ -102,18 +101,16 @@ impl Pending {
     /// Merkle tree over the state they leave ([`crate::merkle`]). Computed
     /// once and kept for [`Pending::commit`] until the writes change.
     pub fn app_hash_at(&mut self, height: u64) -> Result<[u8; 32], StoreError> {
-        self.prepare(height).map(|p| p.root)
+        let prepared = self.take_prepared(height)?;
+        Ok(self.prepared.insert(prepared).root)
     }
 
-    fn prepare(&mut self, height: u64) -> Result<&Prepared, StoreError> {
-        if self.prepared.as_ref().is_some_and(|p| p.height != height) {
-            self.prepared = None;
+    /// The version computed for the current writes at `height`, or a new one.
+    fn take_prepared(&mut self, height: u64) -> Result<Prepared, StoreError> {
+        match self.prepared.take() {
+            Some(p) if p.height == height => Ok(p),
+            _ => merkle::prepare(self.backend.as_ref(), &self.changes, height),
         }
-        let prepared = match self.prepared.take() {
-            Some(p) => p,
-            None => merkle::prepare(self.backend.as_ref(), &self.changes, height, self.retain)?,
-        };
-        Ok(self.prepared.insert(prepared))
     }
 
     /// Replaces the buffered writes (to undo a block executed twice).
@@ -123,8 +120,9 @@ impl Pending {
     }
 
     /// Writes the buffered change set with `height` and its app hash in one
-    /// durable batch, and returns the new metadata. Refuses writes into the
-    /// reserved `0x00` namespace.
+    /// durable batch, with the tree's new version (computed by
+    /// [`Pending::app_hash_at`] if still valid) and its pruning, and returns
+    /// the new metadata. Refuses writes into the reserved `0x00` namespace.
     pub fn commit(&mut self, height: u64) -> Result<CommitMeta, StoreError> {
         if let Some(k) = self
             .changes
@@ -135,11 +133,8 @@ impl Pending {
         {
             return Err(StoreError::ReservedKey(k.clone()));
         }
-        self.prepare(height)?;
-        let prepared = self
-            .prepared
-            .take()
-            .ok_or_else(|| StoreError::Tree("no prepared version".into()))?;
+        let mut prepared = self.take_prepared(height)?;
+        merkle::add_pruning(self.backend.as_ref(), &mut prepared, self.retain)?;
         let meta = CommitMeta {
             height,
             app_hash: prepared.root,

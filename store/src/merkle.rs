@@ -150,8 +150,8 @@ impl Reader<'_> {
 }
 
 impl TreeReader for Reader<'_> {
-    fn get_node_option(&self, node_key: &NodeKey) -> anyhow::Result<Option<Node>> {
-        match self.backend.get_raw(&node_key_or_err(node_key)?)? {
+    fn get_node_option(&self, key: &NodeKey) -> anyhow::Result<Option<Node>> {
+        match self.backend.get_raw(&node_key(key)?)? {
             None => Ok(None),
             Some(b) => Ok(Some(Node::try_from_slice(&b)?)),
         }
@@ -186,10 +186,6 @@ fn preimage_key(kh: &KeyHash) -> Vec<u8> {
     out
 }
 
-fn node_key_or_err(k: &NodeKey) -> anyhow::Result<Vec<u8>> {
-    Ok(node_key(k)?)
-}
-
 fn tree_err(e: anyhow::Error) -> StoreError {
     StoreError::Tree(format!("{e:#}"))
 }
@@ -211,12 +207,11 @@ fn updates(
             Some(v) => {
                 out.insert(k.clone(), Some(v.clone()));
             }
+            // A delete of a key the tree does not hold changes nothing (a
+            // key a range delete covered is already a delete).
             None => {
-                // A delete of a key the tree does not hold changes nothing.
                 if !out.contains_key(k) && backend.get(k)?.is_some() {
                     out.insert(k.clone(), None);
-                } else if let Some(slot) = out.get_mut(k) {
-                    *slot = None;
                 }
             }
         }
@@ -224,12 +219,13 @@ fn updates(
     Ok(out)
 }
 
-/// Computes version `height` of the tree for `changes` (not written).
+/// Computes version `height` of the tree for `changes` (not written):
+/// FinalizeBlock's part, everything the root depends on. Pruning is added
+/// at Commit by [`add_pruning`].
 pub(crate) fn prepare(
     backend: &dyn Backend,
     changes: &ChangeSet,
     height: u64,
-    retain: u64,
 ) -> Result<Prepared, StoreError> {
     let latest = read_u64(backend, LATEST)?;
     let first = latest.map_or(0, |v| v + 1);
@@ -297,11 +293,6 @@ pub(crate) fn prepare(
         raw.push((k, Some(Vec::new())));
     }
     raw.push((LATEST.to_vec(), Some(height.to_be_bytes().to_vec())));
-    let pruned = prune(backend, height, retain, &mut raw)?;
-    let raw_bytes = raw
-        .iter()
-        .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
-        .sum();
     Ok(Prepared {
         height,
         root,
@@ -309,8 +300,8 @@ pub(crate) fn prepare(
         stats: TreeStats {
             key_updates,
             nodes_written,
-            pruned,
-            raw_bytes,
+            pruned: 0,
+            raw_bytes: 0,
             state_bytes: changes
                 .writes
                 .iter()
@@ -318,6 +309,22 @@ pub(crate) fn prepare(
                 .sum(),
         },
     })
+}
+
+/// Commit's part: adds to `p` the pruning of what no kept version needs
+/// (it never changes the root) and completes its statistics.
+pub(crate) fn add_pruning(
+    backend: &dyn Backend,
+    p: &mut Prepared,
+    retain: u64,
+) -> Result<(), StoreError> {
+    p.stats.pruned = prune(backend, p.height, retain, &mut p.raw)?;
+    p.stats.raw_bytes = p
+        .raw
+        .iter()
+        .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
+        .sum();
+    Ok(())
 }
 
 /// Adds to `raw` the deletes of what is stale since a version no retained
