@@ -11,6 +11,9 @@
 //! and for the Merkle tree over user space ([`merkle`]) whose root is the app
 //! hash; [`proof`] proves single keys against it.
 //!
+//! [`snapshot`] writes committed state as the chunks of a state-sync
+//! snapshot and [`restore`] rebuilds a store, tree included, from them.
+//!
 //! [`halt`] holds the hook both applications on this store use to ask their
 //! binary to stop on a fault they cannot answer.
 
@@ -19,8 +22,10 @@ pub mod halt;
 mod mem;
 pub mod merkle;
 pub mod proof;
+pub mod restore;
 #[cfg(feature = "rocksdb")]
 mod rocks;
+pub mod snapshot;
 
 pub use changes::{ChangeSet, Pending, DEFAULT_RETAIN_VERSIONS};
 pub use mem::MemBackend;
@@ -148,6 +153,12 @@ pub trait Backend: Send + Sync + Debug {
         end: &[u8],
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError>;
+    /// Writes `writes` to any key, user space or reserved namespace, without
+    /// touching the metadata (state sync's restore); `sync` makes the write
+    /// durable before returning.
+    fn write_raw(&self, writes: &[RawWrite], sync: bool) -> Result<(), StoreError>;
+    /// Removes every key, the metadata included (the start of a restore).
+    fn wipe(&self) -> Result<(), StoreError>;
 }
 
 impl<T: Backend + ?Sized> Backend for std::sync::Arc<T> {
@@ -186,6 +197,12 @@ impl<T: Backend + ?Sized> Backend for std::sync::Arc<T> {
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError> {
         (**self).for_each_raw(start, end, f)
+    }
+    fn write_raw(&self, writes: &[RawWrite], sync: bool) -> Result<(), StoreError> {
+        (**self).write_raw(writes, sync)
+    }
+    fn wipe(&self) -> Result<(), StoreError> {
+        (**self).wipe()
     }
 }
 

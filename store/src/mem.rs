@@ -180,4 +180,25 @@ impl Backend for MemBackend {
         }
         Ok(())
     }
+
+    fn write_raw(&self, writes: &[RawWrite], _sync: bool) -> Result<(), StoreError> {
+        let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        for (k, v) in writes {
+            let map = if k.as_slice() < USER_SPACE_START {
+                &mut inner.raw
+            } else {
+                &mut inner.data
+            };
+            match v {
+                Some(v) => map.insert(k.clone(), v.clone()),
+                None => map.remove(k),
+            };
+        }
+        Ok(())
+    }
+
+    fn wipe(&self) -> Result<(), StoreError> {
+        *self.inner.write().unwrap_or_else(|e| e.into_inner()) = Inner::default();
+        Ok(())
+    }
 }

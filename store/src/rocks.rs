@@ -62,6 +62,24 @@ impl RocksBackend {
         let db = DB::open(&opts, path).map_err(backend_err)?;
         Ok(Self { db })
     }
+
+    /// Opens the database at `path` read-only (a checkpoint being exported).
+    pub fn open_read_only(path: &Path) -> Result<Self, StoreError> {
+        let mut opts = Options::default();
+        opts.set_max_open_files(256);
+        let db = DB::open_for_read_only(&opts, path, false).map_err(backend_err)?;
+        Ok(Self { db })
+    }
+
+    /// Writes a RocksDB checkpoint of the committed state into `path` (which
+    /// must not exist): hard links to the live files on the same file
+    /// system, so it is cheap and does not block writers for long. Opened
+    /// with [`RocksBackend::open_read_only`] it is a consistent view of the
+    /// last commit.
+    pub fn checkpoint(&self, path: &Path) -> Result<(), StoreError> {
+        let cp = rocksdb::checkpoint::Checkpoint::new(&self.db).map_err(backend_err)?;
+        cp.create_checkpoint(path).map_err(backend_err)
+    }
 }
 
 impl RocksBackend {
@@ -188,6 +206,28 @@ impl Backend for RocksBackend {
             return Err(StoreError::Backend("a raw scan needs an end".into()));
         }
         self.forward(start, end, f)
+    }
+
+    fn write_raw(&self, writes: &[RawWrite], sync: bool) -> Result<(), StoreError> {
+        let mut batch = WriteBatch::default();
+        for (k, v) in writes {
+            match v {
+                Some(v) => batch.put(k, v),
+                None => batch.delete(k),
+            }
+        }
+        let mut wo = WriteOptions::default();
+        wo.set_sync(sync);
+        self.db.write_opt(batch, &wo).map_err(backend_err)
+    }
+
+    fn wipe(&self) -> Result<(), StoreError> {
+        let mut batch = WriteBatch::default();
+        // Every key Tally writes sorts below 64 bytes of 0xff.
+        batch.delete_range([].as_slice(), [0xffu8; 64].as_slice());
+        let mut wo = WriteOptions::default();
+        wo.set_sync(true);
+        self.db.write_opt(batch, &wo).map_err(backend_err)
     }
 }
 
