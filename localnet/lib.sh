@@ -10,6 +10,7 @@ CHAIN_ID="${TALLY_CHAIN_ID:-tally-localnet}"
 TIMEOUT_COMMIT="${TALLY_TIMEOUT_COMMIT:-1s}"
 WINDOW_SECS="${TALLY_WINDOW_SECS:-60}"
 THRESHOLD="${TALLY_THRESHOLD:-$((2 * NVAL / 3 + 1))}"   # partial signatures needed
+SNAPSHOT_INTERVAL="${TALLY_SNAPSHOT_INTERVAL:-50}"       # validators' state-sync snapshots, every N heights
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tally-target}"
 TALLYD="${TALLYD:-$CARGO_TARGET_DIR/release/tallyd}"
 TALLY_HUB_BIN="${TALLY_HUB_BIN:-$(dirname "$TALLYD")/tally-hub}"
@@ -143,4 +144,54 @@ wait_height() {
     if [ $(( ($(date +%s) - start) % 5 )) -eq 0 ]; then log "waiting for node$i to reach height $want (at $h)"; fi
     sleep 1
   done
+}
+
+# latest_block I: "HEIGHT HASH" of validator I's latest block (empty if unreachable).
+latest_block() {
+  local b h hash
+  b=$(curl -s --max-time 2 "$(rpc_url "$1")/block" 2>/dev/null) || return 0
+  # The first "height" of /block is the header's.
+  h=$(printf '%s' "$b" | grep -o '"height":"[0-9]*"' | head -n1 | grep -o '[0-9]*')
+  # The first "block_id" is the block's own (the last commit's comes later).
+  hash=$(printf '%s' "$b" | grep -o '"block_id":{"hash":"[0-9A-Fa-f]*"' | head -n1 | sed 's/.*"hash":"//; s/"$//')
+  [ -n "$h" ] && [ -n "$hash" ] && echo "$h $hash"
+}
+
+# join_node I MODE: create full node I (not a validator) beside the running
+# validators and start it; MODE statesync restores the newest snapshot the
+# validators serve (trusting validator 0's latest block), blocksync
+# replays every block from genesis.
+join_node() {
+  local i="$1" mode="$2" home peers j id trust
+  home="$(node_home "$i")"
+  [ -e "$home" ] && die "node$i already exists in $LOCALNET_DIR"
+  for off in 0 1 2; do
+    (exec 3<>"/dev/tcp/127.0.0.1/$(port "$i" "$off")") 2>/dev/null && die "port $(port "$i" "$off") is in use"
+  done
+  cometbft init --home "$home" >/dev/null 2>&1
+  cp "$(node_home 0)/config/genesis.json" "$home/config/genesis.json"
+  peers=""
+  for j in $(seq 0 $((NVAL - 1))); do
+    id=$(cometbft show-node-id --home "$(node_home "$j")")
+    peers="${peers:+$peers,}$id@127.0.0.1:$(port "$j" 0)"
+  done
+  configure_cometbft "$home/config/config.toml" "$(port "$i" 0)" "$peers"
+  sed -i "s|^moniker = .*|moniker = \"full$i\"|" "$home/config/config.toml"
+  "$TALLYD" --home "$home" init --abci-listen "127.0.0.1:$(port "$i" 2)" --force >/dev/null
+  sed -i -e "s|^metrics_listen = .*|metrics_listen = \"127.0.0.1:$(port "$i" 5)\"|" \
+    -e "s|^snapshot_interval = .*|snapshot_interval = $SNAPSHOT_INTERVAL|" "$home/config/app.toml"
+  if [ "$mode" = statesync ]; then
+    trust=$(latest_block 0)
+    [ -n "$trust" ] || die "validator 0 does not answer at $(rpc_url 0); cannot pick a trusted block"
+    log "node$i: state sync trusting block ${trust% *} (${trust#* }) of $(rpc_url 0)"
+    sed -i \
+      -e "/^\[statesync\]/,/^\[/ s|^enable = .*|enable = true|" \
+      -e "/^\[statesync\]/,/^\[/ s|^rpc_servers = .*|rpc_servers = \"$(rpc_url 0),$(rpc_url 1)\"|" \
+      -e "/^\[statesync\]/,/^\[/ s|^trust_height = .*|trust_height = ${trust% *}|" \
+      -e "/^\[statesync\]/,/^\[/ s|^trust_hash = .*|trust_hash = \"${trust#* }\"|" \
+      -e "/^\[statesync\]/,/^\[/ s|^trust_period = .*|trust_period = \"168h0m0s\"|" \
+      -e "/^\[statesync\]/,/^\[/ s|^discovery_time = .*|discovery_time = \"5s\"|" \
+      "$home/config/config.toml"
+  fi
+  start_node "$i"
 }

@@ -3,11 +3,39 @@
 #   localnet/node.sh start I     start validator I's tallyd and CometBFT
 #   localnet/node.sh stop I      stop them (SIGTERM)
 #   localnet/node.sh kill I      kill them (SIGKILL), as a crash would
+#   localnet/node.sh join I      add full node I (I >= the validator count) that
+#                                joins by state sync from the validators'
+#                                snapshots and follows the chain; with
+#                                TALLY_JOIN=blocksync it replays from genesis
 #   I = hub: the hub chain's node
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
-[ $# -eq 2 ] || { sed -n '2,5p' "$0"; exit 2; }
+[ $# -eq 2 ] || { sed -n '2,9p' "$0"; exit 2; }
 i="$2"
+if [ "$1" = join ]; then
+  [[ "$i" =~ ^[0-9]+$ ]] && [ "$i" -ge "$NVAL" ] || die "join: I must be a number >= $NVAL (the validators are 0..$((NVAL - 1)))"
+  mode="${TALLY_JOIN:-statesync}"
+  [ "$mode" = statesync ] || [ "$mode" = blocksync ] || die "TALLY_JOIN must be statesync or blocksync, got $mode"
+  started=$(date +%s)
+  join_node "$i" "$mode"
+  log "node$i started ($mode); waiting for it to catch up with validator 0"
+  while :; do
+    s=$(curl -s --max-time 2 "$(rpc_url "$i")/status" 2>/dev/null || true)
+    if printf '%s' "$s" | grep -q '"catching_up":false' && [ "$(height "$i")" -ge $(( $(height 0) - 2 )) ] && [ "$(height "$i")" -gt 0 ]; then
+      break
+    fi
+    pid_alive "$(node_home "$i")/tallyd.pid" || die "tallyd of node$i exited; see $(node_home "$i")/tallyd.log"
+    pid_alive "$(node_home "$i")/cometbft.pid" || die "cometbft of node$i exited; see $(node_home "$i")/cometbft.log"
+    [ $(( $(date +%s) - started )) -gt "${TALLY_JOIN_TIMEOUT:-300}" ] && die "node$i did not catch up in ${TALLY_JOIN_TIMEOUT:-300} s; see $(node_home "$i")/*.log"
+    sleep 1
+  done
+  earliest=$(printf '%s' "$s" | sed -n 's/.*"earliest_block_height":"\([0-9]*\)".*/\1/p')
+  restored=$(sed 's/\x1b\[[0-9;]*m//g' "$(node_home "$i")/tallyd.log" | grep -o 'snapshot restored.*' | head -n1 || true)
+  log "node$i caught up in $(( $(date +%s) - started )) s at height $(height "$i"); earliest block it holds: $earliest"
+  [ -n "$restored" ] && log "node$i: $restored"
+  echo "node$i: RPC $(rpc_url "$i"), home $(node_home "$i")"
+  exit 0
+fi
 if [ "$i" = hub ]; then
   [ -d "$HUB_DIR" ] || die "no hub in $LOCALNET_DIR"
   case "$1" in

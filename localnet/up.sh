@@ -91,6 +91,7 @@ for i in $(seq 0 $((NVAL - 1))); do
   "$TALLYD" --home "$h" init --abci-listen "127.0.0.1:$(port "$i" 2)" --force >/dev/null
   configure_cometbft "$h/config/config.toml" "$(port "$i" 0)" "$peers"
   sed -i "s|^moniker = .*|moniker = \"validator$i\"|" "$h/config/config.toml"
+  sed -i "s|^snapshot_interval = .*|snapshot_interval = $SNAPSHOT_INTERVAL|" "$h/config/app.toml"
   if [ "$HUB" = 1 ]; then
     # TALLY_HUB_ENDPOINTS_<i>, else TALLY_HUB_ENDPOINTS (comma-separated), replaces
     # the hub endpoint list of validator i's relay (tests put fault proxies there).

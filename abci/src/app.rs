@@ -42,6 +42,10 @@ pub(crate) struct Inner {
     pub(crate) inbox: Mutex<Inbox>,
     /// Report scopes claimed by transactions waiting in the mempool.
     pub(crate) claims: Mutex<Claims>,
+    /// Where this node's snapshots are kept, if it serves any.
+    pub(crate) snapshots: RwLock<Option<Arc<dyn crate::snapshot::SnapshotStore>>>,
+    /// The state-sync restore under way, if any.
+    pub(crate) restore: Mutex<Option<tally_store::restore::Restore>>,
     /// Called when the node must stop.
     halt: Halt,
     /// Set once the halt hook was called: no further consensus work.
@@ -73,7 +77,12 @@ impl TallyApp {
     /// An app over `backend`, resuming from its last commit. `halt` is
     /// called when the node must stop (the binary's hook exits the
     /// process; see [`Halt`]).
+    /// A store an interrupted state sync left half-restored is wiped first
+    /// (it holds no commit; CometBFT starts over from an empty app).
     pub fn new(backend: Arc<dyn Backend>, halt: Halt) -> Result<Self, AbciError> {
+        if tally_store::restore::Restore::discard_interrupted(backend.as_ref())? {
+            tracing::warn!("discarded the partial state of an interrupted state sync");
+        }
         let pending = Pending::open(backend.clone())?;
         let committed = RwLock::new(pending.committed().clone());
         Ok(Self {
@@ -88,6 +97,8 @@ impl TallyApp {
                 signer: RwLock::new(None),
                 inbox: Mutex::new(Inbox::default()),
                 claims: Mutex::new(Claims::default()),
+                snapshots: RwLock::new(None),
+                restore: Mutex::new(None),
                 halt,
                 halted: AtomicBool::new(false),
             }),

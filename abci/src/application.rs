@@ -10,9 +10,14 @@ use tendermint_proto::v0_38::abci::{
     ResponseInitChain, ResponsePrepareProposal, ResponseProcessProposal, ResponseQuery,
     ResponseVerifyVoteExtension,
 };
+use tendermint_proto::v0_38::abci::{
+    RequestApplySnapshotChunk, RequestLoadSnapshotChunk, RequestOfferSnapshot,
+    ResponseApplySnapshotChunk, ResponseListSnapshots, ResponseLoadSnapshotChunk,
+    ResponseOfferSnapshot,
+};
 
 use crate::app::TallyApp;
-use crate::{finalize, info, init, proposal, vote_extension};
+use crate::{finalize, info, init, proposal, snapshot, vote_extension};
 
 impl Application for TallyApp {
     fn info(&self, req: RequestInfo) -> ResponseInfo {
@@ -56,5 +61,21 @@ impl Application for TallyApp {
 
     fn commit(&self) -> ResponseCommit {
         finalize::commit(self)
+    }
+
+    fn list_snapshots(&self) -> ResponseListSnapshots {
+        snapshot::list_snapshots(self)
+    }
+
+    fn offer_snapshot(&self, req: RequestOfferSnapshot) -> ResponseOfferSnapshot {
+        snapshot::offer_snapshot(self, req)
+    }
+
+    fn load_snapshot_chunk(&self, req: RequestLoadSnapshotChunk) -> ResponseLoadSnapshotChunk {
+        snapshot::load_snapshot_chunk(self, req)
+    }
+
+    fn apply_snapshot_chunk(&self, req: RequestApplySnapshotChunk) -> ResponseApplySnapshotChunk {
+        snapshot::apply_snapshot_chunk(self, req)
     }
 }

@@ -106,5 +106,8 @@ pub(crate) fn commit(app: &TallyApp) -> ResponseCommit {
     // CometBFT re-checks what is left in the mempool next: those checks
     // claim their scopes again (see `mempool`).
     app.claims().clear();
+    if let Some(s) = app.snapshots() {
+        s.committed(height);
+    }
     ResponseCommit { retain_height: 0 }
 }

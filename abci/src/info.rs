@@ -21,7 +21,7 @@ pub(crate) fn info(app: &TallyApp, _req: RequestInfo) -> ResponseInfo {
     ResponseInfo {
         data: "tally".into(),
         version: env!("CARGO_PKG_VERSION").into(),
-        app_version: 1,
+        app_version: crate::APP_VERSION,
         last_block_height: last.height as i64,
         last_block_app_hash: if last.height == 0 {
             Bytes::new()

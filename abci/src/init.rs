@@ -7,7 +7,7 @@ use bytes::Bytes;
 use tally_settlement::{self as settlement, Genesis};
 use tally_store::halt::HaltReason;
 use tendermint_proto::v0_38::abci::{RequestInitChain, ResponseInitChain};
-use tendermint_proto::v0_38::types::{AbciParams, ConsensusParams};
+use tendermint_proto::v0_38::types::{AbciParams, ConsensusParams, VersionParams};
 use tracing::{error, info};
 
 use crate::app::TallyApp;
@@ -44,6 +44,11 @@ pub(crate) fn init_chain(app: &TallyApp, req: RequestInitChain) -> ResponseInitC
         consensus_params: Some(ConsensusParams {
             abci: Some(AbciParams {
                 vote_extensions_enable_height: 1,
+            }),
+            // Headers carry the app's protocol version, the one Info
+            // answers: state sync checks that the two agree.
+            version: Some(VersionParams {
+                app: crate::APP_VERSION,
             }),
             ..Default::default()
         }),

@@ -11,6 +11,8 @@
 //! - `proposal`: PrepareProposal and ProcessProposal.
 //! - `vote_extension`: ExtendVote and VerifyVoteExtension.
 //! - `finalize`: FinalizeBlock and Commit.
+//! - [`snapshot`]: state sync (ListSnapshots, LoadSnapshotChunk,
+//!   OfferSnapshot, ApplySnapshotChunk) over a node's [`SnapshotStore`].
 //! - [`inbox`]: the relay's hand-ins ([`HandIn`]) waiting to be signed.
 //! - `convert`: block times, events and codespaces into protobuf.
 //!
@@ -36,11 +38,17 @@ mod info;
 mod init;
 pub mod mempool;
 mod proposal;
+pub mod snapshot;
 mod vote_extension;
 
 pub use app::{AbciError, Committed, TallyApp};
 pub use inbox::{HandIn, Inbox};
+pub use snapshot::{SnapshotInfo, SnapshotStore};
 pub use tally_store::halt::{Halt, HaltEvent, HaltLog, HaltReason};
+
+/// The app's protocol version: answered by Info and set in the chain's
+/// consensus parameters at InitChain, so every header carries it.
+pub const APP_VERSION: u64 = 1;
 
 /// The codespace of every Tally result code.
 pub const CODESPACE: &str = "tally";

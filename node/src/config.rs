@@ -57,6 +57,12 @@ pub struct AppConfig {
     /// `height`); older versions of the Merkle tree are pruned a bounded
     /// amount per block. 0 keeps every height (an archive node).
     pub state_retain_versions: u64,
+    /// Heights between state-sync snapshots (0: this node takes none).
+    pub snapshot_interval: u64,
+    /// How many of the newest snapshots are kept.
+    pub snapshot_keep_recent: u32,
+    /// Where snapshots are written, relative to the home dir unless absolute.
+    pub snapshot_dir: String,
     /// The `[relay]` section: the relay's tuning.
     pub relay: RelaySettings,
 }
@@ -165,6 +171,9 @@ impl Default for AppConfig {
             metrics_listen: String::new(),
             metrics_prefix: "tally".into(),
             state_retain_versions: tally_store::DEFAULT_RETAIN_VERSIONS,
+            snapshot_interval: 1000,
+            snapshot_keep_recent: 2,
+            snapshot_dir: "data/snapshots".into(),
             relay: RelaySettings::default(),
         }
     }
@@ -194,6 +203,15 @@ impl AppConfig {
                 msg: format!(
                     "log_format must be \"text\" or \"json\", got {:?}",
                     cfg.log_format
+                ),
+            });
+        }
+        if !(1..=100).contains(&cfg.snapshot_keep_recent) {
+            return Err(ConfigError::Invalid {
+                path,
+                msg: format!(
+                    "snapshot_keep_recent must be between 1 and 100, got {}",
+                    cfg.snapshot_keep_recent
                 ),
             });
         }
@@ -228,6 +246,13 @@ impl AppConfig {
              # Prometheus metrics of the relay (empty: off), and the name prefix.\n\
              metrics_listen = {:?}\n\
              metrics_prefix = {:?}\n\
+             # Heights of Merkle-tree history kept provable (0: all, an archive node).\n\
+             state_retain_versions = {}\n\
+             # State sync: heights between snapshots this node takes and serves (0: none),\n\
+             # how many of the newest it keeps, and where (relative to the home directory).\n\
+             snapshot_interval = {}\n\
+             snapshot_keep_recent = {}\n\
+             snapshot_dir = {:?}\n\
              \n\
              # Relay tuning; each value is checked at start (allowed range in brackets).\n\
              [relay]\n\
@@ -259,6 +284,10 @@ impl AppConfig {
             self.relay_stagger_secs,
             self.metrics_listen,
             self.metrics_prefix,
+            self.state_retain_versions,
+            self.snapshot_interval,
+            self.snapshot_keep_recent,
+            self.snapshot_dir,
             self.relay.poll_interval_ms,
             self.relay.breaker_failures,
             self.relay.breaker_open_secs,
@@ -318,6 +347,16 @@ impl AppConfig {
         c.metrics_listen = (!self.metrics_listen.is_empty()).then(|| self.metrics_listen.clone());
         c.metrics_prefix = self.metrics_prefix.clone();
         c
+    }
+
+    /// The snapshot directory, resolved against `home`.
+    pub fn snapshot_path(&self, home: &Path) -> PathBuf {
+        let p = Path::new(&self.snapshot_dir);
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            home.join(p)
+        }
     }
 
     /// The database directory, resolved against `home`.

@@ -13,3 +13,4 @@ pub mod light;
 pub mod records;
 pub mod rpc;
 pub mod secret;
+pub mod snapshots;

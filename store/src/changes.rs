@@ -71,6 +71,11 @@ impl Pending {
         self.retain = versions;
     }
 
+    /// Tree versions kept (0: all).
+    pub fn retain_versions(&self) -> u64 {
+        self.retain
+    }
+
     /// What the last commit's tree update cost.
     pub fn last_tree_stats(&self) -> TreeStats {
         self.last_stats

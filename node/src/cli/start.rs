@@ -50,12 +50,29 @@ impl StartCommand {
         let db_path = cfg.db_path(home);
         std::fs::create_dir_all(&db_path)
             .with_context(|| format!("creating {}", db_path.display()))?;
-        let backend = tally_store::RocksBackend::open(&db_path)
-            .with_context(|| format!("opening {}", db_path.display()))?;
+        let backend = Arc::new(
+            tally_store::RocksBackend::open(&db_path)
+                .with_context(|| format!("opening {}", db_path.display()))?,
+        );
         // The binary owns the halt: exit 2 (genesis) or 3 (store), after the app's FATAL line.
         let halt = tally_abci::Halt::new(|e| std::process::exit(e.reason.exit_code()));
-        let app = tally_abci::TallyApp::new(Arc::new(backend), halt)?;
+        let app = tally_abci::TallyApp::new(backend.clone(), halt)?;
         app.set_retain_versions(cfg.state_retain_versions);
+        let snapshot_dir = cfg.snapshot_path(home);
+        let snapshots = tally_node::snapshots::DiskSnapshots::open(
+            &snapshot_dir,
+            cfg.snapshot_interval,
+            cfg.snapshot_keep_recent as usize,
+            backend,
+        )?;
+        tracing::info!(
+            dir = %snapshot_dir.display(),
+            interval = cfg.snapshot_interval,
+            keep = cfg.snapshot_keep_recent,
+            held = tally_abci::SnapshotStore::list(&snapshots).len(),
+            "state-sync snapshots"
+        );
+        app.set_snapshots(Arc::new(snapshots));
         let share_path = cfg.share_path(home);
         let mut rank = None;
         if share_path.exists() {
