@@ -472,10 +472,14 @@ fn toml_keys(text: &str) -> Result<BTreeMap<(String, String), toml::Value>> {
     Ok(out)
 }
 
+/// A key the guide sets: the line of its block, section, key, value (when
+/// it could be read as TOML).
+type DocKey = (usize, String, String, Option<toml::Value>);
+
 /// Where the guide sets keys of a file (`app.toml` or `config.toml`):
 /// `toml` blocks whose first line names the file, and `sed` edits of it
 /// (`s|^key = .*|key = value|`, in `/^\[section\]/,/^\[/` ranges).
-fn doc_keys(md: &str, file: &str) -> Result<Vec<(usize, String, String, Option<toml::Value>)>> {
+fn doc_keys(md: &str, file: &str) -> Result<Vec<DocKey>> {
     let mut out = Vec::new();
     for b in code_blocks(md) {
         let first = b.text.lines().next().unwrap_or_default();
