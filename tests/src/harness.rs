@@ -25,6 +25,9 @@
 //! - when the fixture cannot run on this machine ([`skip_reason`]), reports
 //!   every selected test as `SKIPPED` with the reason, and counts it apart;
 //!   with `TALLY_E2E_REQUIRED` set (CI does), it fails them instead;
+//! - a test that finds a tool of its own missing returns [`skip`]`(why)`:
+//!   it is reported `SKIPPED: why` and counted as skipped (failed with
+//!   `TALLY_E2E_REQUIRED`), the other tests still run;
 //! - prints `test NAME ... ok|FAILED|SKIPPED: why`, the failures with their
 //!   messages, and a summary in libtest's shape with the skipped count added:
 //!   `test result: ok. 5 passed; 0 failed; 0 ignored; 0 measured; 0 filtered
@@ -55,6 +58,25 @@ impl<F> std::fmt::Debug for Test<F> {
             .field("needs", &self.needs)
             .finish_non_exhaustive()
     }
+}
+
+/// What [`skip`] returns: a test that could not run here, and why.
+#[derive(Debug)]
+pub struct Skip(pub String);
+
+impl std::fmt::Display for Skip {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "skipped: {}", self.0)
+    }
+}
+
+impl std::error::Error for Skip {}
+
+/// The error a test returns when something it needs (a tool) is missing on
+/// this machine: the runner reports the test `SKIPPED: why` and counts it
+/// as skipped, never as passed (with `TALLY_E2E_REQUIRED` set, as failed).
+pub fn skip(why: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(Skip(why.into()))
 }
 
 /// Why the end-to-end tests cannot run here, if they cannot: `cometbft` not
@@ -151,7 +173,7 @@ impl Args {
 enum Outcome {
     Passed,
     Failed(String),
-    Skipped,
+    Skipped(String),
 }
 
 /// A line on stdout, flushed (through `println!`, which libtest captures in
@@ -263,7 +285,7 @@ fn execute<F>(
     for t in &to_run {
         if let Some(why) = &skip {
             out(&format!("test {} ... SKIPPED: {why}", t.name));
-            results.push((t.name, Outcome::Skipped, Duration::ZERO));
+            results.push((t.name, Outcome::Skipped(why.clone()), Duration::ZERO));
             continue;
         }
         let fx = fixture.get_or_insert_with(|| {
@@ -287,6 +309,19 @@ fn execute<F>(
             Err(e) => Outcome::Failed(format!("the localnet did not start: {e}")),
             Ok(f) => match catch_unwind(AssertUnwindSafe(|| (t.run)(f))) {
                 Ok(Ok(())) => Outcome::Passed,
+                Ok(Err(e)) if e.downcast_ref::<Skip>().is_some() => {
+                    let why = e
+                        .downcast_ref::<Skip>()
+                        .map(|s| s.0.clone())
+                        .unwrap_or_default();
+                    if std::env::var_os("TALLY_E2E_REQUIRED").is_some() {
+                        Outcome::Failed(format!(
+                            "{why}, and TALLY_E2E_REQUIRED is set: failing, not skipping"
+                        ))
+                    } else {
+                        Outcome::Skipped(why)
+                    }
+                }
                 // The error and its context chain, without a backtrace.
                 Ok(Err(e)) => Outcome::Failed(format!("{e:#}")),
                 Err(p) => Outcome::Failed(format!("panicked: {}", panic_message(p.as_ref()))),
@@ -299,13 +334,16 @@ fn execute<F>(
                 eprintln!("[e2e] {} failed: {msg}", t.name);
                 "FAILED"
             }
-            Outcome::Skipped => "SKIPPED",
+            Outcome::Skipped(_) => "SKIPPED",
         };
-        out(&format!(
-            "test {} ... {word} ({:.1}s)",
-            t.name,
-            took.as_secs_f64()
-        ));
+        match &outcome {
+            Outcome::Skipped(why) => out(&format!("test {} ... SKIPPED: {why}", t.name)),
+            _ => out(&format!(
+                "test {} ... {word} ({:.1}s)",
+                t.name,
+                took.as_secs_f64()
+            )),
+        }
         results.push((t.name, outcome, took));
     }
     // Stop every process the fixture started before reporting.
@@ -327,7 +365,7 @@ fn execute<F>(
         .count();
     let skipped = results
         .iter()
-        .filter(|(_, o, _)| matches!(o, Outcome::Skipped))
+        .filter(|(_, o, _)| matches!(o, Outcome::Skipped(_)))
         .count();
     if !failed.is_empty() {
         out("\nfailures:\n");
@@ -340,6 +378,14 @@ fn execute<F>(
         }
     }
     if skipped > 0 {
+        if skip.is_none() {
+            out("");
+            for (name, o, _) in &results {
+                if let Outcome::Skipped(why) = o {
+                    out(&format!("SKIPPED: {name}: {why}"));
+                }
+            }
+        }
         if let Some(why) = &skip {
             out(&format!(
                 "\nSKIPPED: {why}: {skipped} test{} did not run",
@@ -460,6 +506,32 @@ mod tests {
                 passed: 0,
                 failed: 2,
                 skipped: 0
+            }
+        );
+    }
+
+    #[test]
+    fn a_test_may_skip_itself_and_the_others_still_run() {
+        const T: [Test<()>; 2] = [
+            Test {
+                name: "needs_a_tool",
+                needs: &[],
+                run: |_| Err(super::skip("the tool is not installed")),
+            },
+            Test {
+                name: "runs",
+                needs: &[],
+                run: |_| Ok(()),
+            },
+        ];
+        let s = execute(&T, &args(&[]), || None, || Ok(()));
+        let required = std::env::var_os("TALLY_E2E_REQUIRED").is_some();
+        assert_eq!(
+            s,
+            Summary {
+                passed: 1,
+                failed: usize::from(required),
+                skipped: usize::from(!required)
             }
         );
     }
