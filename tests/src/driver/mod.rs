@@ -17,6 +17,7 @@
 //! what it sees before each height ([`crate::hub`]).
 
 mod rounds;
+pub mod statesync;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -145,6 +146,8 @@ pub struct Net {
     pub record: Record,
     last_votes: Vec<Vote>,
     genesis: (i64, String),
+    /// Snapshot stores of the nodes that serve them.
+    served: Vec<(usize, Arc<statesync::MemSnapshots>)>,
 }
 
 /// A precommit of the last height, and the nodes that refused its
@@ -203,6 +206,7 @@ impl Net {
             record: Record::default(),
             last_votes: Vec::new(),
             genesis: (now, String::new()),
+            served: Vec::new(),
         }
     }
 
