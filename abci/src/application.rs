@@ -4,16 +4,16 @@
 
 use tendermint_abci::Application;
 use tendermint_proto::v0_38::abci::{
+    RequestApplySnapshotChunk, RequestLoadSnapshotChunk, RequestOfferSnapshot,
+    ResponseApplySnapshotChunk, ResponseListSnapshots, ResponseLoadSnapshotChunk,
+    ResponseOfferSnapshot,
+};
+use tendermint_proto::v0_38::abci::{
     RequestCheckTx, RequestExtendVote, RequestFinalizeBlock, RequestInfo, RequestInitChain,
     RequestPrepareProposal, RequestProcessProposal, RequestQuery, RequestVerifyVoteExtension,
     ResponseCheckTx, ResponseCommit, ResponseExtendVote, ResponseFinalizeBlock, ResponseInfo,
     ResponseInitChain, ResponsePrepareProposal, ResponseProcessProposal, ResponseQuery,
     ResponseVerifyVoteExtension,
-};
-use tendermint_proto::v0_38::abci::{
-    RequestApplySnapshotChunk, RequestLoadSnapshotChunk, RequestOfferSnapshot,
-    ResponseApplySnapshotChunk, ResponseListSnapshots, ResponseLoadSnapshotChunk,
-    ResponseOfferSnapshot,
 };
 
 use crate::app::TallyApp;

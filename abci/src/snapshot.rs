@@ -169,13 +169,12 @@ pub(crate) fn apply_snapshot_chunk(
     app: &TallyApp,
     req: RequestApplySnapshotChunk,
 ) -> ResponseApplySnapshotChunk {
-    let reply = |r: ApplyResult, refetch: Vec<u32>, reject: Vec<String>| {
-        ResponseApplySnapshotChunk {
+    let reply =
+        |r: ApplyResult, refetch: Vec<u32>, reject: Vec<String>| ResponseApplySnapshotChunk {
             result: r as i32,
             refetch_chunks: refetch,
             reject_senders: reject,
-        }
-    };
+        };
     let mut guard = app.restore();
     let Some(restore) = guard.as_mut() else {
         warn!(
@@ -202,8 +201,7 @@ pub(crate) fn apply_snapshot_chunk(
         }
         Err(e @ (RestoreError::ChunkHash { .. } | RestoreError::OutOfOrder { .. })) => {
             warn!(index = req.index, sender = %req.sender, error = %e, "snapshot chunk refused; fetching it again");
-            let reject = if matches!(e, RestoreError::ChunkHash { .. }) && !req.sender.is_empty()
-            {
+            let reject = if matches!(e, RestoreError::ChunkHash { .. }) && !req.sender.is_empty() {
                 vec![req.sender]
             } else {
                 Vec::new()

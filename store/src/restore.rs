@@ -136,14 +136,14 @@ impl Restore {
                 expected: self.next,
             });
         }
-        let expected = self
-            .meta
-            .chunk_hashes
-            .get(index as usize)
-            .ok_or(RestoreError::OutOfOrder {
-                index,
-                expected: self.next,
-            })?;
+        let expected =
+            self.meta
+                .chunk_hashes
+                .get(index as usize)
+                .ok_or(RestoreError::OutOfOrder {
+                    index,
+                    expected: self.next,
+                })?;
         if sha256(chunk) != *expected {
             return Err(RestoreError::ChunkHash { index });
         }

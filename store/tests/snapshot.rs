@@ -19,7 +19,9 @@ fn source(seed: u64, blocks: u64, per_block: u64) -> (Arc<dyn Backend>, Pending)
     let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
     for h in 1..=blocks {
         for _ in 0..per_block {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let k = format!("r/{:05}", (x >> 33) % 5000).into_bytes();
             if (x >> 20) % 7 == 0 {
                 p.delete(k);
@@ -117,7 +119,10 @@ fn many_chunks_and_tree_versions() {
     let mut p = Pending::open(backend.clone()).unwrap();
     for h in 1..=3u64 {
         for i in 0..4000u64 {
-            p.put(format!("big/{h}/{i:05}").into_bytes(), vec![(i % 251) as u8 + 1; 1000]);
+            p.put(
+                format!("big/{h}/{i:05}").into_bytes(),
+                vec![(i % 251) as u8 + 1; 1000],
+            );
         }
         p.commit(h).unwrap();
     }
@@ -141,8 +146,17 @@ fn bad_chunks_and_snapshots_are_refused() {
     let mut r = Restore::begin(target.clone(), meta.clone()).unwrap();
     let mut bad = chunks[0].clone();
     bad[10] ^= 1;
-    assert!(matches!(r.apply(0, &bad), Err(RestoreError::ChunkHash { index: 0 })));
-    assert!(matches!(r.apply(1, &chunks[0]), Err(RestoreError::OutOfOrder { index: 1, expected: 0 })));
+    assert!(matches!(
+        r.apply(0, &bad),
+        Err(RestoreError::ChunkHash { index: 0 })
+    ));
+    assert!(matches!(
+        r.apply(1, &chunks[0]),
+        Err(RestoreError::OutOfOrder {
+            index: 1,
+            expected: 0
+        })
+    ));
     assert!(matches!(r.apply(0, &chunks[0]), Ok(Applied::Done(_))));
 
     // Metadata claiming another app hash (its chunks listed truly): the
@@ -151,7 +165,10 @@ fn bad_chunks_and_snapshots_are_refused() {
     lie.app_hash[0] ^= 1;
     let target: Arc<dyn Backend> = Arc::new(MemBackend::new());
     let mut r = Restore::begin(target.clone(), lie).unwrap();
-    assert!(matches!(r.apply(0, &chunks[0]), Err(RestoreError::AppHash { .. })));
+    assert!(matches!(
+        r.apply(0, &chunks[0]),
+        Err(RestoreError::AppHash { .. })
+    ));
     assert_eq!(target.meta().unwrap(), None);
     assert!(all(target.as_ref()).is_empty());
 
@@ -161,7 +178,10 @@ fn bad_chunks_and_snapshots_are_refused() {
     fewer.pairs += 1;
     let target: Arc<dyn Backend> = Arc::new(MemBackend::new());
     let mut r = Restore::begin(target.clone(), fewer).unwrap();
-    assert!(matches!(r.apply(0, &chunks[0]), Err(RestoreError::PairCount { .. })));
+    assert!(matches!(
+        r.apply(0, &chunks[0]),
+        Err(RestoreError::PairCount { .. })
+    ));
     assert!(all(target.as_ref()).is_empty());
 
     // A store with a commit is never overwritten.

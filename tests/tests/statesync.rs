@@ -119,8 +119,7 @@ fn lying_snapshots_are_refused_and_leave_nothing_behind() -> Result<()> {
     let empty = |node: &tally_tests::driver::Node| -> Result<()> {
         let info = node.app.info(RequestInfo::default());
         ensure!(
-            info.last_block_height == 0
-                && node.app.committed_state().scan(b"", b"", 1)?.is_empty(),
+            info.last_block_height == 0 && node.app.committed_state().scan(b"", b"", 1)?.is_empty(),
             "a refused snapshot left state behind (height {})",
             info.last_block_height
         );
@@ -179,8 +178,12 @@ fn lying_snapshots_are_refused_and_leave_nothing_behind() -> Result<()> {
     let n = bad.len();
     bad[n - 1] ^= 1;
     let (r, refetch, senders) = apply(&node.app, 0, &bad, "corrupt-peer");
-    ensure!(r == ApplyResult::Retry && refetch == vec![0] && senders == vec!["corrupt-peer".to_string()],
-        "a corrupted chunk answered {r:?} {refetch:?} {senders:?}");
+    ensure!(
+        r == ApplyResult::Retry
+            && refetch == vec![0]
+            && senders == vec!["corrupt-peer".to_string()],
+        "a corrupted chunk answered {r:?} {refetch:?} {senders:?}"
+    );
     for (i, c) in chunks.iter().enumerate() {
         let (r, _, _) = apply(&node.app, i as u32, c, "honest-peer");
         ensure!(r == ApplyResult::Accept, "chunk {i}: {r:?}");

@@ -11,8 +11,8 @@ use tally_store::snapshot::{self, Metadata};
 use tally_store::{Backend, MemBackend};
 use tendermint_abci::Application;
 use tendermint_proto::v0_38::abci::{
-    response_apply_snapshot_chunk, response_offer_snapshot, RequestApplySnapshotChunk,
-    RequestInfo, RequestLoadSnapshotChunk, RequestOfferSnapshot, Snapshot,
+    response_apply_snapshot_chunk, response_offer_snapshot, RequestApplySnapshotChunk, RequestInfo,
+    RequestLoadSnapshotChunk, RequestOfferSnapshot, Snapshot,
 };
 
 use super::{finalize_request, Net, Node, Storage};
@@ -42,7 +42,9 @@ impl SnapshotStore for MemSnapshots {
         let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         held.iter()
             .rev()
-            .map(|(m, _)| SnapshotInfo { metadata: m.clone() })
+            .map(|(m, _)| SnapshotInfo {
+                metadata: m.clone(),
+            })
             .collect()
     }
 
