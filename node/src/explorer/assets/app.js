@@ -17,9 +17,9 @@ const PAGE = 1000;        // records per request (the node's maximum)
 const MAX_PAGES = 10;     // records read per provider: at most 10,000
 const MAX_USERS = 50;     // balances shown
 const MAX_WINDOWS = 24;   // newest windows per chart
-const PLOT_H = 120;       // chart plot height, px
-const SLOT = 46;          // px per window
-const BAR = 28;           // bar width, px
+const PLOT_H = 140;       // chart plot height, px
+const SLOT = 60;          // px per window
+const BAR = 32;           // bar width, px
 
 let generation = 0;
 let timer = null;
@@ -119,7 +119,7 @@ async function providerRecords(p) {
 // ---- charts ------------------------------------------------------------
 
 function frame(n, kind, title) {
-  const width = 44 + Math.max(n, 1) * SLOT;
+  const width = 44 + Math.max(n, 4) * SLOT;
   const height = PLOT_H + 48;
   return s('svg', {
     class: 'chart-svg', width, height, viewBox: '0 0 ' + width + ' ' + height,
@@ -131,7 +131,7 @@ const plotY = (frac) => 16 + PLOT_H * (1 - frac);
 function gridLines(svg, n, labels) {
   for (const [frac, text] of labels) {
     const y = plotY(frac);
-    svg.append(s('line', { class: 'grid', x1: 40, x2: 44 + n * SLOT, y1: y, y2: y }));
+    svg.append(s('line', { class: 'grid', x1: 40, x2: 44 + Math.max(n, 4) * SLOT, y1: y, y2: y }));
     svg.append(s('text', { class: 'axis', x: 36, y: y + 3, 'text-anchor': 'end' }, text));
   }
 }
