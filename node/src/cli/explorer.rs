@@ -20,7 +20,7 @@ const MAX_REFRESH_SECS: u64 = 3600;
 #[derive(Args, Debug, PartialEq, Eq)]
 pub struct ExplorerCommand {
     /// Address to serve the page on (IP:PORT; 127.0.0.1 keeps it local).
-    #[arg(long, default_value = "127.0.0.1:26680")]
+    #[arg(long, default_value = "127.0.0.1:26780")]
     pub listen: SocketAddr,
     /// The node whose state the page shows (the first, if several).
     #[command(flatten)]
@@ -104,7 +104,7 @@ mod tests {
     #[test]
     fn defaults_and_flags() {
         let c = explorer(&["explorer"]).unwrap();
-        assert_eq!(c.listen, "127.0.0.1:26680".parse().unwrap());
+        assert_eq!(c.listen, "127.0.0.1:26780".parse().unwrap());
         assert_eq!(c.refresh_secs, 10);
         let cfg = c.config().unwrap();
         assert!(cfg.providers.is_empty() && cfg.chain.is_none());
