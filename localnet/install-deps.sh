@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs what building and running Tally needs when it is missing:
-# Debian packages for the RocksDB bindings, curl, and CometBFT.
+# Debian packages for the RocksDB bindings, curl, headless Chromium and its
+# WebDriver (the explorer's browser test), and CometBFT.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 missing=()
-for pkg in libclang-dev clang curl; do
+for pkg in libclang-dev clang curl chromium chromium-driver; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -1,6 +1,7 @@
 //! Library side of `tallyd`: configuration, key files, the CometBFT RPC
 //! client, the light client and verified state reads ([`light`]), and
-//! report building, shared by the binary and the tests. With the
+//! report building, shared by the binary and the tests; the SLA explorer's
+//! server and page ([`explorer`]). With the
 //! test-only `byzantine` feature, also the misbehaving app wrapper of
 //! `tallyd-byzantine` (module `byzantine`).
 
@@ -8,6 +9,7 @@
 pub mod byzantine;
 pub mod config;
 pub mod dealer;
+pub mod explorer;
 pub mod keyfile;
 pub mod light;
 pub mod records;

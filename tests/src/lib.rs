@@ -2,8 +2,9 @@
 //! instances through CometBFT's call sequence with a controllable clock,
 //! byzantine behaviours for it and an in-process hub with every node's
 //! relay, a real CometBFT localnet on loopback, a fault-injecting proxy, a
-//! tampering proxy that lies about query values and headers, and the runner
-//! of the end-to-end tests that use them.
+//! tampering proxy that lies about query values and headers, a tiny
+//! WebDriver client for headless Chromium, and the runner of the end-to-end
+//! tests that use them.
 
 pub mod adversary;
 pub mod chaos;
@@ -14,4 +15,5 @@ pub mod localnet;
 pub mod proxy;
 pub mod tamper;
 pub mod traffic;
+pub mod webdriver;
 pub mod worst;

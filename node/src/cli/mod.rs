@@ -15,6 +15,7 @@
 //!   keys.rs      tallyd keys add|show
 //!   genesis.rs   tallyd genesis add-gateway|fund|set-param|validate
 //!   dkg.rs       tallyd dkg dealer
+//!   explorer.rs  tallyd explorer (the SLA explorer page; server in tally_node::explorer)
 //!   tx.rs        tallyd tx report
 //!   light.rs     tallyd light init|show (the light client's trust root)
 //!   query/       tallyd query ... (sla, state, sync, node; --verify in verified.rs)
@@ -27,6 +28,7 @@ use clap::{Parser, Subcommand};
 pub mod allowance;
 mod args;
 pub mod dkg;
+pub mod explorer;
 pub mod genesis;
 pub mod init;
 pub mod keys;
@@ -119,6 +121,8 @@ pub enum Commands {
     /// The light client's trust root (for queries with --verify).
     #[command(subcommand)]
     Light(light::LightCommand),
+    /// Serve a web page of a node's SLA records, balances and settlement.
+    Explorer(explorer::ExplorerCommand),
 }
 
 impl Command for Commands {
@@ -132,6 +136,7 @@ impl Command for Commands {
             Self::Query(c) => c.execute(ctx),
             Self::Dkg(c) => c.execute(ctx),
             Self::Light(c) => c.execute(ctx),
+            Self::Explorer(c) => c.execute(ctx),
         }
     }
 }
