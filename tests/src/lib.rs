@@ -13,6 +13,7 @@ pub mod harness;
 pub mod hub;
 pub mod localnet;
 pub mod proxy;
+pub mod snapbench;
 pub mod tamper;
 pub mod traffic;
 pub mod webdriver;

@@ -464,6 +464,7 @@ fn main() -> Result<()> {
     let mut validators = 100u32;
     let mut reps = 30usize;
     let mut minutes = 60u64;
+    let mut keys = 1_000_000u64;
     let mut which = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -495,9 +496,18 @@ fn main() -> Result<()> {
                     .filter(|v| *v > 0)
                     .ok_or_else(|| anyhow::anyhow!("--minutes needs a positive number"))?
             }
-            "finalize" | "bls" | "range" | "proposal" | "worst" | "chaos" => which.push(a.clone()),
+            "--keys" => {
+                keys = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|v| *v > 0)
+                    .ok_or_else(|| anyhow::anyhow!("--keys needs a positive number"))?
+            }
+            "finalize" | "bls" | "range" | "proposal" | "worst" | "chaos" | "snapshot" => {
+                which.push(a.clone())
+            }
             other => {
-                bail!("unknown argument {other:?}; benches: finalize, bls, range, proposal, worst, chaos")
+                bail!("unknown argument {other:?}; benches: finalize, bls, range, proposal, worst, chaos, snapshot")
             }
         }
     }
@@ -516,6 +526,7 @@ fn main() -> Result<()> {
             "range" => range_bench()?,
             "worst" => worst_bench(validators, reps)?,
             "chaos" => tally_tests::chaos::run(minutes)?,
+            "snapshot" => tally_tests::snapbench::run(keys)?,
             _ => proposal_bench()?,
         }
     }
