@@ -13,6 +13,8 @@
 //! - `finalize`: FinalizeBlock and Commit.
 //! - [`inbox`]: the relay's hand-ins ([`HandIn`]) waiting to be signed.
 //! - `convert`: block times, events and codespaces into protobuf.
+//! - [`metrics`]: the app's Prometheus metrics ([`AppMetrics`]), updated by
+//!   the handlers with atomics only, registered by the node.
 //!
 //! Threading: tendermint-abci runs one OS thread per CometBFT connection,
 //! each with a clone of [`TallyApp`]. The consensus connection owns the
@@ -35,11 +37,13 @@ pub mod inbox;
 mod info;
 mod init;
 pub mod mempool;
+pub mod metrics;
 mod proposal;
 mod vote_extension;
 
 pub use app::{AbciError, Committed, TallyApp};
 pub use inbox::{HandIn, Inbox};
+pub use metrics::AppMetrics;
 pub use tally_store::halt::{Halt, HaltEvent, HaltLog, HaltReason};
 
 /// The codespace of every Tally result code.
