@@ -8,6 +8,7 @@
 pub mod byzantine;
 pub mod config;
 pub mod dealer;
+pub mod health;
 pub mod keyfile;
 pub mod light;
 pub mod records;

@@ -17,6 +17,7 @@
 //!   dkg.rs       tallyd dkg dealer
 //!   tx.rs        tallyd tx report
 //!   light.rs     tallyd light init|show (the light client's trust root)
+//!   status.rs    tallyd status (health checks; the decision is tally_node::health)
 //!   query/       tallyd query ... (sla, state, sync, node; --verify in verified.rs)
 //! ```
 
@@ -33,6 +34,7 @@ pub mod keys;
 pub mod light;
 pub mod query;
 pub mod start;
+pub mod status;
 pub mod table;
 pub mod tx;
 
@@ -119,6 +121,8 @@ pub enum Commands {
     /// The light client's trust root (for queries with --verify).
     #[command(subcommand)]
     Light(light::LightCommand),
+    /// Whether this node is healthy: exit 0, or a code naming the first failing check.
+    Status(status::StatusCommand),
 }
 
 impl Command for Commands {
@@ -132,6 +136,7 @@ impl Command for Commands {
             Self::Query(c) => c.execute(ctx),
             Self::Dkg(c) => c.execute(ctx),
             Self::Light(c) => c.execute(ctx),
+            Self::Status(c) => c.execute(ctx),
         }
     }
 }
