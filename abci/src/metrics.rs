@@ -24,7 +24,7 @@
 //! | `last_block_time_seconds` | gauge | header time (unix seconds) of that block |
 //! | `bls_share_loaded` | gauge | 1 when this node holds a threshold key share (it signs), else 0 |
 //! | `bls_share_index` | gauge | that share's index (1-based), 0 without one |
-//! | `signing_threshold` | gauge | partials needed per message (`t`); absent without a threshold key |
+//! | `signing_threshold` | gauge | partials needed per message (`t`); 0 without a threshold key |
 //! | `signing_pending_messages` | gauge | messages with partials stored, still below `t` |
 //! | `signing_partials{kind,digest}` | gauge | partials stored for each such message (`digest`: first 16 hex digits) |
 //! | `signing_oldest_pending_blocks` | gauge | blocks since the oldest such message got its first partial (0: none) |

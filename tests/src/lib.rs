@@ -11,6 +11,7 @@ pub mod driver;
 pub mod harness;
 pub mod hub;
 pub mod localnet;
+pub mod metric_names;
 pub mod proxy;
 pub mod tamper;
 pub mod traffic;

@@ -45,10 +45,20 @@ fn kind_name(kind: u32) -> &'static str {
     }
 }
 
+/// The threshold of the stored key (`dkg`), read from its JSON alone: the
+/// parsed key lives behind a lock the ABCI path uses, and a scrape must
+/// not take it.
+fn threshold(kv: &impl KvRead) -> Result<Option<u64>, Fatal> {
+    Ok(kv
+        .get(keys::DKG)?
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .and_then(|v| v["threshold"].as_u64()))
+}
+
 /// Reads the gauges from committed state.
 pub(crate) fn read(kv: &impl KvRead) -> Result<StateGauges, Fatal> {
     let mut g = StateGauges {
-        threshold: tally_settlement::sync::dkg(kv)?.map(|k| u64::from(k.genesis.threshold)),
+        threshold: threshold(kv)?,
         ..Default::default()
     };
     let rows = kv.scan_prefix(keys::PMSG, MAX_LISTED)?;
@@ -111,14 +121,12 @@ pub(crate) fn encode_gauges(
     g: &StateGauges,
     height: u64,
 ) -> Result<(), std::fmt::Error> {
-    if let Some(t) = g.threshold {
-        gauge(
-            e,
-            "signing_threshold",
-            "Partial signatures needed per message",
-            t,
-        )?;
-    }
+    gauge(
+        e,
+        "signing_threshold",
+        "Partial signatures needed per message (0: no threshold key)",
+        g.threshold.unwrap_or(0),
+    )?;
     gauge(
         e,
         "signing_pending_messages",

@@ -148,7 +148,7 @@ fn the_page_shows_what_was_counted() {
     assert_eq!(value(&text, "tally_bls_share_loaded"), Some(0.0));
     assert_eq!(value(&text, "tally_batch_age_seconds"), Some(0.0));
     assert_eq!(value(&text, "tally_signing_pending_messages"), Some(0.0));
-    assert_eq!(value(&text, "tally_signing_threshold"), None);
+    assert_eq!(value(&text, "tally_signing_threshold"), Some(0.0));
 }
 
 #[test]
