@@ -201,7 +201,7 @@ impl BlockTally {
         for e in r.events.iter().chain(tx_events) {
             match e.r#type.as_str() {
                 "usage_report" => {
-                    t.reports += 1;
+                    t.reports = t.reports.saturating_add(1);
                     let records = e
                         .attributes
                         .iter()
@@ -210,11 +210,12 @@ impl BlockTally {
                         .unwrap_or(0);
                     t.records = t.records.saturating_add(records);
                 }
-                "window_closed" => t.windows_closed += 1,
-                "combine_failed" => t.combine_failed += 1,
+                "window_closed" => t.windows_closed = t.windows_closed.saturating_add(1),
+                "combine_failed" => t.combine_failed = t.combine_failed.saturating_add(1),
                 kind => {
-                    if let Some(i) = SIGNED_KINDS.iter().position(|(k, _)| *k == kind) {
-                        t.signed[i] += 1;
+                    let i = SIGNED_KINDS.iter().position(|(k, _)| *k == kind);
+                    if let Some(n) = i.and_then(|i| t.signed.get_mut(i)) {
+                        *n = n.saturating_add(1);
                     }
                 }
             }
