@@ -14,6 +14,17 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+# promtool (tests/tests/promtool.rs): Debian ships it in `prometheus`, which
+# also installs the Prometheus server, so only on request.
+if ! command -v promtool >/dev/null; then
+  if [ -n "${TALLY_INSTALL_PROMTOOL:-}" ]; then
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq prometheus >/dev/null ||
+      echo "install-deps: could not install prometheus (promtool); its tests will be SKIPPED" >&2
+  else
+    echo "install-deps: no promtool: the promtool tests will be SKIPPED (TALLY_INSTALL_PROMTOOL=1 installs Debian's prometheus)" >&2
+  fi
+fi
 command -v cargo >/dev/null || { echo "install-deps: Rust (cargo) is required: https://rustup.rs" >&2; exit 1; }
 "$here/install-cometbft.sh"
 # The interop test verifies batch signatures with py_ecc, the Ethereum

@@ -92,6 +92,8 @@ for i in $(seq 0 $((NVAL - 1))); do
   configure_cometbft "$h/config/config.toml" "$(port "$i" 0)" "$peers"
   sed -i "s|^moniker = .*|moniker = \"validator$i\"|" "$h/config/config.toml"
   sed -i "s|^snapshot_interval = .*|snapshot_interval = $SNAPSHOT_INTERVAL|" "$h/config/app.toml"
+  # tallyd's metrics page (the app's and, with the hub, the relay's).
+  sed -i "s|^metrics_listen = .*|metrics_listen = \"127.0.0.1:$(port "$i" 5)\"|" "$h/config/app.toml"
   if [ "$HUB" = 1 ]; then
     # TALLY_HUB_ENDPOINTS_<i>, else TALLY_HUB_ENDPOINTS (comma-separated), replaces
     # the hub endpoint list of validator i's relay (tests put fault proxies there).
@@ -102,7 +104,6 @@ for i in $(seq 0 $((NVAL - 1))); do
     # TALLY_HUB_CONFIRMATIONS and TALLY_RELAY_STAGGER_SECS override the
     # app.toml defaults of every relay.
     sed -i -e "s|^hub_endpoints = .*|hub_endpoints = [$hub_list]|" \
-      -e "s|^metrics_listen = .*|metrics_listen = \"127.0.0.1:$(port "$i" 5)\"|" \
       ${TALLY_HUB_CONFIRMATIONS:+-e "s|^hub_confirmations = .*|hub_confirmations = $TALLY_HUB_CONFIRMATIONS|"} \
       ${TALLY_RELAY_STAGGER_SECS:+-e "s|^relay_stagger_secs = .*|relay_stagger_secs = $TALLY_RELAY_STAGGER_SECS|"} \
       "$h/config/app.toml"

@@ -12,6 +12,7 @@ use tracing::error;
 
 use crate::inbox::{HandIn, Inbox};
 use crate::mempool::Claims;
+use crate::metrics::{AppMetrics, BlockTally};
 
 /// Errors of the adapter that are not ABCI responses.
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +47,8 @@ pub(crate) struct Inner {
     pub(crate) snapshots: RwLock<Option<Arc<dyn crate::snapshot::SnapshotStore>>>,
     /// The state-sync restore under way, if any.
     pub(crate) restore: Mutex<Option<tally_store::restore::Restore>>,
+    /// The app's metric values (atomics; see `metrics`).
+    pub(crate) metrics: AppMetrics,
     /// Called when the node must stop.
     halt: Halt,
     /// Set once the halt hook was called: no further consensus work.
@@ -62,6 +65,8 @@ pub(crate) struct Consensus {
     /// The writes pending before that FinalizeBlock (genesis writes before
     /// the first block), restored if the same height is executed again.
     pub(crate) before_block: ChangeSet,
+    /// What the executed block adds to the metrics, applied at its Commit.
+    pub(crate) tally: Option<BlockTally>,
 }
 
 /// What happened to a block, for callers that run the app in-process.
@@ -85,6 +90,9 @@ impl TallyApp {
         }
         let pending = Pending::open(backend.clone())?;
         let committed = RwLock::new(pending.committed().clone());
+        let metrics = AppMetrics::default();
+        let last_time = settlement::state::chain::last_time(&backend).unwrap_or(0);
+        metrics.set_height(pending.committed().height, last_time);
         Ok(Self {
             inner: Arc::new(Inner {
                 backend,
@@ -92,6 +100,7 @@ impl TallyApp {
                     pending,
                     finalized: None,
                     before_block: ChangeSet::default(),
+                    tally: None,
                 }),
                 committed,
                 signer: RwLock::new(None),
@@ -99,6 +108,7 @@ impl TallyApp {
                 claims: Mutex::new(Claims::default()),
                 snapshots: RwLock::new(None),
                 restore: Mutex::new(None),
+                metrics,
                 halt,
                 halted: AtomicBool::new(false),
             }),
@@ -159,7 +169,22 @@ impl TallyApp {
     /// Gives the app this validator's threshold key share: from now on its
     /// vote extensions carry partial signatures.
     pub fn set_signer(&self, share: SecretShare) {
+        self.inner.metrics.set_share(Some(share.index));
         *self.inner.signer.write().unwrap_or_else(|e| e.into_inner()) = Some(share);
+    }
+
+    /// The app's metric handle (the handlers update it).
+    pub fn metrics(&self) -> &AppMetrics {
+        &self.inner.metrics
+    }
+
+    /// Registers the app's metrics in `registry` (the relay's, so one
+    /// `/metrics` page serves both): the handlers' counters and histograms,
+    /// and gauges read from committed state at scrape time.
+    pub fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
+        self.inner
+            .metrics
+            .register(registry, self.inner.backend.clone());
     }
 
     /// The relay's hand-in: a hub result or hub block it observed. The next

@@ -1,6 +1,9 @@
 //! The `Application` impl: each ABCI++ method of [`TallyApp`] hands its
-//! request to the handler module of its group. Kept apart from `app` so the
+//! request to the handler module of its group, and times it (the
+//! `abci_duration_seconds` histogram, see `metrics`). Kept apart from `app` so the
 //! app's state does not depend on the handlers that use it.
+
+use std::time::Instant;
 
 use tendermint_abci::Application;
 use tendermint_proto::v0_38::abci::{
@@ -17,6 +20,7 @@ use tendermint_proto::v0_38::abci::{
 };
 
 use crate::app::TallyApp;
+use crate::metrics::Method;
 use crate::{finalize, info, init, proposal, snapshot, vote_extension};
 
 impl Application for TallyApp {
@@ -33,34 +37,56 @@ impl Application for TallyApp {
     }
 
     fn check_tx(&self, req: RequestCheckTx) -> ResponseCheckTx {
-        info::check_tx(self, req)
+        let t = Instant::now();
+        let r = info::check_tx(self, req);
+        self.metrics().observe(Method::CheckTx, t.elapsed());
+        r
     }
 
     fn prepare_proposal(&self, req: RequestPrepareProposal) -> ResponsePrepareProposal {
-        proposal::prepare_proposal(self, req)
+        let t = Instant::now();
+        let r = proposal::prepare_proposal(self, req);
+        self.metrics().observe(Method::PrepareProposal, t.elapsed());
+        r
     }
 
     fn process_proposal(&self, req: RequestProcessProposal) -> ResponseProcessProposal {
-        proposal::process_proposal(self, req)
+        let t = Instant::now();
+        let r = proposal::process_proposal(self, req);
+        self.metrics().observe(Method::ProcessProposal, t.elapsed());
+        r
     }
 
     fn extend_vote(&self, req: RequestExtendVote) -> ResponseExtendVote {
-        vote_extension::extend_vote(self, req)
+        let t = Instant::now();
+        let r = vote_extension::extend_vote(self, req);
+        self.metrics().observe(Method::ExtendVote, t.elapsed());
+        r
     }
 
     fn verify_vote_extension(
         &self,
         req: RequestVerifyVoteExtension,
     ) -> ResponseVerifyVoteExtension {
-        vote_extension::verify_vote_extension(self, req)
+        let t = Instant::now();
+        let r = vote_extension::verify_vote_extension(self, req);
+        self.metrics()
+            .observe(Method::VerifyVoteExtension, t.elapsed());
+        r
     }
 
     fn finalize_block(&self, req: RequestFinalizeBlock) -> ResponseFinalizeBlock {
-        finalize::finalize_block(self, req)
+        let t = Instant::now();
+        let r = finalize::finalize_block(self, req);
+        self.metrics().observe(Method::FinalizeBlock, t.elapsed());
+        r
     }
 
     fn commit(&self) -> ResponseCommit {
-        finalize::commit(self)
+        let t = Instant::now();
+        let r = finalize::commit(self);
+        self.metrics().observe(Method::Commit, t.elapsed());
+        r
     }
 
     fn list_snapshots(&self) -> ResponseListSnapshots {

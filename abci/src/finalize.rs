@@ -14,6 +14,7 @@ use tracing::warn;
 
 use crate::app::TallyApp;
 use crate::convert::{self, codespace};
+use crate::metrics::BlockTally;
 
 pub(crate) fn finalize_block(app: &TallyApp, req: RequestFinalizeBlock) -> ResponseFinalizeBlock {
     if app.halted() {
@@ -58,13 +59,15 @@ pub(crate) fn finalize_block(app: &TallyApp, req: RequestFinalizeBlock) -> Respo
                 None => match c.pending.app_hash_at(block.height) {
                     Ok(app_hash) => {
                         c.finalized = Some(block.height);
-                        return ResponseFinalizeBlock {
+                        let r = ResponseFinalizeBlock {
                             events: convert::events(events),
                             tx_results,
                             validator_updates: Vec::new(),
                             consensus_param_updates: None,
                             app_hash: Bytes::copy_from_slice(&app_hash),
                         };
+                        c.tally = Some(BlockTally::from_response(block.height, block.time, &r));
+                        return r;
                     }
                     Err(e) => settlement::Fatal::Store(e),
                 },
@@ -89,12 +92,16 @@ pub(crate) fn commit(app: &TallyApp) -> ResponseCommit {
         warn!("Commit without FinalizeBlock; nothing to write");
         return ResponseCommit::default();
     };
+    let tally = c.tally.take();
     match c.pending.commit(height) {
         Ok(meta) => {
             *app.inner
                 .committed
                 .write()
                 .unwrap_or_else(|e| e.into_inner()) = meta;
+            if let Some(t) = tally.filter(|t| t.height == height) {
+                app.metrics().committed(&t);
+            }
         }
         Err(e) => {
             drop(c);

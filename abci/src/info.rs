@@ -7,13 +7,15 @@ use bytes::Bytes;
 use tally_settlement::{self as settlement, Code, TxResult};
 use tally_store::proof::{self, ProofError};
 use tendermint_proto::v0_38::abci::{
-    RequestCheckTx, RequestInfo, RequestQuery, ResponseCheckTx, ResponseInfo, ResponseQuery,
+    CheckTxType, RequestCheckTx, RequestInfo, RequestQuery, ResponseCheckTx, ResponseInfo,
+    ResponseQuery,
 };
 use tendermint_proto::v0_38::crypto::{ProofOp, ProofOps};
 use tracing::warn;
 
 use crate::app::TallyApp;
 use crate::convert::codespace;
+use crate::metrics::Phase;
 use crate::CODESPACE;
 
 pub(crate) fn info(app: &TallyApp, _req: RequestInfo) -> ResponseInfo {
@@ -143,6 +145,12 @@ pub(crate) fn check_tx(app: &TallyApp, req: RequestCheckTx) -> ResponseCheckTx {
             TxResult::internal(&f)
         }
     };
+    let phase = if req.r#type == CheckTxType::Recheck as i32 {
+        Phase::Recheck
+    } else {
+        Phase::CheckTx
+    };
+    app.metrics().rejected(phase, r.code.value());
     ResponseCheckTx {
         code: r.code.value(),
         log: r.log,

@@ -15,6 +15,8 @@
 //!   OfferSnapshot, ApplySnapshotChunk) over a node's [`SnapshotStore`].
 //! - [`inbox`]: the relay's hand-ins ([`HandIn`]) waiting to be signed.
 //! - `convert`: block times, events and codespaces into protobuf.
+//! - [`metrics`]: the app's Prometheus metrics ([`AppMetrics`]), updated by
+//!   the handlers with atomics only, registered by the node.
 //!
 //! Threading: tendermint-abci runs one OS thread per CometBFT connection,
 //! each with a clone of [`TallyApp`]. The consensus connection owns the
@@ -37,6 +39,7 @@ pub mod inbox;
 mod info;
 mod init;
 pub mod mempool;
+pub mod metrics;
 mod proposal;
 pub mod snapshot;
 mod vote_extension;
@@ -44,6 +47,7 @@ mod vote_extension;
 pub use app::{AbciError, Committed, TallyApp};
 pub use inbox::{HandIn, Inbox};
 pub use snapshot::{SnapshotInfo, SnapshotStore};
+pub use metrics::AppMetrics;
 pub use tally_store::halt::{Halt, HaltEvent, HaltLog, HaltReason};
 
 /// The app's protocol version: answered by Info and set in the chain's

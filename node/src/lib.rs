@@ -10,6 +10,7 @@ pub mod byzantine;
 pub mod config;
 pub mod dealer;
 pub mod explorer;
+pub mod health;
 pub mod keyfile;
 pub mod light;
 pub mod records;

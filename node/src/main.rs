@@ -7,6 +7,10 @@ mod cli;
 fn main() {
     let cli = cli::Cli::parse();
     if let Err(e) = cli.run() {
+        // `tallyd status` printed its report; only its exit code is left.
+        if let Some(u) = e.downcast_ref::<cli::status::Unhealthy>() {
+            std::process::exit(i32::from(u.0));
+        }
         eprintln!("error: {e:#}");
         std::process::exit(1);
     }

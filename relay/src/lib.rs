@@ -42,16 +42,53 @@ pub fn spawn(app: TallyApp, cfg: RelayConfig) -> std::io::Result<watch::Sender<b
 }
 
 /// [`spawn`] with a registry the caller made (and may have registered its
-/// own families in); names keep the registry's prefix.
+/// own families in); names keep the registry's prefix. The registry is
+/// served at `metrics_listen` (if set) until the relay stops.
 pub fn spawn_with_metrics(
     app: TallyApp,
     cfg: RelayConfig,
     metrics: Metrics,
 ) -> std::io::Result<watch::Sender<bool>> {
+    let relay_metrics = metrics.relay().clone();
+    let metrics = Arc::new(metrics);
+    let endpoint = cfg.metrics_listen.as_deref().and_then(|addr| {
+        match metrics::serve(addr, metrics.clone()) {
+            Ok(s) => {
+                tracing::info!(addr, "Prometheus metrics at /metrics");
+                Some(s)
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "metrics endpoint not served");
+                None
+            }
+        }
+    });
+    spawn_inner(app, cfg, relay_metrics, endpoint)
+}
+
+/// Starts the relay updating `metrics`, handles of a registry the caller
+/// serves (`tallyd start` serves one page for the app and the relay);
+/// `cfg.metrics_listen` is ignored.
+pub fn spawn_with_handles(
+    app: TallyApp,
+    cfg: RelayConfig,
+    metrics: RelayMetrics,
+) -> std::io::Result<watch::Sender<bool>> {
+    spawn_inner(app, cfg, metrics, None)
+}
+
+fn spawn_inner(
+    app: TallyApp,
+    cfg: RelayConfig,
+    relay_metrics: RelayMetrics,
+    endpoint: Option<metrics::MetricsServer>,
+) -> std::io::Result<watch::Sender<bool>> {
     let (stop, rx) = watch::channel(false);
     std::thread::Builder::new()
         .name("tally-relay".into())
         .spawn(move || {
+            // Served until the relay stops (the guard is dropped then).
+            let _endpoint = endpoint;
             let rt = match tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
@@ -62,21 +99,6 @@ pub fn spawn_with_metrics(
                     return;
                 }
             };
-            let relay_metrics = metrics.relay().clone();
-            let metrics = Arc::new(metrics);
-            // Served until the relay stops (the guard is dropped then).
-            let _endpoint = cfg.metrics_listen.as_deref().and_then(|addr| {
-                match metrics::serve(addr, metrics.clone()) {
-                    Ok(s) => {
-                        tracing::info!(addr, "Prometheus metrics at /metrics");
-                        Some(s)
-                    }
-                    Err(e) => {
-                        tracing::error!(error = %e, "metrics endpoint not served");
-                        None
-                    }
-                }
-            });
             rt.block_on(poll::run(app, cfg, relay_metrics, rx));
         })?;
     Ok(stop)

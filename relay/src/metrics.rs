@@ -1,8 +1,10 @@
 //! Prometheus metrics through `prometheus-client`.
 //!
 //! [`Metrics`] owns the registry, whose names all carry `metrics_prefix`.
-//! The relay registers its families there ([`RelayMetrics`]); the node can
-//! register its own through [`Metrics::registry_mut`] before serving.
+//! The relay registers its families there ([`RelayMetrics`]); `tallyd
+//! start` registers the state machine's (`tally_abci::metrics`, listed in
+//! that module) through [`Metrics::registry_mut`] and serves the registry
+//! itself, also when no relay runs ([`Metrics::without_relay`]).
 //! [`serve`] answers `GET /metrics` over HTTP (`tiny_http`) in the
 //! Prometheus text format (version 0.0.4) until its [`MetricsServer`] is
 //! dropped.
@@ -313,6 +315,15 @@ impl Metrics {
     pub fn new(prefix: &str) -> Self {
         let mut registry = Registry::with_prefix(prefix);
         let relay = RelayMetrics::register(&mut registry);
+        Self { registry, relay }
+    }
+
+    /// A registry whose names start with `prefix_` without the relay's
+    /// families (a node that runs no relay); [`Metrics::relay`] then
+    /// returns handles nothing serves.
+    pub fn without_relay(prefix: &str) -> Self {
+        let registry = Registry::with_prefix(prefix);
+        let relay = RelayMetrics::register(&mut Registry::default());
         Self { registry, relay }
     }
 

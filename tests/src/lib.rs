@@ -12,6 +12,7 @@ pub mod driver;
 pub mod harness;
 pub mod hub;
 pub mod localnet;
+pub mod metric_names;
 pub mod proxy;
 pub mod snapbench;
 pub mod tamper;

@@ -18,6 +18,7 @@
 //!   explorer.rs  tallyd explorer (the SLA explorer page; server in tally_node::explorer)
 //!   tx.rs        tallyd tx report
 //!   light.rs     tallyd light init|show (the light client's trust root)
+//!   status.rs    tallyd status (health checks; the decision is tally_node::health)
 //!   query/       tallyd query ... (sla, state, sync, node; --verify in verified.rs)
 //! ```
 
@@ -35,6 +36,7 @@ pub mod keys;
 pub mod light;
 pub mod query;
 pub mod start;
+pub mod status;
 pub mod table;
 pub mod tx;
 
@@ -123,6 +125,8 @@ pub enum Commands {
     Light(light::LightCommand),
     /// Serve a web page of a node's SLA records, balances and settlement.
     Explorer(explorer::ExplorerCommand),
+    /// Whether this node is healthy: exit 0, or a code naming the first failing check.
+    Status(status::StatusCommand),
 }
 
 impl Command for Commands {
@@ -137,6 +141,7 @@ impl Command for Commands {
             Self::Dkg(c) => c.execute(ctx),
             Self::Light(c) => c.execute(ctx),
             Self::Explorer(c) => c.execute(ctx),
+            Self::Status(c) => c.execute(ctx),
         }
     }
 }

@@ -1,5 +1,6 @@
 //! `tallyd start`: check the genesis, open the store, load the threshold key
-//! share, spawn the relay and serve ABCI until the process ends.
+//! share, serve the metrics page (app and relay), spawn the relay and serve
+//! ABCI until the process ends.
 //! [`StartCommand::execute_with`] serves a wrapper around the app instead
 //! (the test-only `tallyd-byzantine` does).
 
@@ -92,12 +93,42 @@ impl StartCommand {
         } else {
             tracing::info!(file = %share_path.display(), "no threshold key share: this node does not sign");
         }
-        // The relay runs on its own thread, never inside an ABCI call.
-        let _relay = if cfg.hub_endpoints.is_empty() {
+        // One metrics page for the app and the relay, served whenever
+        // `metrics_listen` is set, with or without a relay.
+        let relay_on = !cfg.hub_endpoints.is_empty();
+        let mut metrics = if relay_on {
+            tally_relay::Metrics::new(&cfg.metrics_prefix)
+        } else {
+            tally_relay::Metrics::without_relay(&cfg.metrics_prefix)
+        };
+        app.register_metrics(metrics.registry_mut());
+        let relay_handles = metrics.relay().clone();
+        let metrics = Arc::new(metrics);
+        // A validator keeps validating when its metrics port is taken.
+        let _metrics_endpoint = if cfg.metrics_listen.is_empty() {
             None
         } else {
+            match tally_relay::metrics::serve(&cfg.metrics_listen, metrics) {
+                Ok(ep) => {
+                    tracing::info!(addr = %cfg.metrics_listen, "Prometheus metrics at /metrics");
+                    Some(ep)
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "metrics endpoint not served");
+                    None
+                }
+            }
+        };
+        // The relay runs on its own thread, never inside an ABCI call.
+        let _relay = if relay_on {
             let rc = cfg.relay_config(rank);
-            Some(tally_relay::spawn(app.clone(), rc)?)
+            Some(tally_relay::spawn_with_handles(
+                app.clone(),
+                rc,
+                relay_handles,
+            )?)
+        } else {
+            None
         };
         let last = app.last_commit();
         tracing::info!(
