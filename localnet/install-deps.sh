@@ -19,7 +19,8 @@ fi
 if ! command -v promtool >/dev/null; then
   if [ -n "${TALLY_INSTALL_PROMTOOL:-}" ]; then
     SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq prometheus >/dev/null ||
+    $SUDO apt-get update -qq || true
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null ||
       echo "install-deps: could not install prometheus (promtool); its tests will be SKIPPED" >&2
   else
     echo "install-deps: no promtool: the promtool tests will be SKIPPED (TALLY_INSTALL_PROMTOOL=1 installs Debian's prometheus)" >&2

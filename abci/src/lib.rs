@@ -46,8 +46,8 @@ mod vote_extension;
 
 pub use app::{AbciError, Committed, TallyApp};
 pub use inbox::{HandIn, Inbox};
-pub use snapshot::{SnapshotInfo, SnapshotStore};
 pub use metrics::AppMetrics;
+pub use snapshot::{SnapshotInfo, SnapshotStore};
 pub use tally_store::halt::{Halt, HaltEvent, HaltLog, HaltReason};
 
 /// The app's protocol version: answered by Info and set in the chain's

@@ -92,7 +92,7 @@ impl DiskSnapshots {
                 }
             }
         }
-        ready.sort_by(|a, b| b.height.cmp(&a.height));
+        ready.sort_by_key(|m| std::cmp::Reverse(m.height));
         Ok(Self(Arc::new(Shared {
             dir: dir.to_path_buf(),
             interval,
@@ -162,7 +162,7 @@ impl Shared {
         let mut ready = self.ready();
         ready.retain(|m| m.height != height);
         ready.push(meta.clone());
-        ready.sort_by(|a, b| b.height.cmp(&a.height));
+        ready.sort_by_key(|m| std::cmp::Reverse(m.height));
         while ready.len() > self.keep_recent {
             if let Some(old) = ready.pop() {
                 let _ = fs::remove_dir_all(self.dir.join(old.height.to_string()));
@@ -203,7 +203,7 @@ impl SnapshotStore for DiskSnapshots {
 
     fn committed(&self, height: u64) {
         let s = &self.0;
-        if s.interval == 0 || height % s.interval != 0 {
+        if s.interval == 0 || !height.is_multiple_of(s.interval) {
             return;
         }
         if s.busy.swap(true, Ordering::SeqCst) {
@@ -245,5 +245,58 @@ impl SnapshotStore for DiskSnapshots {
             let _ = fs::remove_dir_all(self.0.dir.join(format!("{height}.checkpoint")));
             self.0.busy.store(false, Ordering::SeqCst);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tally_store::{Kv, Pending};
+
+    fn wait_idle(s: &DiskSnapshots) {
+        for _ in 0..500 {
+            if !s.exporting() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("the export never finished");
+    }
+
+    #[test]
+    fn takes_serves_and_prunes_snapshots_and_cleans_leftovers() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Arc::new(RocksBackend::open(&dir.path().join("db")).unwrap());
+        let snap_dir = dir.path().join("snapshots");
+        let snaps = DiskSnapshots::open(&snap_dir, 2, 2, db.clone()).unwrap();
+        let mut p = Pending::open(db.clone()).unwrap();
+        for h in 1..=7u64 {
+            p.put(format!("k/{h}").into_bytes(), vec![h as u8]);
+            p.commit(h).unwrap();
+            snaps.committed(h);
+            wait_idle(&snaps);
+        }
+        // Heights 2, 4, 6 were due; the newest two are kept, newest first.
+        let held: Vec<u64> = snaps.list().iter().map(|s| s.metadata.height).collect();
+        assert_eq!(held, vec![6, 4]);
+        assert!(!snap_dir.join("2").exists());
+        let m = &snaps.list()[0].metadata;
+        assert_eq!(m.pairs, 6, "height 6 holds k/1..k/6");
+        let chunk = snaps.load_chunk(6, snapshot::FORMAT, 0).unwrap();
+        assert_eq!(snapshot::sha256(&chunk), m.chunk_hashes[0]);
+        assert!(snaps.load_chunk(6, 2, 0).is_none());
+        assert!(snaps.load_chunk(2, snapshot::FORMAT, 0).is_none());
+        assert!(snaps.load_chunk(6, snapshot::FORMAT, 9).is_none());
+        // Leftovers of a stopped node go; a directory without valid
+        // metadata is not served.
+        std::fs::create_dir_all(snap_dir.join("8.partial")).unwrap();
+        std::fs::create_dir_all(snap_dir.join("8.checkpoint")).unwrap();
+        std::fs::create_dir_all(snap_dir.join("10")).unwrap();
+        std::fs::write(snap_dir.join("10/metadata"), b"junk").unwrap();
+        drop(snaps);
+        let again = DiskSnapshots::open(&snap_dir, 2, 2, db).unwrap();
+        assert!(!snap_dir.join("8.partial").exists() && !snap_dir.join("8.checkpoint").exists());
+        let held: Vec<u64> = again.list().iter().map(|s| s.metadata.height).collect();
+        assert_eq!(held, vec![6, 4]);
     }
 }

@@ -187,7 +187,7 @@ pub fn decode_chunk(
     index: u32,
     chunk: &[u8],
     after: Option<&[u8]>,
-) -> Result<Vec<(Vec<u8>, Vec<u8>)>, SnapshotError> {
+) -> Result<crate::Pairs, SnapshotError> {
     let bad = |why: String| SnapshotError::Chunk { index, why };
     if chunk.len() > MAX_CHUNK_BYTES {
         return Err(bad(format!(

@@ -23,13 +23,13 @@ fn source(seed: u64, blocks: u64, per_block: u64) -> (Arc<dyn Backend>, Pending)
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
             let k = format!("r/{:05}", (x >> 33) % 5000).into_bytes();
-            if (x >> 20) % 7 == 0 {
+            if (x >> 20).is_multiple_of(7) {
                 p.delete(k);
             } else {
                 p.put(k, (x >> 8).to_be_bytes()[..((x % 7) + 1) as usize].to_vec());
             }
         }
-        if h % 5 == 0 {
+        if h.is_multiple_of(5) {
             p.delete_prefix(format!("r/{:03}", (x >> 40) % 50).as_bytes());
         }
         p.commit(h).unwrap();

@@ -36,7 +36,7 @@ pub fn run(keys: u64) -> Result<()> {
         let mut value = x.to_be_bytes().repeat(11);
         value.truncate(88);
         p.put(key.into_bytes(), value);
-        if (i + 1) % 20_000 == 0 || i + 1 == keys {
+        if (i + 1).is_multiple_of(20_000) || i + 1 == keys {
             height += 1;
             p.commit(height)?;
         }

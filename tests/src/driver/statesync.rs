@@ -56,7 +56,7 @@ impl SnapshotStore for MemSnapshots {
     }
 
     fn committed(&self, height: u64) {
-        if height % self.interval != 0 {
+        if !height.is_multiple_of(self.interval) {
             return;
         }
         // The driver commits on this thread: the store is still at `height`.
