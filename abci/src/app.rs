@@ -82,6 +82,7 @@ impl TallyApp {
     /// An app over `backend`, resuming from its last commit. `halt` is
     /// called when the node must stop (the binary's hook exits the
     /// process; see [`Halt`]).
+    ///
     /// A store an interrupted state sync left half-restored is wiped first
     /// (it holds no commit; CometBFT starts over from an empty app).
     pub fn new(backend: Arc<dyn Backend>, halt: Halt) -> Result<Self, AbciError> {

@@ -42,7 +42,7 @@
 use std::collections::BTreeMap;
 
 use borsh::BorshDeserialize;
-use jmt::storage::{HasPreimage, LeafNode, Node, NodeKey, TreeReader};
+use jmt::storage::{HasPreimage, LeafNode, Node, NodeKey, TreeReader, TreeUpdateBatch};
 use jmt::{KeyHash, OwnedValue, Sha256Jmt, Version};
 use sha2::Sha256;
 
@@ -219,6 +219,15 @@ fn updates(
     Ok(out)
 }
 
+/// Adds the writes of `batch`'s new nodes to `raw`; returns how many.
+fn push_nodes(batch: &TreeUpdateBatch, raw: &mut Vec<RawWrite>) -> Result<usize, StoreError> {
+    for (k, node) in batch.node_batch.nodes() {
+        let v = borsh::to_vec(node).map_err(|e| StoreError::Corrupt(format!("node: {e}")))?;
+        raw.push((node_key(k)?, Some(v)));
+    }
+    Ok(batch.node_batch.nodes().len())
+}
+
 /// Computes version `height` of the tree for `changes` (not written):
 /// FinalizeBlock's part, everything the root depends on. Pruning is added
 /// at Commit by [`add_pruning`].
@@ -281,11 +290,7 @@ pub(crate) fn prepare(
         .last()
         .ok_or_else(|| StoreError::Tree("jmt returned no root".into()))?
         .0;
-    let nodes_written = batch.node_batch.nodes().len();
-    for (k, node) in batch.node_batch.nodes() {
-        let v = borsh::to_vec(node).map_err(|e| StoreError::Corrupt(format!("node: {e}")))?;
-        raw.push((node_key(k)?, Some(v)));
-    }
+    let nodes_written = push_nodes(&batch, &mut raw)?;
     for s in &batch.stale_node_index_batch {
         let mut k = stale_prefix(s.stale_since_version, b'n');
         borsh::to_writer(&mut k, &s.node_key)
@@ -477,10 +482,7 @@ pub(crate) fn restore_tree(
         let (r, b) = Sha256Jmt::new(&reader)
             .put_value_set(set, version)
             .map_err(tree_err)?;
-        for (k, node) in b.node_batch.nodes() {
-            let v = borsh::to_vec(node).map_err(|e| StoreError::Corrupt(format!("node: {e}")))?;
-            raw.push((node_key(k)?, Some(v)));
-        }
+        push_nodes(&b, &mut raw)?;
         // Nodes of earlier batches the new one replaced serve no version a
         // query may ask for; the empty base root was never stored.
         for s in &b.stale_node_index_batch {

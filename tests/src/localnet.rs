@@ -48,6 +48,29 @@ pub fn repo_root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
+/// Runs the `tallyd` CLI with `args` (without `TALLY_NODE`/`TALLY_HOME`
+/// from the test's environment); its output, whatever the exit status.
+pub fn run_tallyd(args: &[&str]) -> Result<std::process::Output> {
+    Command::new(tallyd_path()?)
+        .args(args)
+        .env_remove("TALLY_NODE")
+        .env_remove("TALLY_HOME")
+        .output()
+        .with_context(|| format!("running tallyd {args:?}"))
+}
+
+/// Runs the `tallyd` CLI, which must succeed; its stdout.
+pub fn tallyd_ok(args: &[&str]) -> Result<String> {
+    let out = run_tallyd(args)?;
+    anyhow::ensure!(
+        out.status.success(),
+        "tallyd {args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 /// The `tallyd` binary: `$TALLYD`, or beside the running test's target dir.
 pub fn tallyd_path() -> Result<PathBuf> {
     if let Some(p) = std::env::var_os("TALLYD") {

@@ -21,7 +21,7 @@
 //! failed with `TALLY_E2E_REQUIRED`) and built `tallyd` and `tally-hub`.
 
 use std::path::Path;
-use std::process::{Command, ExitCode, Output};
+use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
@@ -30,7 +30,7 @@ use serde_json::Value;
 use tally_node::records::build_report;
 use tally_settlement::proto::{Outcome, UsageRecord};
 use tally_tests::harness::{self, Test};
-use tally_tests::localnet::{free_port_base, tallyd_path, Localnet};
+use tally_tests::localnet::{free_port_base, run_tallyd, tallyd_ok, Localnet};
 use tally_tests::tamper::{Tamper, TamperProxy};
 
 /// Ports from here, or the next free block; below the ephemeral range.
@@ -134,39 +134,18 @@ fn now() -> u64 {
         .unwrap_or(0)
 }
 
-fn tallyd(args: &[&str]) -> Result<Output> {
-    Command::new(tallyd_path()?)
-        .args(args)
-        .env_remove("TALLY_NODE")
-        .env_remove("TALLY_HOME")
-        .output()
-        .with_context(|| format!("running tallyd {args:?}"))
-}
-
-/// Runs tallyd, which must succeed; its stdout.
-fn ok(args: &[&str]) -> Result<String> {
-    let out = tallyd(args)?;
-    ensure!(
-        out.status.success(),
-        "tallyd {args:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
 /// Runs tallyd with `--output json`; the JSON it prints.
 fn ok_json(args: &[&str]) -> Result<Value> {
     let mut a = args.to_vec();
     a.extend(["--output", "json"]);
-    let s = ok(&a)?;
+    let s = tallyd_ok(&a)?;
     serde_json::from_str(s.trim()).with_context(|| format!("tallyd {args:?} printed {s:?}"))
 }
 
 /// Runs tallyd, which must fail with `needle` in its error and print
 /// nothing on stdout; the error.
 fn refused(args: &[&str], needle: &str) -> Result<String> {
-    let out = tallyd(args)?;
+    let out = run_tallyd(args)?;
     let (stdout, stderr) = (
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr),
@@ -268,7 +247,7 @@ fn verified_queries_show_what_was_reported(f: &mut Net) -> Result<()> {
     let node = f.net.rpc_url(0);
     let home = f.home().display().to_string();
     // The trust root: node 0's latest header, checked against node 2's.
-    let init = ok(&["light", "init", "--node", &node, "--home", &home])?;
+    let init = tallyd_ok(&["light", "init", "--node", &node, "--home", &home])?;
     let field = |name: &str| {
         init.lines()
             .find_map(|l| l.strip_prefix(&format!("{name}: ")))
@@ -388,7 +367,7 @@ fn verified_queries_show_what_was_reported(f: &mut Net) -> Result<()> {
     );
 
     // A table says what was verified.
-    let table = ok(&[
+    let table = tallyd_ok(&[
         "query", "balance", "--user", USER, "--verify", "--node", &node, "--home", &home,
     ])?;
     ensure!(
@@ -621,7 +600,7 @@ fn a_wrong_trust_root_is_refused(f: &mut Net) -> Result<()> {
         ],
         "trust root mismatch",
     )?;
-    ok(&[
+    tallyd_ok(&[
         "light",
         "init",
         "--height",

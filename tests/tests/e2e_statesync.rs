@@ -9,13 +9,13 @@
 //! the app hashes are the validators'; "restored, not replayed" is
 //! CometBFT's own `earliest_block_height` (1 after block sync).
 
-use std::process::{Command, ExitCode, Output};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use serde_json::Value;
 use tally_tests::harness::{self, Test};
-use tally_tests::localnet::{free_port_base, tallyd_path, Localnet, Options};
+use tally_tests::localnet::{free_port_base, tallyd_ok, Localnet, Options};
 
 const PORT_BASE: u16 = 23656;
 const WINDOW_SECS: u64 = 3600;
@@ -50,26 +50,6 @@ impl Net {
         let net = Localnet::launch(4, base, "500ms", WINDOW_SECS, &opts)?;
         Ok(Self { net })
     }
-}
-
-fn tallyd(args: &[&str]) -> Result<Output> {
-    Command::new(tallyd_path()?)
-        .args(args)
-        .env_remove("TALLY_NODE")
-        .env_remove("TALLY_HOME")
-        .output()
-        .with_context(|| format!("running tallyd {args:?}"))
-}
-
-fn ok(args: &[&str]) -> Result<String> {
-    let out = tallyd(args)?;
-    ensure!(
-        out.status.success(),
-        "tallyd {args:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// `(outcome, units, amount)` of the records sent; failed calls carry no amount.
@@ -125,7 +105,7 @@ fn a_full_node_joins_by_state_sync(n: &mut Net) -> Result<()> {
         .collect();
     std::fs::write(&file, lines.join("\n") + "\n")?;
     let key = dir.join("gateway.key");
-    let sent = ok(&[
+    let sent = tallyd_ok(&[
         "tx",
         "report",
         "--from",
@@ -201,7 +181,7 @@ fn a_full_node_joins_by_state_sync(n: &mut Net) -> Result<()> {
     args.extend(route);
     let joiner_url = net.rpc_url(JOINER);
     args.extend(["--node", &joiner_url, "--output", "json"]);
-    let page: Value = serde_json::from_str(ok(&args)?.trim())?;
+    let page: Value = serde_json::from_str(tallyd_ok(&args)?.trim())?;
     let rec = page["records"]
         .get(0)
         .or_else(|| page.get(0))
@@ -248,7 +228,7 @@ fn a_full_node_joins_by_state_sync(n: &mut Net) -> Result<()> {
         "--output",
         "json",
     ]);
-    let verified: Value = serde_json::from_str(ok(&args)?.trim())?;
+    let verified: Value = serde_json::from_str(tallyd_ok(&args)?.trim())?;
     ensure!(
         verified["verified"] == Value::Bool(true),
         "not verified: {verified}"

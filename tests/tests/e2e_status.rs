@@ -25,7 +25,7 @@
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::process::{Command, ExitCode, Output};
+use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
@@ -33,7 +33,7 @@ use serde_json::Value;
 use tally_node::records::build_report;
 use tally_settlement::proto::{Outcome, UsageRecord};
 use tally_tests::harness::{self, Test};
-use tally_tests::localnet::{free_port_base, tallyd_path, Localnet};
+use tally_tests::localnet::{free_port_base, run_tallyd, Localnet};
 use tally_tests::metric_names::{dashboard_exprs, dashboard_path, referenced, rules_path, served};
 
 /// Ports from here, or the next free block.
@@ -116,7 +116,7 @@ impl Net {
     /// app.toml): its exit code and JSON.
     fn status(&self, i: usize) -> Result<(i32, Value)> {
         let home = self.home(i).display().to_string();
-        let out = tallyd(&[
+        let out = run_tallyd(&[
             "status",
             "--json",
             "--home",
@@ -166,15 +166,6 @@ fn get(url: &str) -> Result<String> {
         .call()
         .with_context(|| format!("GET {url}"))?
         .into_string()?)
-}
-
-fn tallyd(args: &[&str]) -> Result<Output> {
-    Command::new(tallyd_path()?)
-        .args(args)
-        .env_remove("TALLY_NODE")
-        .env_remove("TALLY_HOME")
-        .output()
-        .with_context(|| format!("running tallyd {args:?}"))
 }
 
 /// The value of the series written exactly as `series`.
@@ -322,7 +313,7 @@ fn status_of_a_healthy_node_exits_0(f: &mut Net) -> Result<()> {
     }
     // The table form prints the same verdict.
     let home = f.home(0).display().to_string();
-    let out = tallyd(&["status", "--home", &home, "--node", &f.net.rpc_url(0)])?;
+    let out = run_tallyd(&["status", "--home", &home, "--node", &f.net.rpc_url(0)])?;
     let text = String::from_utf8_lossy(&out.stdout);
     ensure!(out.status.code() == Some(0), "{text}");
     ensure!(text.contains("healthy: yes (exit 0)"), "{text}");

@@ -65,7 +65,7 @@ impl SnapshotStore for MemSnapshots {
             chunks.push(c.to_vec());
             Ok(())
         })
-        .expect("export from an in-memory store");
+        .expect("export from an in-memory store"); // ok: test harness; a failed export must fail the test loudly
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         held.push((meta, chunks));
         if held.len() > 2 {
