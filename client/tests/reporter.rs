@@ -57,7 +57,14 @@ fn body_hash(tx: &[u8]) -> Vec<u8> {
 fn records_in(tx: &[u8]) -> usize {
     match tally_client::proto::Tx::decode(tx).ok().and_then(|t| t.sum) {
         Some(tx::Sum::Report(s)) => ReportUsage::decode(s.body.as_slice())
-            .map(|r| r.records.len())
+            // Calls in either form (the reporter sends the compact one).
+            .map(|r| {
+                r.records.len()
+                    + r.route_calls
+                        .iter()
+                        .map(|g| g.outcomes.len())
+                        .sum::<usize>()
+            })
             .unwrap_or(0),
         _ => 0,
     }

@@ -90,6 +90,7 @@ pub fn build_report(
         report_id: report_id.to_vec(),
         expires_at,
         records,
+        route_calls: Vec::new(),
     };
     BuiltReport {
         report_id: hex::encode(report_id),

@@ -19,6 +19,8 @@
 //! - [`state`]: typed accessors over the keys, one corrupt-checking integer
 //!   reader;
 //! - [`sync`]: settlement sync, one submodule per concern;
+//! - [`calls`]: a report's calls in either encoding (records or the
+//!   compact per-route form), checked and summed;
 //! - [`report`]: usage reports, planned then applied;
 //! - [`block`]: start-of-block work;
 //! - [`system`]: the proposer's system transactions;
@@ -28,6 +30,7 @@
 pub mod allowance;
 pub mod block;
 pub mod bls;
+pub mod calls;
 pub mod codes;
 pub mod error;
 mod genesis;

@@ -93,9 +93,43 @@ pub struct ReportUsage {
     /// Unix seconds after which the report is refused.
     #[prost(uint64, tag = "3")]
     pub expires_at: u64,
-    /// The records.
+    /// The records, one message per call.
     #[prost(message, repeated, tag = "4")]
     pub records: Vec<UsageRecord>,
+    /// The compact form: calls grouped by route, each route's strings
+    /// written once. A report may use either form or both; its calls are
+    /// `records` followed by every group's calls, in order, and they count
+    /// exactly as the same calls written as `records` would.
+    #[prost(message, repeated, tag = "5")]
+    pub route_calls: Vec<RouteCalls>,
+}
+
+/// Calls on one route (user, provider, model, route), in the compact form:
+/// call `i` is `(outcomes[i], units[i], amounts[i])`. The three lists have
+/// the same length, at least 1.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct RouteCalls {
+    /// Who is charged.
+    #[prost(string, tag = "1")]
+    pub user: String,
+    /// Who served the calls.
+    #[prost(string, tag = "2")]
+    pub provider: String,
+    /// The model called.
+    #[prost(string, tag = "3")]
+    pub model: String,
+    /// The route (endpoint) used.
+    #[prost(string, tag = "4")]
+    pub route: String,
+    /// Each call's outcome class, see [`Outcome`] (packed).
+    #[prost(enumeration = "Outcome", repeated, tag = "5")]
+    pub outcomes: Vec<i32>,
+    /// Each call's work units (packed).
+    #[prost(uint64, repeated, tag = "6")]
+    pub units: Vec<u64>,
+    /// Each call's credits moved from the user to the provider (packed).
+    #[prost(uint64, repeated, tag = "7")]
+    pub amounts: Vec<u64>,
 }
 
 /// One upstream call.

@@ -2,7 +2,8 @@
 //! into a [`Plan`], and the plan's writes happen only when every check
 //! passed, so a rejected report changes nothing.
 //!
-//! A report charges each record's user, credits what each provider is
+//! A report's calls come as records or in the compact per-route form
+//! ([`crate::calls`]); either way it charges each call's user, credits what each provider is
 //! owed in the current window, adds the records to their route records
 //! and the window's totals, and remembers the report id until it expires.
 
@@ -15,12 +16,12 @@ use sha2::{Digest, Sha256};
 use tally_store::{Kv, KvRead};
 
 use crate::allowance::{check_spend, plan_allowance, AllowancePlan, Spend};
+use crate::calls::{call_count, CallTotals};
 use crate::codes::Code;
 use crate::error::{reject, ExecError, Rejection};
 use crate::genesis::Params;
-use crate::ident;
 use crate::keys;
-use crate::proto::{tx, Outcome, ReportUsage, SignedReport, Tx};
+use crate::proto::{tx, ReportUsage, SignedReport, Tx};
 use crate::record::{Counters, RouteId};
 use crate::state::chain::{
     balance, chain_id, gateway, owed_slot, params, party_window, put_balance, put_owed_slot,
@@ -231,18 +232,18 @@ fn check_header(
             .with_data(hash.to_vec()),
         ));
     }
-    if report.records.is_empty() {
+    let calls = call_count(report);
+    if calls == 0 {
         return Err(reject(
             Code::EmptyReport,
             format!("report {rid} has no records"),
         ));
     }
-    if report.records.len() > params.max_report_records as usize {
+    if calls > params.max_report_records as usize {
         return Err(reject(
             Code::TooManyRecords,
             format!(
-                "report {rid} has {} records, at most {} allowed",
-                report.records.len(),
+                "report {rid} has {calls} records, at most {} allowed",
                 params.max_report_records
             ),
         ));
@@ -281,50 +282,12 @@ fn plan_report(
             format!("report {rid} overflows a 64-bit counter"),
         )
     };
-    let mut routes: BTreeMap<RouteId, Counters> = BTreeMap::new();
-    let mut debits: BTreeMap<&str, u64> = BTreeMap::new();
-    let mut owed_add: BTreeMap<(&str, &str), u64> = BTreeMap::new();
-    for (i, r) in report.records.iter().enumerate() {
-        let at = |e: Rejection| Rejection::new(e.code, format!("record {i}: {}", e.log));
-        ident::check_party("user", &r.user).map_err(at)?;
-        ident::check_party("provider", &r.provider).map_err(at)?;
-        ident::check_name("model", &r.model).map_err(at)?;
-        ident::check_name("route", &r.route).map_err(at)?;
-        let outcome = match Outcome::try_from(r.outcome) {
-            Ok(Outcome::Unspecified) | Err(_) => {
-                return Err(reject(
-                    Code::BadOutcome,
-                    format!("record {i}: outcome {} is not a known class", r.outcome),
-                ))
-            }
-            Ok(o) => o,
-        };
-        if r.amount != 0 && !outcome.may_carry_amount() {
-            return Err(reject(
-                Code::FailedCallBilled,
-                format!(
-                    "record {i}: a {} call carries amount {}; failed calls carry 0",
-                    outcome.name(),
-                    r.amount
-                ),
-            ));
-        }
-        let id = RouteId {
-            user: r.user.clone(),
-            provider: r.provider.clone(),
-            model: r.model.clone(),
-            route: r.route.clone(),
-        };
-        routes
-            .entry(id)
-            .or_default()
-            .add_record(outcome, r.units, r.amount)
-            .map_err(|_| overflow())?;
-        let d = debits.entry(&r.user).or_default();
-        *d = d.checked_add(r.amount).ok_or_else(overflow)?;
-        let o = owed_add.entry((&r.provider, &r.user)).or_default();
-        *o = o.checked_add(r.amount).ok_or_else(overflow)?;
-    }
+    let records = call_count(&report);
+    let CallTotals {
+        routes,
+        debits,
+        owed: owed_add,
+    } = CallTotals::of(&report, &overflow)?;
 
     let mut balances = Vec::with_capacity(debits.len());
     for (&user, &debit) in &debits {
@@ -391,7 +354,7 @@ fn plan_report(
         report_id: report.report_id,
         expires_at: report.expires_at,
         gateway,
-        records: report.records.len(),
+        records,
         window,
         routes: planned,
         balances,

@@ -158,6 +158,7 @@ impl Env {
                     units: 1,
                     amount,
                 }],
+                route_calls: Vec::new(),
             },
         )
     }

@@ -76,6 +76,7 @@ fn report(id: u8, expires_at: u64, records: Vec<UsageRecord>) -> ReportUsage {
         report_id: vec![id; 16],
         expires_at,
         records,
+        route_calls: Vec::new(),
     }
 }
 

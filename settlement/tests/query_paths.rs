@@ -54,6 +54,7 @@ fn setup() -> Pending {
             units: 1,
             amount: 0,
         }],
+        route_calls: Vec::new(),
     };
     let r = deliver_tx(&mut p, &b, &sign_report(&gw_key(), &report)).expect("no local fault");
     assert_eq!(r.code, Code::Ok, "{}", r.log);

@@ -120,6 +120,7 @@ impl Env {
                     units: 1,
                     amount,
                 }],
+                route_calls: Vec::new(),
             },
         )
     }

@@ -111,6 +111,7 @@ impl Traffic {
                 report_id: id.to_vec(),
                 expires_at: now + ttl,
                 records,
+                route_calls: Vec::new(),
             },
         )
     }

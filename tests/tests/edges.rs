@@ -51,6 +51,7 @@ fn report(id: u8, amount: u64) -> ReportUsage {
             units: 1,
             amount,
         }],
+        route_calls: Vec::new(),
     }
 }
 

@@ -10,6 +10,7 @@ use ed25519_dalek::SigningKey;
 use prost::Message;
 use rand::SeedableRng;
 use sha2::{Digest, Sha256};
+use tally_settlement::calls::group_records;
 use tally_settlement::proto::{tx, ReportUsage, Tx, UsageRecord};
 use tally_settlement::{sign_report, Code};
 use tokio::sync::{watch, Semaphore};
@@ -47,7 +48,9 @@ pub(super) fn seal(cfg: &ReporterConfig, key: &SigningKey, records: Vec<UsageRec
             chain_id: cfg.chain_id.clone(),
             report_id: report_id.to_vec(),
             expires_at,
-            records,
+            // The compact form: each route's names once, ~5 bytes a call.
+            records: Vec::new(),
+            route_calls: group_records(records),
         },
     );
     Sealed {

@@ -85,6 +85,7 @@ fn build(env: &Env, input: &Input) -> (Vec<u8>, bool) {
                 report_id: id.to_vec(),
                 expires_at: NOW + 60,
                 records: vec![record(0), record(1)],
+                route_calls: Vec::new(),
             }
             .encode_to_vec();
             let body = apply(body, ms);
@@ -103,6 +104,7 @@ fn build(env: &Env, input: &Input) -> (Vec<u8>, bool) {
                 report_id: vec![9; 16],
                 expires_at: NOW + 60,
                 records: (0..*n).map(record).collect(),
+                route_calls: Vec::new(),
             };
             (tally_settlement::sign_report(&env.gw, &report), false)
         }

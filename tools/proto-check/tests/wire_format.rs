@@ -53,6 +53,7 @@ fn the_proto_side_is_not_empty() {
         "SignedReport",
         "ReportUsage",
         "UsageRecord",
+        "RouteCalls",
         "PartialSig",
         "SignedAllowance",
         "AllowanceChange",
@@ -64,6 +65,10 @@ fn the_proto_side_is_not_empty() {
     assert_eq!(
         e.messages["ReportUsage"]["records"],
         "message, repeated, tag = \"4\" -> UsageRecord"
+    );
+    assert_eq!(
+        e.messages["ReportUsage"]["route_calls"],
+        "message, repeated, tag = \"5\" -> RouteCalls"
     );
 }
 
