@@ -88,11 +88,12 @@ impl Chain {
             for tx in txs {
                 let hash: [u8; 32] = Sha256::digest(&tx).into();
                 *self.inclusions.entry(hash).or_default() += 1;
-                let (code, data) = if self.landed.contains_key(&hash) {
-                    (7, body_hash(&tx))
-                } else {
-                    self.landed.insert(hash, records_in(&tx));
-                    (0, Vec::new())
+                let (code, data) = match self.landed.entry(hash) {
+                    std::collections::btree_map::Entry::Occupied(_) => (7, body_hash(&tx)),
+                    std::collections::btree_map::Entry::Vacant(v) => {
+                        v.insert(records_in(&tx));
+                        (0, Vec::new())
+                    }
                 };
                 block.push(BlockTx {
                     hash,
