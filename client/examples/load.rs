@@ -4,7 +4,12 @@
 //!
 //! cargo run --release -p tally-client --example load -- \
 //!   --key localnet/.data/gateway.key --endpoints http://127.0.0.1:26657,http://127.0.0.1:26667 \
-//!   [--records 100000 | --seconds 60] [--provider load-prov]
+//!   [--records 100000 | --seconds 60] [--provider load-prov] \
+//!   [--in-flight 256] [--capacity 50000]
+//!
+//! `--in-flight`: reports sent and not yet confirmed, at most
+//! (`ReporterConfig::max_in_flight`); `--capacity`: records buffered or in
+//! flight, at most (`ReporterConfig::capacity`).
 
 use std::time::{Duration, Instant};
 
@@ -56,7 +61,13 @@ async fn main() -> Result<(), String> {
         .iter()
         .find_map(|e| chain_id(e).ok())
         .ok_or("no endpoint answers /status")?;
-    let cfg = ReporterConfig::new(endpoints, &chain);
+    let mut cfg = ReporterConfig::new(endpoints, &chain);
+    if let Some(n) = arg(&args, "--in-flight") {
+        cfg.max_in_flight = n.parse().map_err(|e| format!("--in-flight {n}: {e}"))?;
+    }
+    if let Some(n) = arg(&args, "--capacity") {
+        cfg.capacity = n.parse().map_err(|e| format!("--capacity {n}: {e}"))?;
+    }
     let reporter = Reporter::start(cfg, key, HttpTransport::new(Duration::from_secs(15)))
         .map_err(|e| e.to_string())?;
     let start = Instant::now();
@@ -85,6 +96,11 @@ async fn main() -> Result<(), String> {
         reporter.record(r).await.map_err(|e| e.to_string())?;
         sent += 1;
     }
+    let m = reporter.metrics();
+    let (confirmed, resubmitted) = (
+        m.confirmed.load(std::sync::atomic::Ordering::Relaxed),
+        m.resubmitted.load(std::sync::atomic::Ordering::Relaxed),
+    );
     let outcomes = reporter.shutdown().await;
     let secs = start.elapsed().as_secs_f64();
     let landed: usize = outcomes
@@ -102,6 +118,9 @@ async fn main() -> Result<(), String> {
         .filter(|o| !matches!(o, ReportOutcome::Landed { .. }))
         .count();
     println!("sent {sent} records in {secs:.1} s: {:.0} records/s; landed {landed}; reports {} ({failed} not landed)", sent as f64 / secs, outcomes.len());
+    println!(
+        "  confirmed from blocks (before shutdown): {confirmed}; sent again unseen: {resubmitted}"
+    );
     for (o, n) in Outcome::ALL.iter().zip(per_class) {
         println!("  {:<11} {n}", o.name());
     }

@@ -39,4 +39,4 @@ pub use reporter::{Metrics, ReportError, ReportOutcome, Reporter, ReporterConfig
 pub use retry::{Failure, RetryError, RetryPolicy};
 pub use rpc::{RpcClient, RpcError};
 pub use tally_settlement::proto;
-pub use transport::{Broadcast, HttpTransport, Included, Transport};
+pub use transport::{Admission, Block, BlockTx, Broadcast, HttpTransport, Included, Transport};

@@ -1,13 +1,34 @@
 //! The reporter: buffers usage records, seals them into signed reports of
-//! up to 1,000 records, submits each through CometBFT's RPC until it is
-//! confirmed in a block, resubmitting the SAME bytes after any transport
-//! failure, and gives up only at the report's `expires_at`, with an error
-//! naming it.
+//! up to 1,000 records, and gets each onto the chain exactly once, resending
+//! the SAME bytes after any failure; it gives up on a report only once the
+//! report's `expires_at` has passed, with an error naming it.
+//!
+//! Submission and confirmation are separate. A report is handed to a node's
+//! mempool with `broadcast_tx_sync` (CheckTx's answer only, one short
+//! request, with the retry policy's endpoint failover); many reports are in
+//! flight at once (`max_in_flight`). One block follower per reporter (see
+//! `confirm`) polls the latest height every `confirm_poll`, reads each new
+//! block and its results, and wakes the report whose transaction hash it
+//! finds, with the block's code and `data`. A report no block has shown
+//! `resubmit_after` after it was sent (dropped from a mempool, or its node
+//! went down) is sent again; CometBFT then may answer "already in cache",
+//! and a lookup by hash (when the node's tx indexer is on) tells whether it
+//! is in a block already. The follower does not need the indexer.
 //!
 //! A report that already landed is answered as a duplicate (code 7) whose
-//! `data` is the SHA-256 of the accepted report's body: it counts as landed
-//! only when that hash is this report's own; otherwise the id was taken by
-//! a different report, and the caller sees a refusal.
+//! `data` is the SHA-256 of the accepted report's body, by CheckTx for a
+//! resubmission or in a block for a second copy: it counts as landed only
+//! when that hash is this report's own; otherwise the id was taken by a
+//! different report, and the caller sees a refusal. Any other CheckTx
+//! refusal is final when no earlier copy may be in a mempool, except codes
+//! that mean "not now" (16, a node's store fault; 26, the mempool's report
+//! claims are full), which are retried; a block's refusal is final.
+//!
+//! A report that may have reached a mempool expires only when the follower
+//! has read a block whose time is after its `expires_at` without finding
+//! it (the chain refuses it in that block and every later one), or, when
+//! no block can be read, `expiry_grace` after `expires_at` if no node's
+//! index has it either. One never sent expires at `expires_at`.
 //!
 //! Every record holds one buffer permit from `record` until its report has
 //! an outcome; the permits are owned by a guard that gives them back on
@@ -26,8 +47,11 @@ use tokio::task::JoinSet;
 use crate::retry::RetryPolicy;
 use crate::transport::Transport;
 
+mod confirm;
+mod deliver;
 mod submit;
-use submit::{seal, SlotGuard, Submission};
+use confirm::Confirmations;
+use submit::{seal, Context, SlotGuard, Submission};
 
 /// How a reporter behaves.
 #[derive(Clone, Debug)]
@@ -46,8 +70,19 @@ pub struct ReporterConfig {
     pub ttl: Duration,
     /// Transport retry policy of one submission attempt.
     pub policy: RetryPolicy,
-    /// Reports submitted at the same time.
+    /// Reports sent and not yet confirmed in a block, at most (each holds
+    /// its records' buffer permits, so `capacity / max_records` bounds it
+    /// too).
     pub max_in_flight: usize,
+    /// How often the block follower asks for the latest height.
+    pub confirm_poll: Duration,
+    /// A report sent to a mempool and not seen in a block this long after
+    /// is sent again (same bytes). A few block times.
+    pub resubmit_after: Duration,
+    /// When the follower cannot read blocks, a report that may be in a
+    /// mempool is given up this long after its `expires_at` (if no node's
+    /// index has it).
+    pub expiry_grace: Duration,
 }
 
 impl ReporterConfig {
@@ -61,7 +96,10 @@ impl ReporterConfig {
             capacity: 50_000,
             ttl: Duration::from_secs(300),
             policy: RetryPolicy::default(),
-            max_in_flight: 16,
+            max_in_flight: 256,
+            confirm_poll: Duration::from_millis(200),
+            resubmit_after: Duration::from_secs(8),
+            expiry_grace: Duration::from_secs(60),
         }
     }
 }
@@ -151,8 +189,17 @@ pub struct Metrics {
     pub reports: AtomicU64,
     /// Records confirmed on chain.
     pub landed_records: AtomicU64,
-    /// Resubmissions after a failed attempt.
+    /// Attempts after a report's first (for any reason).
     pub retried: AtomicU64,
+    /// Reports sent again because no block showed them in
+    /// `resubmit_after`.
+    pub resubmitted: AtomicU64,
+    /// Reports sent (or being sent) and without an outcome yet.
+    pub in_flight: AtomicU64,
+    /// Reports the block follower found in a block.
+    pub confirmed: AtomicU64,
+    /// The latest height the block follower saw.
+    pub chain_height: AtomicU64,
     /// Reports refused, by code.
     pub rejected: Mutex<BTreeMap<u32, u64>>,
     /// Reports that expired unconfirmed.
@@ -206,6 +253,16 @@ impl Reporter {
         if cfg.flush_interval.is_zero() || cfg.flush_interval > Duration::from_secs(3600) {
             return Err(ReportError::Config(
                 "flush_interval must be more than 0 and at most 1 h".into(),
+            ));
+        }
+        if cfg.confirm_poll.is_zero() || cfg.confirm_poll > Duration::from_secs(60) {
+            return Err(ReportError::Config(
+                "confirm_poll must be more than 0 and at most 60 s".into(),
+            ));
+        }
+        if cfg.resubmit_after < Duration::from_secs(1) {
+            return Err(ReportError::Config(
+                "resubmit_after must be at least 1 s".into(),
             ));
         }
         let (tx, rx) = mpsc::channel(cfg.capacity.max(1));
@@ -320,6 +377,15 @@ impl Reporter {
     }
 }
 
+/// A task aborted when this is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// What the background task shares with the handle.
 struct Shared {
     metrics: Arc<Metrics>,
@@ -343,6 +409,20 @@ async fn run<T: Transport>(
     } = shared;
     let cfg = Arc::new(cfg);
     let permits = Arc::new(Semaphore::new(cfg.max_in_flight.max(1)));
+    let ctx = Arc::new(Context {
+        cfg: cfg.clone(),
+        transport,
+        metrics: metrics.clone(),
+        conf: Arc::new(Confirmations::default()),
+    });
+    // The block follower lives as long as this task (aborted when it ends
+    // or is dropped).
+    let _follower = AbortOnDrop(tokio::spawn(confirm::follow(
+        cfg.clone(),
+        ctx.transport.clone(),
+        ctx.conf.clone(),
+        metrics.clone(),
+    )));
     let mut inflight: JoinSet<()> = JoinSet::new();
     let mut buf: Vec<UsageRecord> = Vec::with_capacity(cfg.max_records);
     let now = tokio::time::Instant::now();
@@ -366,15 +446,13 @@ async fn run<T: Transport>(
             slots: slots.clone(),
             n: sealed.records,
         };
-        let ctx = Submission {
-            cfg: cfg.clone(),
-            transport: transport.clone(),
-            metrics: metrics.clone(),
+        let sub = Submission {
+            ctx: ctx.clone(),
             outcomes: outcomes.clone(),
             permits: permits.clone(),
             shutdown: shutdown.clone(),
         };
-        inflight.spawn(ctx.run(sealed, guard));
+        inflight.spawn(sub.run(sealed, guard));
     };
     loop {
         tokio::select! {

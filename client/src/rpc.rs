@@ -3,7 +3,8 @@
 //! Blocking HTTP through `ureq`, the JSON-RPC 2.0 envelope, and typed
 //! answers for the methods Tally uses: [`RpcClient::status`],
 //! [`RpcClient::abci_query`], [`RpcClient::broadcast_tx_sync`],
-//! [`RpcClient::broadcast_tx_commit`] and [`RpcClient::tx`]. Transactions
+//! [`RpcClient::broadcast_tx_commit`], [`RpcClient::tx`],
+//! [`RpcClient::block`] and [`RpcClient::block_results`]. Transactions
 //! and hashes travel base64-encoded, as CometBFT's JSON-RPC expects.
 //!
 //! Errors keep what a retry policy needs ([`RpcError`]): an HTTP status that
@@ -24,6 +25,9 @@ use serde_json::{json, Value};
 
 use crate::redact::{redact_url, redact_urls_in};
 use crate::retry::Failure;
+
+mod blocks;
+pub use blocks::{parse_utc_secs, BlockTxs, ExecResult};
 
 /// Answers larger than this are refused ([`RpcError::TooLarge`]).
 pub const MAX_ANSWER_BYTES: u64 = 16 << 20;

@@ -1,7 +1,9 @@
-//! The reporter against a fake RPC, on tokio's paused clock (no real
+//! The reporter against a fake chain, on tokio's paused clock (no real
 //! sleeping): batching limits, identical-bytes resubmission, duplicate =
 //! success only with this report's own body hash, backpressure, permits
-//! returned after a panicking transport, shutdown flush.
+//! returned after a panicking transport, shutdown flush, many reports in
+//! flight, confirmation from blocks (a lost answer, a dropped transaction,
+//! no tx indexer), and exactly-once landing under random faults.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -12,24 +14,126 @@ use prost::Message;
 use sha2::{Digest, Sha256};
 use tally_client::proto::{tx, Outcome, ReportUsage, UsageRecord};
 use tally_client::{
-    Broadcast, Failure, Included, ReportError, ReportOutcome, Reporter, ReporterConfig, Transport,
+    Admission, Block, BlockTx, Broadcast, Failure, Included, ReportError, ReportOutcome, Reporter,
+    ReporterConfig, Transport,
 };
 
-#[derive(Default)]
+/// How long the fake chain takes per block (tokio's paused clock).
+const BLOCK: Duration = Duration::from_secs(1);
+
+/// A fake chain of four nodes sharing one mempool: `broadcast_tx_sync`
+/// puts a transaction in it (CheckTx: code 7 with the body hash for bytes
+/// already accepted, "in cache" for bytes already waiting), and every
+/// `BLOCK` of tokio time the next block takes everything waiting (cut
+/// lazily, when anyone asks). A report's bytes landing a second time get
+/// code 7 in their block and are not counted again.
 struct Chain {
-    /// Report bodies landed, by tx hash.
+    /// Report transactions accepted (code 0) in a block: records, by tx hash.
     landed: BTreeMap<[u8; 32], usize>,
-    /// Every call: endpoint and tx hash.
+    /// Every broadcast: endpoint and tx hash.
     calls: Vec<(String, [u8; 32])>,
-    /// Upcoming behaviours, consumed in order; empty: behave.
+    /// Records of every distinct transaction broadcast, by tx hash.
+    sent: BTreeMap<[u8; 32], usize>,
+    /// Upcoming broadcast behaviours, consumed in order; empty: behave.
     script: Vec<Step>,
+    /// Waiting for the next block, in order.
+    mempool: Vec<Vec<u8>>,
+    /// Waiting for the block after the next (a second node's copy).
+    later: Vec<Vec<u8>>,
+    /// Committed blocks (height = index + 1).
+    blocks: Vec<Block>,
+    /// When the last block was cut (or the chain started).
+    last_block: tokio::time::Instant,
+    /// Unix time of the chain's start (block times count from it).
+    genesis_time: u64,
+    /// Times each tx hash was in a block, whatever its code.
+    inclusions: BTreeMap<[u8; 32], usize>,
+    /// Most transactions broadcast and not yet in any block, at once.
+    max_unconfirmed: usize,
+    /// Whether `lookup` answers (CometBFT's tx indexer on).
+    indexer: bool,
+}
+
+impl Default for Chain {
+    fn default() -> Self {
+        Self {
+            landed: BTreeMap::new(),
+            calls: Vec::new(),
+            sent: BTreeMap::new(),
+            script: Vec::new(),
+            mempool: Vec::new(),
+            later: Vec::new(),
+            blocks: Vec::new(),
+            last_block: tokio::time::Instant::now(),
+            genesis_time: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+            inclusions: BTreeMap::new(),
+            max_unconfirmed: 0,
+            indexer: true,
+        }
+    }
+}
+
+impl Chain {
+    /// Cuts the blocks due by now.
+    fn advance(&mut self) {
+        while self.last_block.elapsed() >= BLOCK {
+            self.last_block += BLOCK;
+            let mut txs = std::mem::take(&mut self.mempool);
+            self.mempool = std::mem::take(&mut self.later);
+            txs.dedup();
+            let mut block = Vec::new();
+            for tx in txs {
+                let hash: [u8; 32] = Sha256::digest(&tx).into();
+                *self.inclusions.entry(hash).or_default() += 1;
+                let (code, data) = match self.landed.entry(hash) {
+                    std::collections::btree_map::Entry::Occupied(_) => (7, body_hash(&tx)),
+                    std::collections::btree_map::Entry::Vacant(v) => {
+                        v.insert(records_in(&tx));
+                        (0, Vec::new())
+                    }
+                };
+                block.push(BlockTx {
+                    hash,
+                    code,
+                    log: String::new(),
+                    data,
+                });
+            }
+            let height = self.blocks.len() as u64 + 1;
+            self.blocks.push(Block {
+                height,
+                time: self.genesis_time + height * BLOCK.as_secs(),
+                txs: block,
+            });
+        }
+    }
+
+    fn waiting(&self, tx: &[u8]) -> bool {
+        self.mempool.iter().chain(&self.later).any(|t| t == tx)
+    }
+
+    /// Notes a broadcast of `tx` and how many sent ones no block holds.
+    fn note_sent(&mut self, endpoint: &str, tx: &[u8]) {
+        let hash: [u8; 32] = Sha256::digest(tx).into();
+        self.calls.push((endpoint.to_string(), hash));
+        self.sent.insert(hash, records_in(tx));
+        let unconfirmed = self
+            .sent
+            .keys()
+            .filter(|h| !self.inclusions.contains_key(*h))
+            .count();
+        self.max_unconfirmed = self.max_unconfirmed.max(unconfirmed);
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
 enum Step {
     /// Connection refused, nothing happens.
     Refuse,
-    /// The tx lands but the answer is lost.
+    /// The tx reaches the mempool but the answer is lost.
     LoseAck,
     /// HTTP 503.
     Unavailable,
@@ -41,6 +145,13 @@ enum Step {
     TakenByOther,
     /// Code 7 without any body hash.
     DuplicateNoData,
+    /// CheckTx passes but the tx is dropped from the mempool: no block
+    /// ever holds it unless it is sent again.
+    Drop,
+    /// The tx reaches two nodes' mempools: two blocks hold it.
+    Twice,
+    /// CheckTx code 26: the mempool's report claims are full, for now.
+    ClaimsFull,
 }
 
 #[derive(Clone, Default)]
@@ -70,75 +181,134 @@ fn records_in(tx: &[u8]) -> usize {
     }
 }
 
+fn refused() -> Failure {
+    Failure::Transport("connection refused".into())
+}
+
 impl Transport for FakeRpc {
-    async fn broadcast_commit(&self, endpoint: String, tx: Vec<u8>) -> Result<Broadcast, Failure> {
+    async fn broadcast_commit(&self, _: String, _: Vec<u8>) -> Result<Broadcast, Failure> {
+        Err(Failure::Rejected(
+            "the reporter must not wait for blocks".into(),
+        ))
+    }
+
+    async fn broadcast_sync(&self, endpoint: String, tx: Vec<u8>) -> Result<Admission, Failure> {
         let hash: [u8; 32] = Sha256::digest(&tx).into();
         let mut c = self.0.lock().unwrap();
-        c.calls.push((endpoint.clone(), hash));
+        c.advance();
         if endpoint.contains("dead") {
-            return Err(Failure::Transport("connection refused".into()));
+            c.calls.push((endpoint, hash));
+            return Err(refused());
         }
+        c.note_sent(&endpoint, &tx);
         let step = if c.script.is_empty() {
             None
         } else {
             Some(c.script.remove(0))
         };
         match step {
-            Some(Step::Refuse) => Err(Failure::Transport("connection refused".into())),
+            Some(Step::Refuse) => Err(refused()),
             Some(Step::Unavailable) => Err(Failure::Status {
                 code: 503,
                 retry_after: Some("1".into()),
                 body: String::new(),
             }),
             Some(Step::LoseAck) => {
-                let n = records_in(&tx);
-                c.landed.entry(hash).or_insert(n);
+                if !c.waiting(&tx) && !c.landed.contains_key(&hash) {
+                    c.mempool.push(tx);
+                }
                 Err(Failure::Transport("connection reset".into()))
             }
-            Some(Step::InCacheNotYet) => Ok(Broadcast::InCache),
+            Some(Step::InCacheNotYet) => {
+                if !c.waiting(&tx) && !c.landed.contains_key(&hash) {
+                    c.mempool.push(tx);
+                }
+                Ok(Admission::InCache)
+            }
             Some(Step::Panic) => {
                 drop(c);
                 panic!("transport bug");
             }
-            Some(Step::TakenByOther) => Ok(Broadcast::Result {
+            Some(Step::TakenByOther) => Ok(Admission::Refused {
                 code: 7,
                 log: "duplicate".into(),
-                height: 0,
                 data: vec![0xAA; 32],
             }),
-            Some(Step::DuplicateNoData) => Ok(Broadcast::Result {
+            Some(Step::DuplicateNoData) => Ok(Admission::Refused {
                 code: 7,
                 log: "duplicate".into(),
-                height: 0,
                 data: Vec::new(),
             }),
+            Some(Step::ClaimsFull) => Ok(Admission::Refused {
+                code: 26,
+                log: "100000 reports are waiting in the mempool; retry after the next block".into(),
+                data: Vec::new(),
+            }),
+            Some(Step::Drop) => Ok(Admission::Accepted),
+            Some(Step::Twice) => {
+                if !c.waiting(&tx) && !c.landed.contains_key(&hash) {
+                    c.mempool.push(tx.clone());
+                    c.later.push(tx);
+                }
+                Ok(Admission::Accepted)
+            }
             None => {
                 if c.landed.contains_key(&hash) {
-                    return Ok(Broadcast::Result {
+                    return Ok(Admission::Refused {
                         code: 7,
                         log: "duplicate".into(),
-                        height: 0,
                         data: body_hash(&tx),
                     });
                 }
-                let n = records_in(&tx);
-                c.landed.insert(hash, n);
-                Ok(Broadcast::Result {
-                    code: 0,
-                    log: String::new(),
-                    height: c.landed.len() as u64,
-                    data: Vec::new(),
-                })
+                if c.waiting(&tx) {
+                    return Ok(Admission::InCache);
+                }
+                c.mempool.push(tx);
+                Ok(Admission::Accepted)
             }
         }
     }
 
-    async fn lookup(&self, _endpoint: String, hash: [u8; 32]) -> Result<Option<Included>, Failure> {
-        Ok(self.0.lock().unwrap().landed.get(&hash).map(|_| Included {
-            height: 1,
-            code: 0,
-            data: Vec::new(),
+    async fn lookup(&self, endpoint: String, hash: [u8; 32]) -> Result<Option<Included>, Failure> {
+        let mut c = self.0.lock().unwrap();
+        c.advance();
+        if endpoint.contains("dead") {
+            return Err(refused());
+        }
+        if !c.indexer {
+            return Err(Failure::Transport(
+                "transaction indexing is disabled".into(),
+            ));
+        }
+        Ok(c.blocks.iter().find_map(|b| {
+            b.txs.iter().find(|t| t.hash == hash).map(|t| Included {
+                height: b.height,
+                code: t.code,
+                data: t.data.clone(),
+            })
         }))
+    }
+
+    async fn latest_height(&self, endpoint: String) -> Result<u64, Failure> {
+        let mut c = self.0.lock().unwrap();
+        c.advance();
+        if endpoint.contains("dead") {
+            return Err(refused());
+        }
+        Ok(c.blocks.len() as u64)
+    }
+
+    async fn block(&self, endpoint: String, height: u64) -> Result<Block, Failure> {
+        let mut c = self.0.lock().unwrap();
+        c.advance();
+        if endpoint.contains("dead") {
+            return Err(refused());
+        }
+        let i = height.checked_sub(1).ok_or_else(refused)? as usize;
+        c.blocks
+            .get(i)
+            .cloned()
+            .ok_or_else(|| Failure::Transport(format!("height {height} is not available")))
     }
 }
 
@@ -174,8 +344,9 @@ async fn batches_of_at_most_1000_and_interval_flush() {
     for i in 0..2500 {
         r.record(rec(i)).await.unwrap();
     }
+    // What reached a mempool (blocks come later).
     let landed = |rpc: &FakeRpc| -> Vec<usize> {
-        let mut v: Vec<usize> = rpc.0.lock().unwrap().landed.values().copied().collect();
+        let mut v: Vec<usize> = rpc.0.lock().unwrap().sent.values().copied().collect();
         v.sort_unstable();
         v
     };
@@ -190,6 +361,7 @@ async fn batches_of_at_most_1000_and_interval_flush() {
     assert_eq!(landed(&rpc), vec![500, 1000, 1000], "the interval flushed");
     let out = r.shutdown().await;
     assert_eq!(out.len(), 3);
+    assert_eq!(r_metrics_total(&rpc), 2500, "and all of it landed");
 }
 
 #[tokio::test(start_paused = true)]
@@ -297,15 +469,27 @@ async fn shutdown_flushes_and_rejections_are_reported() {
     struct Refusing;
     impl Transport for Refusing {
         async fn broadcast_commit(&self, _: String, _: Vec<u8>) -> Result<Broadcast, Failure> {
-            Ok(Broadcast::Result {
+            Err(Failure::Rejected("not used".into()))
+        }
+        async fn broadcast_sync(&self, _: String, _: Vec<u8>) -> Result<Admission, Failure> {
+            Ok(Admission::Refused {
                 code: 13,
                 log: "user u1 has 0 credits".into(),
-                height: 3,
                 data: Vec::new(),
             })
         }
         async fn lookup(&self, _: String, _: [u8; 32]) -> Result<Option<Included>, Failure> {
             Ok(None)
+        }
+        async fn latest_height(&self, _: String) -> Result<u64, Failure> {
+            Ok(1)
+        }
+        async fn block(&self, _: String, height: u64) -> Result<Block, Failure> {
+            Ok(Block {
+                height,
+                time: 0,
+                txs: Vec::new(),
+            })
         }
     }
     let r = Reporter::start(cfg(&["a"]), key(), Refusing).unwrap();
@@ -353,7 +537,16 @@ async fn a_duplicate_counts_only_with_this_reports_own_body_hash() {
     struct InCacheThenFound(Vec<u8>);
     impl Transport for InCacheThenFound {
         async fn broadcast_commit(&self, _: String, _: Vec<u8>) -> Result<Broadcast, Failure> {
-            Ok(Broadcast::InCache)
+            Err(Failure::Rejected("not used".into()))
+        }
+        async fn broadcast_sync(&self, _: String, _: Vec<u8>) -> Result<Admission, Failure> {
+            Ok(Admission::InCache)
+        }
+        async fn latest_height(&self, _: String) -> Result<u64, Failure> {
+            Err(Failure::Transport("no status here".into()))
+        }
+        async fn block(&self, _: String, _: u64) -> Result<Block, Failure> {
+            Err(Failure::Transport("no blocks here".into()))
         }
         async fn lookup(&self, _: String, _: [u8; 32]) -> Result<Option<Included>, Failure> {
             Ok(Some(Included {
@@ -411,4 +604,175 @@ async fn a_panicking_transport_gives_the_permits_back_and_the_reporter_goes_on()
         "{out:?}"
     );
     assert_eq!(r_metrics_total(&rpc), 10);
+}
+
+/// Sum of records in landed outcomes; panics on any other outcome.
+fn all_landed(out: &[ReportOutcome]) -> usize {
+    out.iter()
+        .map(|o| match o {
+            ReportOutcome::Landed { records, .. } => *records,
+            other => panic!("{other:?}"),
+        })
+        .sum()
+}
+
+/// Shutdown, bounded (paused clock: the bound passes at once if the
+/// reporter would wait forever).
+async fn shut(r: Reporter) -> Vec<ReportOutcome> {
+    tokio::time::timeout(Duration::from_secs(3600), r.shutdown())
+        .await
+        .expect("the reporter never finished")
+}
+
+#[tokio::test(start_paused = true)]
+async fn many_reports_are_in_flight_at_once_and_each_lands_once() {
+    let rpc = FakeRpc::default();
+    let mut c = cfg(&["a", "b"]);
+    c.capacity = 100_000;
+    let r = Reporter::start(c, key(), rpc.clone()).unwrap();
+    for i in 0..60_000 {
+        r.record(rec(i)).await.unwrap();
+    }
+    let out = shut(r).await;
+    assert_eq!(all_landed(&out), 60_000);
+    let c = rpc.0.lock().unwrap();
+    // The fake's own count: transactions broadcast and in no block yet.
+    assert!(
+        c.max_unconfirmed >= 30,
+        "only {} reports were unconfirmed at once",
+        c.max_unconfirmed
+    );
+    assert_eq!(c.landed.len(), 60);
+    assert_eq!(c.landed.values().sum::<usize>(), 60_000);
+    assert!(c.inclusions.values().all(|n| *n == 1));
+    // Sent once each: no per-report waiting, no needless resubmission.
+    assert_eq!(c.calls.len(), 60);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_transaction_dropped_from_the_mempool_is_sent_again_with_the_same_bytes() {
+    let rpc = FakeRpc::default();
+    rpc.0.lock().unwrap().script = vec![Step::Drop, Step::Drop];
+    let r = Reporter::start(cfg(&["a", "b"]), key(), rpc.clone()).unwrap();
+    r.record(rec(1)).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let resubmitted = r
+        .metrics()
+        .resubmitted
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let out = shut(r).await;
+    assert_eq!(all_landed(&out), 1);
+    let c = rpc.0.lock().unwrap();
+    assert_eq!(c.calls.len(), 3, "two dropped, the third lands");
+    assert_eq!(c.sent.len(), 1, "every time the same bytes");
+    assert_eq!(c.landed.len(), 1);
+    assert_eq!(resubmitted, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_answer_is_confirmed_from_its_block_without_the_tx_indexer() {
+    let rpc = FakeRpc::default();
+    {
+        let mut c = rpc.0.lock().unwrap();
+        c.indexer = false;
+        c.script = vec![Step::LoseAck, Step::LoseAck];
+    }
+    let r = Reporter::start(cfg(&["a", "b"]), key(), rpc.clone()).unwrap();
+    r.record(rec(1)).await.unwrap();
+    let out = shut(r).await;
+    // Landed in block 1 (the follower read it; a CheckTx duplicate answer
+    // has no height).
+    assert!(
+        matches!(
+            out.as_slice(),
+            [ReportOutcome::Landed {
+                records: 1,
+                height: 1,
+                ..
+            }]
+        ),
+        "{out:?}"
+    );
+    let c = rpc.0.lock().unwrap();
+    assert_eq!(c.landed.len(), 1);
+    assert_eq!(c.inclusions.values().copied().collect::<Vec<_>>(), vec![1]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn claims_full_is_retried_and_a_second_copy_in_a_block_counts_once() {
+    let rpc = FakeRpc::default();
+    rpc.0.lock().unwrap().script = vec![Step::ClaimsFull, Step::Twice];
+    let r = Reporter::start(cfg(&["a"]), key(), rpc.clone()).unwrap();
+    r.record(rec(1)).await.unwrap();
+    let out = shut(r).await;
+    assert_eq!(all_landed(&out), 1, "{out:?}");
+    // Let the second copy reach its block.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let mut c = rpc.0.lock().unwrap();
+    c.advance();
+    assert_eq!(c.inclusions.values().copied().collect::<Vec<_>>(), vec![2]);
+    assert_eq!(c.landed.len(), 1, "the second copy got code 7");
+}
+
+fn any_step() -> impl proptest::strategy::Strategy<Value = Option<Step>> {
+    use proptest::prelude::*;
+    prop_oneof![
+        3 => Just(None),
+        1 => Just(Some(Step::Refuse)),
+        1 => Just(Some(Step::LoseAck)),
+        1 => Just(Some(Step::Unavailable)),
+        1 => Just(Some(Step::InCacheNotYet)),
+        1 => Just(Some(Step::Drop)),
+        1 => Just(Some(Step::Twice)),
+        1 => Just(Some(Step::ClaimsFull)),
+    ]
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+    /// Whatever happens to broadcasts and their answers, every record lands
+    /// exactly once, each report always as the same bytes.
+    #[test]
+    fn every_report_lands_exactly_once_under_lost_and_repeated_answers(
+        script in proptest::collection::vec(any_step(), 0..40),
+        n in 1usize..4000,
+        max_records in 1usize..=1000,
+        indexer in proptest::bool::ANY,
+        dead_first in proptest::bool::ANY,
+    ) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let rpc = FakeRpc::default();
+        {
+            let mut c = rpc.0.lock().unwrap();
+            // The faults, in order (a None: one broadcast that behaves,
+            // which the empty script does anyway).
+            c.script = script.iter().flatten().copied().collect();
+            c.indexer = indexer;
+        }
+        let endpoints: &[&str] = if dead_first { &["http://dead", "a", "b"] } else { &["a", "b"] };
+        let mut c = cfg(endpoints);
+        c.max_records = max_records;
+        c.capacity = 5000;
+        let out = rt.block_on(async {
+            let r = Reporter::start(c, key(), rpc.clone()).unwrap();
+            for i in 0..n {
+                r.record(rec(i)).await.unwrap();
+            }
+            shut(r).await
+        });
+        let landed: usize = out.iter().map(|o| match o {
+            ReportOutcome::Landed { records, .. } => *records,
+            _ => 0,
+        }).sum();
+        proptest::prop_assert_eq!(landed, n, "{:?}", out);
+        let chain = rpc.0.lock().unwrap();
+        proptest::prop_assert_eq!(chain.landed.values().sum::<usize>(), n);
+        proptest::prop_assert_eq!(chain.landed.len(), out.len());
+        proptest::prop_assert_eq!(chain.sent.len(), out.len(), "one set of bytes per report");
+    }
 }

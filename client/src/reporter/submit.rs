@@ -1,32 +1,30 @@
-//! One report's way to an outcome: sealing, the buffer-permit guard, the
-//! submission task (its panics caught), the resubmission loop, and reading
-//! the chain's answer (code 7 counts only with this report's body hash).
+//! One report's task: sealing, the buffer-permit guard, the in-flight
+//! permit, the submission (its panics caught) and the outcome's counters.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use ed25519_dalek::SigningKey;
 use prost::Message;
-use rand::SeedableRng;
 use sha2::{Digest, Sha256};
 use tally_settlement::calls::group_records;
 use tally_settlement::proto::{tx, ReportUsage, Tx, UsageRecord};
-use tally_settlement::{sign_report, Code};
+use tally_settlement::sign_report;
 use tokio::sync::{watch, Semaphore};
 
-use super::{unix_now, Metrics, ReportOutcome, ReporterConfig, ID_TAKEN};
-use crate::retry::RetryError;
-use crate::transport::{Broadcast, Included, Transport};
+use super::confirm::Confirmations;
+use super::deliver::deliver;
+use super::{unix_now, Metrics, ReportOutcome, ReporterConfig};
+use crate::transport::Transport;
 
 /// A signed report, ready to submit.
 pub(super) struct Sealed {
-    id: String,
-    tx: Vec<u8>,
+    pub(super) id: String,
+    pub(super) tx: Vec<u8>,
     /// SHA-256 of the signed report's body, as the chain hashes it.
-    body_hash: [u8; 32],
+    pub(super) body_hash: [u8; 32],
     pub(super) records: usize,
-    expires_at: u64,
+    pub(super) expires_at: u64,
 }
 
 /// SHA-256 of the `SignedReport.body` inside a report transaction.
@@ -75,14 +73,30 @@ impl Drop for SlotGuard {
     }
 }
 
-/// What one report's task needs, cloned from the reporter's.
-pub(super) struct Submission<T> {
+/// What every report's task shares with the reporter.
+pub(super) struct Context<T> {
     pub(super) cfg: Arc<ReporterConfig>,
     pub(super) transport: Arc<T>,
     pub(super) metrics: Arc<Metrics>,
+    /// The block follower's registry.
+    pub(super) conf: Arc<Confirmations>,
+}
+
+/// What one report's task needs, cloned from the reporter's.
+pub(super) struct Submission<T> {
+    pub(super) ctx: Arc<Context<T>>,
     pub(super) outcomes: Arc<Mutex<Vec<ReportOutcome>>>,
     pub(super) permits: Arc<Semaphore>,
     pub(super) shutdown: watch::Receiver<bool>,
+}
+
+/// One report counted in flight until dropped.
+struct InFlight<'a>(&'a Metrics);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl<T: Transport> Submission<T> {
@@ -91,9 +105,7 @@ impl<T: Transport> Submission<T> {
     pub(super) async fn run(self, sealed: Sealed, guard: SlotGuard) {
         let _guard = guard;
         let Submission {
-            cfg,
-            transport,
-            metrics,
+            ctx,
             outcomes,
             permits,
             shutdown,
@@ -101,14 +113,15 @@ impl<T: Transport> Submission<T> {
         let Ok(_permit) = permits.acquire_owned().await else {
             return;
         };
+        let metrics = ctx.metrics.clone();
+        metrics.in_flight.fetch_add(1, Ordering::Relaxed);
+        let _in_flight = InFlight(&metrics);
         let (report_id, records) = (sealed.id.clone(), sealed.records);
+        // Registered with the block follower before the first broadcast.
+        let watch = ctx.conf.watch(Sha256::digest(&sealed.tx).into());
         // The submission runs as its own task so that a panic in it (a
         // transport's bug) becomes an outcome here, not a lost report.
-        let m = metrics.clone();
-        let submission =
-            tokio::spawn(
-                async move { deliver(&cfg, transport.as_ref(), &m, sealed, shutdown).await },
-            );
+        let submission = tokio::spawn(async move { deliver(&ctx, sealed, watch, shutdown).await });
         let outcome = match submission.await {
             Ok(o) => o,
             Err(e) => ReportOutcome::Failed {
@@ -179,105 +192,5 @@ fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
         Err(p) => p
             .downcast_ref::<&str>()
             .map_or_else(|| "(no message)".into(), |s| (*s).to_string()),
-    }
-}
-
-/// Submits one sealed report until it has an outcome.
-async fn deliver<T: Transport>(
-    cfg: &ReporterConfig,
-    transport: &T,
-    metrics: &Metrics,
-    sealed: Sealed,
-    mut shutdown: watch::Receiver<bool>,
-) -> ReportOutcome {
-    let hash: [u8; 32] = Sha256::digest(&sealed.tx).into();
-    let mut rng = rand::rngs::StdRng::from_entropy();
-    let mut last_error = String::new();
-    let mut first = true;
-    loop {
-        if unix_now() >= sealed.expires_at {
-            return ReportOutcome::Expired {
-                report_id: sealed.id,
-                records: sealed.records,
-                last_error,
-            };
-        }
-        if !first {
-            metrics.retried.fetch_add(1, Ordering::Relaxed);
-        }
-        first = false;
-        let r = cfg
-            .policy
-            .run(&cfg.endpoints, &mut shutdown, &mut rng, |e: &String, _| {
-                transport.broadcast_commit(e.clone(), sealed.tx.clone())
-            })
-            .await;
-        match r {
-            Ok(Broadcast::Result {
-                code,
-                log,
-                height,
-                data,
-            }) => return finished(sealed, code, log, height, &data),
-            Ok(Broadcast::InCache) => {
-                // In some mempool or already in a block: find out which.
-                for e in &cfg.endpoints {
-                    if let Ok(Some(Included { height, code, data })) =
-                        transport.lookup(e.clone(), hash).await
-                    {
-                        return finished(
-                            sealed,
-                            code,
-                            "refused in its block".into(),
-                            height,
-                            &data,
-                        );
-                    }
-                }
-                last_error = "in a mempool, not yet in a block".into();
-            }
-            Err(RetryError::Fatal(f)) => last_error = f.to_string(),
-            Err(RetryError::Shutdown) => last_error = "shutting down".into(),
-            Err(e) => last_error = e.to_string(),
-        }
-        // Settle down before the next attempt (same bytes).
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
-/// A report the chain answered: accepted, or already there (a duplicate
-/// whose `data` is this report's own body hash), is landed; a duplicate
-/// answer for a different body, and any other code, is a refusal.
-fn finished(sealed: Sealed, code: u32, log: String, height: u64, data: &[u8]) -> ReportOutcome {
-    let landed = if code == Code::DuplicateReport.value() {
-        data == sealed.body_hash.as_slice()
-    } else {
-        code == Code::Ok.value()
-    };
-    if landed {
-        return ReportOutcome::Landed {
-            report_id: sealed.id,
-            records: sealed.records,
-            height,
-        };
-    }
-    let log = if code == Code::DuplicateReport.value() {
-        format!(
-            "{ID_TAKEN}: the chain holds body sha256 {}, this report's is {} ({log})",
-            if data.is_empty() {
-                "(none given)".to_string()
-            } else {
-                hex::encode(data)
-            },
-            hex::encode(sealed.body_hash),
-        )
-    } else {
-        log
-    };
-    ReportOutcome::Rejected {
-        report_id: sealed.id,
-        records: sealed.records,
-        code,
-        log,
     }
 }
