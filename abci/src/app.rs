@@ -43,6 +43,8 @@ pub(crate) struct Inner {
     pub(crate) inbox: Mutex<Inbox>,
     /// Report scopes claimed by transactions waiting in the mempool.
     pub(crate) claims: Mutex<Claims>,
+    /// Gateway signatures this node verified (mempool and blocks).
+    pub(crate) signatures: crate::sigcache::SignatureCache,
     /// Where this node's snapshots are kept, if it serves any.
     pub(crate) snapshots: RwLock<Option<Arc<dyn crate::snapshot::SnapshotStore>>>,
     /// The state-sync restore under way, if any.
@@ -107,6 +109,7 @@ impl TallyApp {
                 signer: RwLock::new(None),
                 inbox: Mutex::new(Inbox::default()),
                 claims: Mutex::new(Claims::default()),
+                signatures: Default::default(),
                 snapshots: RwLock::new(None),
                 restore: Mutex::new(None),
                 metrics,
@@ -127,6 +130,11 @@ impl TallyApp {
 
     pub(crate) fn claims(&self) -> MutexGuard<'_, Claims> {
         self.inner.claims.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Gateway signatures this node already verified.
+    pub(crate) fn signatures(&self) -> &crate::sigcache::SignatureCache {
+        &self.inner.signatures
     }
 
     pub(crate) fn inbox(&self) -> MutexGuard<'_, Inbox> {

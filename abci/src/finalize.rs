@@ -22,6 +22,7 @@ pub(crate) fn finalize_block(app: &TallyApp, req: RequestFinalizeBlock) -> Respo
     }
     let block = convert::block(req.height, req.time.as_ref());
     let mut c = app.consensus();
+    let sigs = app.signatures();
     if c.finalized.take().is_some() {
         // The same height again without a Commit: start from the state
         // before the first execution.
@@ -39,7 +40,7 @@ pub(crate) fn finalize_block(app: &TallyApp, req: RequestFinalizeBlock) -> Respo
             let mut tx_results = Vec::with_capacity(req.txs.len());
             let mut fault = None;
             for tx in &req.txs {
-                match settlement::deliver_tx(&mut c.pending, &block, tx) {
+                match settlement::deliver_tx_with(&mut c.pending, &block, tx, sigs) {
                     Ok(r) => tx_results.push(ExecTxResult {
                         code: r.code.value(),
                         log: r.log,

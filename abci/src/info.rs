@@ -130,7 +130,8 @@ fn query_key(app: &TallyApp, req: &RequestQuery) -> ResponseQuery {
 }
 
 pub(crate) fn check_tx(app: &TallyApp, req: RequestCheckTx) -> ResponseCheckTx {
-    let r = match settlement::check_tx_claim(app.committed_state(), &req.tx) {
+    let r = match settlement::check_tx_claim_with(app.committed_state(), &req.tx, app.signatures())
+    {
         Ok(checked) => match checked.claim {
             Some((scope, expires_at)) => {
                 match app.claims().claim(&scope, expires_at, &req.tx, checked.now) {

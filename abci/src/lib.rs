@@ -41,6 +41,7 @@ mod init;
 pub mod mempool;
 pub mod metrics;
 mod proposal;
+pub mod sigcache;
 pub mod snapshot;
 mod vote_extension;
 

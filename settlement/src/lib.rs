@@ -57,9 +57,12 @@ pub use genesis::{
     parse_pubkey, AllowanceEntry, BalanceEntry, DkgGenesis, GatewayEntry, Genesis, GenesisError,
     Params, UserEntry,
 };
-pub use machine::{check_tx, check_tx_claim, deliver_tx, init_chain, CheckedTx};
+pub use machine::{
+    check_tx, check_tx_claim, check_tx_claim_with, deliver_tx, deliver_tx_with, init_chain,
+    CheckedTx,
+};
 pub use record::{Counters, Overflow, RouteId, RouteRecordView, WindowView};
-pub use report::{sign_report, REPORT_SIGN_DOMAIN};
+pub use report::{sign_report, VerifiedSignatures, VerifyAll, REPORT_SIGN_DOMAIN};
 pub use state::chain::{balance, chain_id, params};
 pub use system::{prepare_system, rederive_start, verify_system};
 pub use tx::{decode_tx, is_system_tx};

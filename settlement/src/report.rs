@@ -110,9 +110,54 @@ impl UserPlan {
     }
 }
 
+/// Gateway signatures this node has already verified, by
+/// [`signature_id`]: a report whose signature is known verifies without
+/// the ed25519 check. The answer cannot differ (the id commits to the key,
+/// the signature and the signed body), so a node with a cache and one
+/// without reach the same result; the cache only saves the work when the
+/// same transaction is checked again (mempool recheck after every block,
+/// then FinalizeBlock). Only signatures that verified are ever inserted.
+pub trait VerifiedSignatures {
+    /// Whether the signature with this id verified before.
+    fn contains(&self, id: &[u8; 32]) -> bool;
+    /// Remembers that the signature with this id verified.
+    fn insert(&self, id: [u8; 32]);
+}
+
+/// No memory: every signature is verified.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct VerifyAll;
+
+impl VerifiedSignatures for VerifyAll {
+    fn contains(&self, _: &[u8; 32]) -> bool {
+        false
+    }
+    fn insert(&self, _: [u8; 32]) {}
+}
+
+/// The id of a report signature: SHA-256 of the gateway key, the signature
+/// and SHA-256 of the signed body.
+pub fn signature_id(gateway_key: &[u8], signature: &[u8], body_hash: &[u8; 32]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(gateway_key);
+    h.update(signature);
+    h.update(body_hash);
+    h.finalize().into()
+}
+
 /// Plans the transaction `bytes` at block time `now`: it must fit
 /// `max_tx_bytes`, decode, and be a valid usage report.
 pub fn plan_tx(kv: &impl KvRead, now: u64, bytes: &[u8]) -> Result<UserPlan, ExecError> {
+    plan_tx_with(kv, now, bytes, &VerifyAll)
+}
+
+/// [`plan_tx`], skipping the ed25519 check of signatures `sigs` knows.
+pub fn plan_tx_with(
+    kv: &impl KvRead,
+    now: u64,
+    bytes: &[u8],
+    sigs: &dyn VerifiedSignatures,
+) -> Result<UserPlan, ExecError> {
     let params = params(kv)?;
     if bytes.len() as u64 > params.max_tx_bytes {
         return Err(reject(
@@ -126,7 +171,7 @@ pub fn plan_tx(kv: &impl KvRead, now: u64, bytes: &[u8]) -> Result<UserPlan, Exe
     }
     match decode_canonical(bytes)?.sum {
         Some(tx::Sum::Report(r)) => {
-            plan_report(kv, &params, now, &r).map(|p| UserPlan::Report(Box::new(p)))
+            plan_report(kv, &params, now, &r, sigs).map(|p| UserPlan::Report(Box::new(p)))
         }
         Some(tx::Sum::Allowance(a)) => plan_allowance(kv, now, &a).map(UserPlan::Allowance),
         Some(_) => Err(reject(Code::BadSystemTx, "not a usage report")),
@@ -139,6 +184,8 @@ pub fn plan_tx(kv: &impl KvRead, now: u64, bytes: &[u8]) -> Result<UserPlan, Exe
 fn check_signature(
     kv: &impl KvRead,
     signed: &SignedReport,
+    body_hash: &[u8; 32],
+    sigs: &dyn VerifiedSignatures,
 ) -> Result<(String, [u8; 32]), ExecError> {
     let key: [u8; 32] = signed.gateway_key.as_slice().try_into().map_err(|_| {
         reject(
@@ -161,6 +208,10 @@ fn check_signature(
             format!("signature is {} bytes, want 64", signed.signature.len()),
         )
     })?;
+    let id = signature_id(&key, &sig, body_hash);
+    if sigs.contains(&id) {
+        return Ok((gateway, key));
+    }
     let vk = VerifyingKey::from_bytes(&key)
         .map_err(|_| reject(Code::UnknownGateway, "gateway key is not an ed25519 point"))?;
     let mut msg = Vec::with_capacity(REPORT_SIGN_DOMAIN.len() + signed.body.len());
@@ -173,6 +224,7 @@ fn check_signature(
                 format!("signature does not verify for gateway {gateway}"),
             )
         })?;
+    sigs.insert(id);
     Ok((gateway, key))
 }
 
@@ -256,6 +308,7 @@ fn plan_report(
     params: &Params,
     now: u64,
     signed: &SignedReport,
+    sigs: &dyn VerifiedSignatures,
 ) -> Result<Plan, ExecError> {
     let report = ReportUsage::decode(signed.body.as_slice()).map_err(|e| {
         reject(
@@ -269,10 +322,10 @@ fn plan_report(
             "report body is not in canonical protobuf encoding (fields in order, no unknown or repeated fields)",
         ));
     }
-    let (gateway, gateway_key) = check_signature(kv, signed)?;
+    let body_hash: [u8; 32] = Sha256::digest(&signed.body).into();
+    let (gateway, gateway_key) = check_signature(kv, signed, &body_hash, sigs)?;
     let scope = keys::report_scope(&gateway_key, &report.report_id);
     check_header(kv, params, now, &report, &scope)?;
-    let body_hash: [u8; 32] = Sha256::digest(&signed.body).into();
 
     let rid = hex::encode(&report.report_id);
     let window = now / params.settlement_window_secs;
