@@ -20,14 +20,21 @@ pub fn p50_p99(v: &mut [f64]) -> (f64, f64) {
     (percentile(v, 0.5), percentile(v, 0.99))
 }
 
-/// The sweep stops once committed throughput stopped rising: the last two
-/// steps each gained less than `min_gain` (0.05 = 5 %) over the step
-/// before them.
+/// The sweep stops once committed throughput stopped rising: each of the
+/// last two steps stayed below `1 + min_gain` (0.05 = 5 %) times the best
+/// of the steps before it. Measured against the best so far, not the step
+/// before, so that noise around the ceiling (a dip, then a rebound) does
+/// not count as a gain.
 pub fn saturated(committed: &[f64], min_gain: f64) -> bool {
-    match committed {
-        [.., a, b, c] => *b < *a * (1.0 + min_gain) && *c < *b * (1.0 + min_gain),
-        _ => false,
+    let n = committed.len();
+    if n < 3 {
+        return false;
     }
+    let flat = |i: usize| {
+        let best = committed[..i].iter().copied().fold(f64::MIN, f64::max);
+        committed[i] < best * (1.0 + min_gain)
+    };
+    flat(n - 2) && flat(n - 1)
 }
 
 /// CPU time and memory of one process, from `/proc/PID/stat` and
@@ -233,6 +240,13 @@ mod tests {
         assert!(saturated(&[100.0, 200.0, 209.0, 212.0], 0.05));
         // A fall counts as no gain.
         assert!(saturated(&[300.0, 250.0, 240.0], 0.05));
+        // A dip and a rebound to the old best is no gain either (the
+        // measured Tally sweep: 530, 455, 503).
+        assert!(saturated(&[338.0, 434.0, 486.0, 530.0, 455.0, 503.0], 0.05));
+        assert!(!saturated(
+            &[338.0, 434.0, 486.0, 530.0, 455.0, 569.0],
+            0.05
+        ));
         // Exactly +5 % is a gain.
         assert!(!saturated(&[100.0, 105.0, 110.25], 0.05));
     }
