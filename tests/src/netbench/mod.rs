@@ -58,7 +58,7 @@ pub const KVSTORE_PORT_BASE: u16 = 19656;
 
 const USAGE: &str = "tally-bench network [--apps tally,kvstore] [--sizes 1,100[,1000]] \
 [--records-per-report N] [--start-rate N] [--factor F] [--rate-cap N] [--step-secs N] \
-[--max-steps N] [--conns N] [--query-rate N] [--drain-secs N] [--out DIR]";
+[--max-steps N] [--conns N] [--query-rate N] [--drain-secs N] [--out DIR] | --plot CSV [PNG]";
 
 impl Options {
     /// Parses the arguments after `network`.
@@ -152,6 +152,18 @@ struct Disk {
 
 /// Runs the benchmark with the arguments after `network`.
 pub fn main(args: &[String]) -> Result<()> {
+    if let [flag, csv, rest @ ..] = args {
+        if flag == "--plot" {
+            // Redraw a finished run's plot from its CSV.
+            let rows = plot::read_csv(&std::fs::read_to_string(csv)?)?;
+            let png = rest
+                .first()
+                .map_or_else(|| PathBuf::from(csv).with_extension("png"), PathBuf::from);
+            plot::draw(&rows, &png)?;
+            println!("plot: {}", png.display());
+            return Ok(());
+        }
+    }
     let o = Options::parse(args)?;
     std::fs::create_dir_all(&o.out)?;
     let gateway = SigningKey::from_bytes(&rand::random::<[u8; 32]>());

@@ -30,15 +30,20 @@ fn load_font() -> Result<()> {
 
 /// The series of `rows`: (label, rows of that application and size).
 fn series(rows: &[StepRow]) -> Vec<(String, Vec<&StepRow>)> {
-    let mut out: Vec<(String, Vec<&StepRow>)> = Vec::new();
+    let mut out: Vec<((String, usize), Vec<&StepRow>)> = Vec::new();
     for r in rows {
-        let label = format!("{} {}-record size ({} B)", r.app, r.records, r.tx_bytes);
-        match out.iter_mut().find(|(l, _)| *l == label) {
+        let key = (r.app.clone(), r.records);
+        match out.iter_mut().find(|(k, _)| *k == key) {
             Some((_, v)) => v.push(r),
-            None => out.push((label, vec![r])),
+            None => out.push((key, vec![r])),
         }
     }
-    out
+    out.into_iter()
+        .map(|((app, n), v)| {
+            let bytes = v.iter().map(|r| r.tx_bytes).sum::<usize>() / v.len();
+            (format!("{app} {n}-record size (~{bytes} B)"), v)
+        })
+        .collect()
 }
 
 /// Draws `rows` into a PNG at `path`.
@@ -71,8 +76,9 @@ pub fn draw(rows: &[StepRow], path: &Path) -> Result<()> {
         .label_style(("sans-serif", 14))
         .draw()?;
     // The ideal: everything offered is committed.
+    let top = max_x.min(max_y);
     c.draw_series(LineSeries::new(
-        [(min_x, min_x), (max_x, max_x)],
+        [(min_x.max(0.5), min_x.max(0.5)), (top, top)],
         BLACK.mix(0.25),
     ))?
     .label("committed = offered")
@@ -128,6 +134,42 @@ pub fn draw(rows: &[StepRow], path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Rows read back from a `network.csv` (the columns the plot uses), to
+/// redraw a finished run: `tally-bench network --plot CSV`.
+pub fn read_csv(text: &str) -> anyhow::Result<Vec<StepRow>> {
+    let mut lines = text.lines();
+    let head: Vec<&str> = lines.next().context("empty CSV")?.split(',').collect();
+    let col = |name: &str| {
+        head.iter()
+            .position(|h| *h == name)
+            .with_context(|| format!("no column {name}"))
+    };
+    let (app, rec, bytes, off, com, p99) = (
+        col("app")?,
+        col("records_per_report")?,
+        col("tx_bytes")?,
+        col("offered_tx_s")?,
+        col("committed_tx_s")?,
+        col("latency_p99_ms")?,
+    );
+    lines
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            let get = |i: usize| f.get(i).copied().context("short CSV line");
+            Ok(StepRow {
+                app: get(app)?.to_string(),
+                records: get(rec)?.parse()?,
+                tx_bytes: get(bytes)?.parse()?,
+                offered: get(off)?.parse()?,
+                committed: get(com)?.parse()?,
+                lat_p99: get(p99)?.parse()?,
+                ..StepRow::default()
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -147,16 +189,27 @@ mod tests {
             lat_p99: 1500.0,
             ..StepRow::default()
         };
-        let rows = [
+        let mut rows = [
             row("tally", 100.0, 99.0),
             row("tally", 150.0, 120.0),
             row("kvstore", 100.0, 100.0),
         ];
-        assert_eq!(series(&rows).len(), 2);
+        // Tally's mean size varies a little from step to step: one series.
+        rows[1].tx_bytes = 252;
+        let s = series(&rows);
+        assert_eq!(s.len(), 2);
+        assert_eq!(s[0].0, "tally 1-record size (~251 B)");
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("x.png");
         draw(&rows, &p).unwrap();
         let bytes = std::fs::read(&p).unwrap();
         assert_eq!(&bytes[1..4], b"PNG");
+        // The CSV the benchmark writes reads back to the same series.
+        let back = read_csv(&super::super::stats::csv(&rows)).unwrap();
+        assert_eq!(back.len(), 3);
+        assert_eq!(
+            (back[1].offered, back[1].committed, back[1].tx_bytes),
+            (150.0, 120.0, 252)
+        );
     }
 }
