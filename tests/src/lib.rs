@@ -3,8 +3,8 @@
 //! byzantine behaviours for it and an in-process hub with every node's
 //! relay, a real CometBFT localnet on loopback, a fault-injecting proxy, a
 //! tampering proxy that lies about query values and headers, a tiny
-//! WebDriver client for headless Chromium, and the runner of the end-to-end
-//! tests that use them.
+//! WebDriver client for headless Chromium, the runner of the end-to-end
+//! tests that use them, and the network benchmark against CometBFT's kvstore.
 
 pub mod adversary;
 pub mod chaos;
@@ -13,6 +13,7 @@ pub mod harness;
 pub mod hub;
 pub mod localnet;
 pub mod metric_names;
+pub mod netbench;
 pub mod proxy;
 pub mod snapbench;
 pub mod tamper;

@@ -18,6 +18,11 @@
 //! `worst`: the worst ProcessProposal and FinalizeBlock a byzantine
 //! proposer can cause within the caps (ADR 0010) at `--validators N`
 //! (default 100): p50/p99/max over `--reps R` (default 30) runs.
+//! `network [--apps tally,kvstore] [--sizes 1,100[,1000]] [--start-rate N]
+//! [--step-secs N] [--max-steps N] [--out DIR]`: Tally and CometBFT's kvstore
+//! each on a 4-validator loopback network with the same CometBFT settings,
+//! open-loop load rising step by step to saturation; table, CSV and PNG in
+//! `$CARGO_TARGET_DIR/bench/network` (`tally_tests::netbench`).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -460,6 +465,9 @@ fn propose_and_check(
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().is_some_and(|a| a == "network") {
+        return tally_tests::netbench::main(&args[1..]);
+    }
     let mut blocks = 30;
     let mut validators = 100u32;
     let mut reps = 30usize;

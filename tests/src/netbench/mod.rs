@@ -1,0 +1,274 @@
+//! `tally-bench network`: Tally against CometBFT's kvstore on the same
+//! machine in one run. Each application gets its own 4-validator network on
+//! loopback with the same CometBFT settings ([`net`]); an open-loop load
+//! ([`load`]) offers transactions of the same sizes (Tally reports of 1, 100
+//! or 1,000 records; kvstore `key=value` padded to the same bytes) at a rate
+//! that rises step by step until committed throughput stops rising.
+//! Per step: offered, accepted, committed tx/s and bytes/s, broadcast to
+//! commit latency, CPU and memory of every process, and for Tally
+//! `abci_query` latency under load. Output: a table, a CSV and a PNG
+//! ([`plot`]).
+
+pub mod load;
+pub mod net;
+pub mod plot;
+pub mod stats;
+mod step;
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use ed25519_dalek::SigningKey;
+
+use load::ReportGen;
+use net::{App, Net, CHAIN_ID};
+use stats::StepRow;
+
+/// The benchmark's options.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Applications, in order.
+    pub apps: Vec<App>,
+    /// Records per Tally report; one sweep per size and application.
+    pub sizes: Vec<usize>,
+    /// First offered rate, tx/s (default: 100 / sqrt(records)).
+    pub start_rate: Option<f64>,
+    /// Factor between steps.
+    pub factor: f64,
+    /// Highest offered rate.
+    pub rate_cap: f64,
+    /// Seconds of each step.
+    pub step_secs: u64,
+    /// Most steps per sweep.
+    pub max_steps: usize,
+    /// Sending connections (threads).
+    pub conns: usize,
+    /// Queries per second against Tally during each step.
+    pub query_rate: f64,
+    /// Most seconds to wait for the mempools to drain after a step.
+    pub drain_secs: u64,
+    /// Output directory.
+    pub out: PathBuf,
+}
+
+/// Tally's network's first port (validator i: + 10 i, + 0..=5).
+pub const TALLY_PORT_BASE: u16 = 18656;
+/// The kvstore network's first port.
+pub const KVSTORE_PORT_BASE: u16 = 19656;
+
+const USAGE: &str = "tally-bench network [--apps tally,kvstore] [--sizes 1,100[,1000]] \
+[--records-per-report N] [--start-rate N] [--factor F] [--rate-cap N] [--step-secs N] \
+[--max-steps N] [--conns N] [--query-rate N] [--drain-secs N] [--out DIR] | --plot CSV [PNG]";
+
+impl Options {
+    /// Parses the arguments after `network`.
+    pub fn parse(args: &[String]) -> Result<Self> {
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/tally-target"))
+            })
+            .unwrap_or_else(|| PathBuf::from("target"));
+        let mut o = Options {
+            apps: vec![App::Tally, App::Kvstore],
+            sizes: vec![1, 100],
+            start_rate: None,
+            factor: 1.5,
+            rate_cap: 20_000.0,
+            step_secs: 20,
+            max_steps: 16,
+            conns: 8,
+            query_rate: 20.0,
+            drain_secs: 90,
+            out: target.join("bench").join("network"),
+        };
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            let mut val = || {
+                it.next()
+                    .with_context(|| format!("{a} needs a value; {USAGE}"))
+            };
+            let num = |v: &String| -> Result<f64> {
+                v.parse::<f64>()
+                    .ok()
+                    .filter(|x| x.is_finite() && *x > 0.0)
+                    .with_context(|| format!("{a} needs a positive number, got {v:?}"))
+            };
+            match a.as_str() {
+                "--apps" => {
+                    o.apps = val()?
+                        .split(',')
+                        .map(|s| match s {
+                            "tally" => Ok(App::Tally),
+                            "kvstore" => Ok(App::Kvstore),
+                            _ => bail!("unknown app {s:?} (tally, kvstore)"),
+                        })
+                        .collect::<Result<_>>()?
+                }
+                "--sizes" | "--records-per-report" => {
+                    o.sizes = val()?
+                        .split(',')
+                        .map(|s| {
+                            s.parse()
+                                .ok()
+                                .filter(|n| (1..=1000).contains(n))
+                                .with_context(|| format!("{a}: {s:?} is not 1..=1000"))
+                        })
+                        .collect::<Result<_>>()?
+                }
+                "--start-rate" => o.start_rate = Some(num(val()?)?),
+                "--factor" => o.factor = num(val()?)?.max(1.01),
+                "--rate-cap" => o.rate_cap = num(val()?)?,
+                "--step-secs" => o.step_secs = num(val()?)?.ceil() as u64,
+                "--max-steps" => o.max_steps = num(val()?)? as usize,
+                "--conns" => o.conns = num(val()?)? as usize,
+                "--query-rate" => o.query_rate = num(val()?)?,
+                "--drain-secs" => o.drain_secs = num(val()?)? as u64,
+                "--out" => o.out = PathBuf::from(val()?),
+                "-h" | "--help" => bail!("usage: {USAGE}"),
+                other => bail!("unknown option {other:?}; usage: {USAGE}"),
+            }
+        }
+        if o.apps.is_empty() || o.sizes.is_empty() || o.max_steps == 0 || o.conns == 0 {
+            bail!("usage: {USAGE}");
+        }
+        Ok(o)
+    }
+
+    fn start(&self, records: usize) -> f64 {
+        self.start_rate
+            .unwrap_or_else(|| (100.0 / (records as f64).sqrt()).max(2.0))
+    }
+}
+
+/// What one application's network left behind, for the summary.
+#[derive(Debug, Default)]
+struct Disk {
+    tally_db_start: u64,
+    tally_db: u64,
+    node_data: u64,
+    records: u64,
+}
+
+/// Runs the benchmark with the arguments after `network`.
+pub fn main(args: &[String]) -> Result<()> {
+    if let [flag, csv, rest @ ..] = args {
+        if flag == "--plot" {
+            // Redraw a finished run's plot from its CSV.
+            let rows = plot::read_csv(&std::fs::read_to_string(csv)?)?;
+            let png = rest
+                .first()
+                .map_or_else(|| PathBuf::from(csv).with_extension("png"), PathBuf::from);
+            plot::draw(&rows, &png)?;
+            println!("plot: {}", png.display());
+            return Ok(());
+        }
+    }
+    let o = Options::parse(args)?;
+    std::fs::create_dir_all(&o.out)?;
+    let gateway = SigningKey::from_bytes(&rand::random::<[u8; 32]>());
+    let mut gen = ReportGen::new(gateway.clone(), CHAIN_ID);
+    // Tally's mean report size per record count: the kvstore's tx size.
+    let sizes: Vec<(usize, usize)> = o
+        .sizes
+        .iter()
+        .map(|&r| {
+            let b = load::Batch::new((0..20).map(|_| gen.tx(r, u64::MAX / 2)));
+            (r, b.mean_size())
+        })
+        .collect();
+    let clk_tck = std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+        .unwrap_or(100u64);
+    println!(
+        "network benchmark: apps {:?}, records per report {:?} (tx bytes {:?}), {} s steps, x{} from {} tx/s, {} connections, {} CPUs",
+        o.apps.iter().map(|a| a.name()).collect::<Vec<_>>(),
+        o.sizes,
+        sizes.iter().map(|s| s.1).collect::<Vec<_>>(),
+        o.step_secs,
+        o.factor,
+        o.sizes.iter().map(|r| format!("{:.0}", o.start(*r))).collect::<Vec<_>>().join("/"),
+        o.conns,
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+    );
+    let mut rows: Vec<StepRow> = Vec::new();
+    let mut disk = Disk::default();
+    let mut settings: Vec<(App, Vec<(String, String)>)> = Vec::new();
+    for &app in &o.apps {
+        let base = match app {
+            App::Tally => TALLY_PORT_BASE,
+            App::Kvstore => KVSTORE_PORT_BASE,
+        };
+        let mut net = Net::start(app, base, &o.out, &gateway, gen.users())
+            .with_context(|| format!("starting the {} network", app.name()))?;
+        step::wait_blocks(&mut net, 3)?;
+        if app == App::Tally {
+            disk.tally_db_start = stats::dir_bytes(&net.home(0).join("data").join("tally.db"));
+        }
+        let s = net.settings()?;
+        println!(
+            "\n{} network up (RPC {}); CometBFT settings:",
+            app.name(),
+            net.rpc_urls().join(" ")
+        );
+        for (k, v) in &s {
+            println!("  {k:<28} {v}");
+        }
+        settings.push((app, s));
+        println!("{}", step::TABLE_HEADER);
+        for &(records, bytes) in &sizes {
+            let mut committed = Vec::new();
+            let mut rate = o.start(records);
+            for n in 1..=o.max_steps {
+                let row = step::run(&mut net, &o, &mut gen, records, bytes, rate, n, clk_tck)?;
+                println!("{}", step::table_line(&row));
+                committed.push(row.committed);
+                if app == App::Tally {
+                    disk.records += row.ok_total * records as u64;
+                }
+                rows.push(row);
+                std::fs::write(o.out.join("network.csv"), stats::csv(&rows))?;
+                if stats::saturated(&committed, 0.05) || rate * o.factor > o.rate_cap {
+                    break;
+                }
+                rate *= o.factor;
+            }
+        }
+        if app == App::Tally {
+            disk.tally_db = stats::dir_bytes(&net.home(0).join("data").join("tally.db"));
+            disk.node_data = stats::dir_bytes(&net.home(0).join("data"));
+        }
+        net.stop();
+    }
+    if settings.len() == 2 {
+        let diff: Vec<_> = settings[0]
+            .1
+            .iter()
+            .zip(&settings[1].1)
+            .filter(|(a, b)| a != b && a.0 != "proxy_app")
+            .collect();
+        if !diff.is_empty() {
+            bail!("the networks' settings differ: {diff:?}");
+        }
+    }
+    let csv = o.out.join("network.csv");
+    std::fs::write(&csv, stats::csv(&rows))?;
+    let png = o.out.join("network.png");
+    if let Err(e) = plot::draw(&rows, &png) {
+        eprintln!("no plot: {e:#}");
+    }
+    let summary = step::summary(
+        &rows,
+        disk.tally_db_start,
+        disk.tally_db,
+        disk.node_data,
+        disk.records,
+    );
+    print!("\n{summary}");
+    std::fs::write(o.out.join("summary.txt"), &summary)?;
+    println!("\nCSV: {}\nplot: {}", csv.display(), png.display());
+    Ok(())
+}
