@@ -35,6 +35,7 @@ pub fn build_report(
         report_id: report_id.to_vec(),
         expires_at,
         records,
+        route_calls: Vec::new(),
     }
 }
 
@@ -46,6 +47,8 @@ pub struct ReportGen {
     chain_id: String,
     run: u64,
     next: u64,
+    /// Reports in the compact form (ADR 0014) instead of one record a call.
+    pub compact: bool,
 }
 
 impl ReportGen {
@@ -59,6 +62,7 @@ impl ReportGen {
             chain_id: chain_id.into(),
             run,
             next: 0,
+            compact: true,
         }
     }
 
@@ -90,7 +94,10 @@ impl ReportGen {
         id[..8].copy_from_slice(&self.run.to_be_bytes());
         id[8..].copy_from_slice(&self.next.to_be_bytes());
         let records = self.traffic.records(n, 10);
-        let report = build_report(records, &self.chain_id, id, expires_at);
+        let mut report = build_report(records, &self.chain_id, id, expires_at);
+        if self.compact {
+            report = tally_settlement::calls::compact(report);
+        }
         tally_settlement::sign_report(&self.key, &report)
     }
 }

@@ -49,6 +49,9 @@ pub struct Options {
     pub drain_secs: u64,
     /// Output directory.
     pub out: PathBuf,
+    /// Tally reports in the compact form (`route_calls`, ADR 0014, the
+    /// SDK's default) or as one `UsageRecord` per call.
+    pub compact: bool,
 }
 
 /// Tally's network's first port (validator i: + 10 i, + 0..=5).
@@ -58,7 +61,8 @@ pub const KVSTORE_PORT_BASE: u16 = 19656;
 
 const USAGE: &str = "tally-bench network [--apps tally,kvstore] [--sizes 1,100[,1000]] \
 [--records-per-report N] [--start-rate N] [--factor F] [--rate-cap N] [--step-secs N] \
-[--max-steps N] [--conns N] [--query-rate N] [--drain-secs N] [--out DIR] | --plot CSV [PNG]";
+[--max-steps N] [--conns N] [--query-rate N] [--drain-secs N] [--encoding compact|plain] \
+[--out DIR] | --plot CSV [PNG]";
 
 impl Options {
     /// Parses the arguments after `network`.
@@ -81,6 +85,7 @@ impl Options {
             query_rate: 20.0,
             drain_secs: 90,
             out: target.join("bench").join("network"),
+            compact: true,
         };
         let mut it = args.iter();
         while let Some(a) = it.next() {
@@ -125,6 +130,13 @@ impl Options {
                 "--query-rate" => o.query_rate = num(val()?)?,
                 "--drain-secs" => o.drain_secs = num(val()?)? as u64,
                 "--out" => o.out = PathBuf::from(val()?),
+                "--encoding" => {
+                    o.compact = match val()?.as_str() {
+                        "compact" => true,
+                        "plain" => false,
+                        other => bail!("--encoding is compact or plain, got {other:?}"),
+                    }
+                }
                 "-h" | "--help" => bail!("usage: {USAGE}"),
                 other => bail!("unknown option {other:?}; usage: {USAGE}"),
             }
@@ -168,6 +180,7 @@ pub fn main(args: &[String]) -> Result<()> {
     std::fs::create_dir_all(&o.out)?;
     let gateway = SigningKey::from_bytes(&rand::random::<[u8; 32]>());
     let mut gen = ReportGen::new(gateway.clone(), CHAIN_ID);
+    gen.compact = o.compact;
     // Tally's mean report size per record count: the kvstore's tx size.
     let sizes: Vec<(usize, usize)> = o
         .sizes
