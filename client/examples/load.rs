@@ -5,8 +5,10 @@
 //! cargo run --release -p tally-client --example load -- \
 //!   --key localnet/.data/gateway.key --endpoints http://127.0.0.1:26657,http://127.0.0.1:26667 \
 //!   [--records 100000 | --seconds 60] [--provider load-prov] \
-//!   [--in-flight 256] [--capacity 50000]
+//!   [--in-flight 256] [--capacity 50000] [--users alice,bob,carol]
 //!
+//! `--users`: who the records charge (0 credits each, but the chain still
+//! wants an allowance for the gateway): the localnet's users by default.
 //! `--in-flight`: reports sent and not yet confirmed, at most
 //! (`ReporterConfig::max_in_flight`); `--capacity`: records buffered or in
 //! flight, at most (`ReporterConfig::capacity`).
@@ -57,6 +59,15 @@ async fn main() -> Result<(), String> {
     let records: Option<u64> = arg(&args, "--records").and_then(|v| v.parse().ok());
     let seconds: Option<u64> = arg(&args, "--seconds").and_then(|v| v.parse().ok());
     let provider = arg(&args, "--provider").unwrap_or_else(|| "load-prov".into());
+    let users: Vec<String> = arg(&args, "--users")
+        .unwrap_or_else(|| "alice,bob,carol".into())
+        .split(',')
+        .filter(|u| !u.is_empty())
+        .map(str::to_string)
+        .collect();
+    if users.is_empty() {
+        return Err("--users needs at least one name".into());
+    }
     let chain = endpoints
         .iter()
         .find_map(|e| chain_id(e).ok())
@@ -85,7 +96,7 @@ async fn main() -> Result<(), String> {
         let class = (sent % 7) as usize;
         per_class[class] += 1;
         let r = UsageRecord {
-            user: format!("load-user-{}", sent % 5),
+            user: users[(sent % users.len() as u64) as usize].clone(),
             provider: provider.clone(),
             model: "org/load-model".into(),
             route: format!("/v1/load-{}", sent % 4),
