@@ -52,12 +52,13 @@ pub struct ReportGen {
 }
 
 impl ReportGen {
-    /// Reports signed by `key` for `chain_id`, over 20 users x 10
-    /// providers x 2 models x 5 routes.
-    pub fn new(key: SigningKey, chain_id: &str) -> Self {
+    /// Reports signed by `key` for `chain_id`, over `dims` = users x
+    /// providers x models x routes (the bench's default is 20 x 10 x 2 x 5),
+    /// each record's route drawn uniformly.
+    pub fn new(key: SigningKey, chain_id: &str, dims: [usize; 4]) -> Self {
         let run = rand::thread_rng().gen();
         Self {
-            traffic: Traffic::new(run, key.clone(), chain_id, [20, 10, 2, 5]),
+            traffic: Traffic::new(run, key.clone(), chain_id, dims),
             key,
             chain_id: chain_id.into(),
             run,
@@ -460,7 +461,7 @@ mod tests {
     #[test]
     fn reports_verify_and_batches_index_by_sha256() {
         let key = SigningKey::from_bytes(&[3; 32]);
-        let mut g = ReportGen::new(key, "c");
+        let mut g = ReportGen::new(key, "c", [20, 10, 2, 5]);
         let txs: Vec<Vec<u8>> = (0..3).map(|_| g.tx(10, 1_000)).collect();
         let b = Batch::new(txs.clone().into_iter());
         for (i, tx) in txs.iter().enumerate() {

@@ -52,6 +52,8 @@ pub struct Options {
     /// Tally reports in the compact form (`route_calls`, ADR 0014, the
     /// SDK's default) or as one `UsageRecord` per call.
     pub compact: bool,
+    /// Users x providers x models x routes the records are spread over.
+    pub dims: [usize; 4],
 }
 
 /// Tally's network's first port (validator i: + 10 i, + 0..=5).
@@ -62,7 +64,7 @@ pub const KVSTORE_PORT_BASE: u16 = 19656;
 const USAGE: &str = "tally-bench network [--apps tally,kvstore] [--sizes 1,100[,1000]] \
 [--records-per-report N] [--start-rate N] [--factor F] [--rate-cap N] [--step-secs N] \
 [--max-steps N] [--conns N] [--query-rate N] [--drain-secs N] [--encoding compact|plain] \
-[--out DIR] | --plot CSV [PNG]";
+[--routes U,P,M,R] [--out DIR] | --plot CSV [PNG]";
 
 impl Options {
     /// Parses the arguments after `network`.
@@ -86,6 +88,7 @@ impl Options {
             drain_secs: 90,
             out: target.join("bench").join("network"),
             compact: true,
+            dims: [20, 10, 2, 5],
         };
         let mut it = args.iter();
         while let Some(a) = it.next() {
@@ -130,6 +133,18 @@ impl Options {
                 "--query-rate" => o.query_rate = num(val()?)?,
                 "--drain-secs" => o.drain_secs = num(val()?)? as u64,
                 "--out" => o.out = PathBuf::from(val()?),
+                "--routes" => {
+                    let d: Vec<usize> = val()?
+                        .split(',')
+                        .map(|x| x.parse().ok().filter(|n| *n > 0))
+                        .collect::<Option<_>>()
+                        .with_context(|| {
+                            format!("--routes is U,P,M,R (positive counts); {USAGE}")
+                        })?;
+                    o.dims = d
+                        .try_into()
+                        .map_err(|_| anyhow::anyhow!("--routes needs four counts U,P,M,R"))?;
+                }
                 "--encoding" => {
                     o.compact = match val()?.as_str() {
                         "compact" => true,
@@ -179,7 +194,7 @@ pub fn main(args: &[String]) -> Result<()> {
     let o = Options::parse(args)?;
     std::fs::create_dir_all(&o.out)?;
     let gateway = SigningKey::from_bytes(&rand::random::<[u8; 32]>());
-    let mut gen = ReportGen::new(gateway.clone(), CHAIN_ID);
+    let mut gen = ReportGen::new(gateway.clone(), CHAIN_ID, o.dims);
     gen.compact = o.compact;
     // Tally's mean report size per record count: the kvstore's tx size.
     let sizes: Vec<(usize, usize)> = o
