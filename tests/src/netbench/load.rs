@@ -476,9 +476,17 @@ mod tests {
             panic!("not a report")
         };
         let body = <ReportUsage as prost::Message>::decode(r.body.as_slice()).unwrap();
+        // In the compact form by default: no per-call records, 10 calls
+        // over the groups.
+        let calls: usize = body.route_calls.iter().map(|g| g.outcomes.len()).sum();
         assert_eq!(
-            (body.records.len(), body.chain_id.as_str(), body.expires_at),
-            (10, "c", 1_000)
+            (
+                body.records.len(),
+                calls,
+                body.chain_id.as_str(),
+                body.expires_at
+            ),
+            (0, 10, "c", 1_000)
         );
     }
 }
