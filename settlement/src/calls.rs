@@ -193,12 +193,12 @@ impl<'a> CallTotals<'a> {
             }
             let mut add = Counters::default();
             let mut amount = 0u64;
-            for k in 0..n {
+            let lists = calls.outcomes.iter().zip(&calls.units).zip(&calls.amounts);
+            for (k, ((&outcome, &units), &paid)) in lists.enumerate() {
                 let at = || format!("route_calls {g} call {k}");
-                let class = check_call(&at, calls.outcomes[k], calls.amounts[k])?;
-                add.add_record(class, calls.units[k], calls.amounts[k])
-                    .map_err(|_| overflow())?;
-                amount = amount.checked_add(calls.amounts[k]).ok_or_else(overflow)?;
+                let class = check_call(&at, outcome, paid)?;
+                add.add_record(class, units, paid).map_err(|_| overflow())?;
+                amount = amount.checked_add(paid).ok_or_else(overflow)?;
             }
             t.add(
                 &calls.user,

@@ -49,15 +49,7 @@ pub(super) async fn deliver<T: Transport>(
         }
         match expiry(ctx, &sealed, maybe_sent, hash).await {
             Gone::No => {}
-            Gone::Found(i) => {
-                return finished(
-                    sealed,
-                    i.code,
-                    "refused in its block".into(),
-                    i.height,
-                    &i.data,
-                )
-            }
+            Gone::Found(i) => return from_block(sealed, i),
             Gone::Yes => {
                 // Looked at after the follower's block time: a block it
                 // read before that time is in here.
@@ -114,13 +106,7 @@ pub(super) async fn deliver<T: Transport>(
             Ok(Admission::InCache) => {
                 maybe_sent = true;
                 if let Some(i) = lookup(ctx, hash).await {
-                    return finished(
-                        sealed,
-                        i.code,
-                        "refused in its block".into(),
-                        i.height,
-                        &i.data,
-                    );
+                    return from_block(sealed, i);
                 }
                 last_error = "in a mempool, not yet in a block".into();
                 cfg.resubmit_after
@@ -225,6 +211,18 @@ fn landed_in_block(sealed: Sealed, s: Seen) -> ReportOutcome {
         s.tx.log
     };
     finished(sealed, s.tx.code, log, s.height, &s.tx.data)
+}
+
+/// The outcome of a report found in a block by a lookup (tx index or the
+/// expiry check): its result code and `data` there decide.
+fn from_block(sealed: Sealed, i: Included) -> ReportOutcome {
+    finished(
+        sealed,
+        i.code,
+        "refused in its block".into(),
+        i.height,
+        &i.data,
+    )
 }
 
 /// A report the chain answered: accepted, or already there (a duplicate
