@@ -37,8 +37,9 @@ pub(crate) struct Inner {
     pub(crate) consensus: Mutex<Consensus>,
     /// The last commit, readable without waiting for a block to execute.
     pub(crate) committed: RwLock<CommitMeta>,
-    /// This validator's threshold key share, if it signs.
-    pub(crate) signer: RwLock<Option<SecretShare>>,
+    /// This validator's threshold key shares by key epoch (at most the
+    /// current key's and the next one's are kept).
+    pub(crate) signer: RwLock<Vec<(u64, SecretShare)>>,
     /// What the relay handed in, waiting to be signed in ExtendVote.
     pub(crate) inbox: Mutex<Inbox>,
     /// Report scopes claimed by transactions waiting in the mempool.
@@ -106,7 +107,7 @@ impl TallyApp {
                     tally: None,
                 }),
                 committed,
-                signer: RwLock::new(None),
+                signer: RwLock::new(Vec::new()),
                 inbox: Mutex::new(Inbox::default()),
                 claims: Mutex::new(Claims::default()),
                 signatures: Default::default(),
@@ -178,8 +179,29 @@ impl TallyApp {
     /// Gives the app this validator's threshold key share: from now on its
     /// vote extensions carry partial signatures.
     pub fn set_signer(&self, share: SecretShare) {
+        self.add_signer(0, share);
+    }
+
+    /// Gives the app this validator's share of the key of `epoch` (a key
+    /// from the on-chain DKG or a reshare): its vote extensions carry
+    /// partials with it while that key is the chain's active key. Shares
+    /// of older epochs are forgotten once a newer one arrives, but the
+    /// one before it is kept until the newer key activates.
+    pub fn add_signer(&self, epoch: u64, share: SecretShare) {
         self.inner.metrics.set_share(Some(share.index));
-        *self.inner.signer.write().unwrap_or_else(|e| e.into_inner()) = Some(share);
+        let mut s = self.inner.signer.write().unwrap_or_else(|e| e.into_inner());
+        s.retain(|(e, _)| *e != epoch);
+        s.push((epoch, share));
+        s.sort_by_key(|(e, _)| *e);
+        while s.len() > 2 {
+            s.remove(0);
+        }
+    }
+
+    /// The epochs this validator holds shares of.
+    pub fn signer_epochs(&self) -> Vec<u64> {
+        let s = self.inner.signer.read().unwrap_or_else(|e| e.into_inner());
+        s.iter().map(|(e, _)| *e).collect()
     }
 
     /// The app's metric handle (the handlers update it).

@@ -43,3 +43,20 @@ pub(crate) fn codespace(code: Code) -> String {
         CODESPACE.to_string()
     }
 }
+
+/// The state machine's validator updates as CometBFT's (ed25519 keys;
+/// power 0 removes). Powers were capped when proposed, so they fit i64.
+pub(crate) fn validator_updates(
+    updates: &[settlement::proto::ValidatorRecord],
+) -> Vec<tendermint_proto::v0_38::abci::ValidatorUpdate> {
+    use tendermint_proto::v0_38::crypto::{public_key::Sum, PublicKey};
+    updates
+        .iter()
+        .map(|u| tendermint_proto::v0_38::abci::ValidatorUpdate {
+            pub_key: Some(PublicKey {
+                sum: Some(Sum::Ed25519(u.pubkey.clone())),
+            }),
+            power: i64::try_from(u.power).unwrap_or(i64::MAX),
+        })
+        .collect()
+}

@@ -35,47 +35,54 @@ pub(crate) fn finalize_block(app: &TallyApp, req: RequestFinalizeBlock) -> Respo
     } else {
         c.before_block = c.pending.changes().clone();
     }
-    let fault = match settlement::begin_block(&mut c.pending, &block) {
-        Ok(events) => {
-            let mut tx_results = Vec::with_capacity(req.txs.len());
-            let mut fault = None;
-            for tx in &req.txs {
-                match settlement::deliver_tx_with(&mut c.pending, &block, tx, sigs) {
-                    Ok(r) => tx_results.push(ExecTxResult {
-                        code: r.code.value(),
-                        log: r.log,
-                        data: r.data.into(),
-                        events: convert::events(r.events),
-                        codespace: codespace(r.code),
-                        ..Default::default()
-                    }),
-                    Err(f) => {
-                        fault = Some(f);
-                        break;
+    let fault =
+        match settlement::begin_block(&mut c.pending, &block) {
+            Ok(events) => {
+                let mut tx_results = Vec::with_capacity(req.txs.len());
+                let mut fault = None;
+                for tx in &req.txs {
+                    match settlement::deliver_tx_with(&mut c.pending, &block, tx, sigs) {
+                        Ok(r) => tx_results.push(ExecTxResult {
+                            code: r.code.value(),
+                            log: r.log,
+                            data: r.data.into(),
+                            events: convert::events(r.events),
+                            codespace: codespace(r.code),
+                            ..Default::default()
+                        }),
+                        Err(f) => {
+                            fault = Some(f);
+                            break;
+                        }
                     }
                 }
+                match fault {
+                    Some(f) => f,
+                    None => match settlement::dkg::validator_updates(&c.pending, block.height)
+                        .and_then(|u| {
+                            c.pending
+                                .app_hash_at(block.height)
+                                .map(|h| (h, u))
+                                .map_err(settlement::Fatal::Store)
+                        }) {
+                        Ok((app_hash, updates)) => {
+                            c.finalized = Some(block.height);
+                            let r = ResponseFinalizeBlock {
+                                events: convert::events(events),
+                                tx_results,
+                                validator_updates: convert::validator_updates(&updates),
+                                consensus_param_updates: None,
+                                app_hash: Bytes::copy_from_slice(&app_hash),
+                            };
+                            c.tally = Some(BlockTally::from_response(block.height, block.time, &r));
+                            return r;
+                        }
+                        Err(f) => f,
+                    },
+                }
             }
-            match fault {
-                Some(f) => f,
-                None => match c.pending.app_hash_at(block.height) {
-                    Ok(app_hash) => {
-                        c.finalized = Some(block.height);
-                        let r = ResponseFinalizeBlock {
-                            events: convert::events(events),
-                            tx_results,
-                            validator_updates: Vec::new(),
-                            consensus_param_updates: None,
-                            app_hash: Bytes::copy_from_slice(&app_hash),
-                        };
-                        c.tally = Some(BlockTally::from_response(block.height, block.time, &r));
-                        return r;
-                    }
-                    Err(e) => settlement::Fatal::Store(e),
-                },
-            }
-        }
-        Err(f) => f,
-    };
+            Err(f) => f,
+        };
     // Nothing of this block may stay pending.
     let before = c.before_block.clone();
     c.pending.set_changes(before);

@@ -7,6 +7,7 @@ use bytes::Bytes;
 use tally_settlement::{self as settlement, Genesis};
 use tally_store::halt::HaltReason;
 use tendermint_proto::v0_38::abci::{RequestInitChain, ResponseInitChain};
+use tendermint_proto::v0_38::crypto::public_key::Sum;
 use tendermint_proto::v0_38::types::{AbciParams, ConsensusParams, VersionParams};
 use tracing::{error, info};
 
@@ -28,6 +29,36 @@ pub(crate) fn init_chain(app: &TallyApp, req: RequestInitChain) -> ResponseInitC
     let mut c = app.consensus();
     if let Err(e) = settlement::init_chain(&mut c.pending, &req.chain_id, &genesis) {
         error!(error = %e, "genesis could not be applied");
+        drop(c);
+        app.halt(HaltReason::BadGenesis, 0, e.to_string());
+        return ResponseInitChain::default();
+    }
+    // CometBFT's genesis validators, with the encryption keys genesis
+    // lists for them: the set the on-chain DKG and proposals start from.
+    let mut validators = Vec::with_capacity(req.validators.len());
+    for v in &req.validators {
+        let key = v.pub_key.as_ref().and_then(|k| match &k.sum {
+            Some(Sum::Ed25519(b)) => <[u8; 32]>::try_from(b.as_slice()).ok(),
+            _ => None,
+        });
+        match (key, u64::try_from(v.power)) {
+            (Some(k), Ok(p)) => validators.push((k, p)),
+            _ => {
+                error!("genesis validator without an ed25519 key or with negative power");
+                drop(c);
+                app.halt(
+                    HaltReason::BadGenesis,
+                    0,
+                    "genesis validators: ed25519 keys only".into(),
+                );
+                return ResponseInitChain::default();
+            }
+        }
+    }
+    if let Err(e) =
+        settlement::dkg::init_validators(&mut c.pending, &req.chain_id, &genesis, &validators)
+    {
+        error!(error = %e, "genesis validators could not be applied");
         drop(c);
         app.halt(HaltReason::BadGenesis, 0, e.to_string());
         return ResponseInitChain::default();

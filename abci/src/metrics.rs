@@ -230,6 +230,24 @@ impl BlockTally {
     }
 }
 
+/// One phase's refusal counters, by code value (more than 32 codes, so
+/// the array's `Default` is written out).
+#[derive(Debug)]
+struct Row([AtomicU64; Code::ALL.len()]);
+
+impl Default for Row {
+    fn default() -> Self {
+        Row(std::array::from_fn(|_| AtomicU64::new(0)))
+    }
+}
+
+impl std::ops::Deref for Row {
+    type Target = [AtomicU64; Code::ALL.len()];
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
 /// The values the handlers update (shared by every clone of the handle).
 #[derive(Debug, Default)]
 struct Values {
@@ -237,7 +255,7 @@ struct Values {
     reports: AtomicU64,
     records: AtomicU64,
     /// Refusals by phase, then by code value.
-    rejected: [[AtomicU64; Code::ALL.len()]; Phase::ALL.len()],
+    rejected: [Row; Phase::ALL.len()],
     windows_closed: AtomicU64,
     signed: [AtomicU64; SIGNED_KINDS.len()],
     combine_failed: AtomicU64,
@@ -370,7 +388,7 @@ impl Collector for AppCollector {
                 MetricType::Counter,
             )?;
             for (phase, row) in Phase::ALL.iter().zip(&v.rejected) {
-                for (code, n) in Code::ALL.iter().zip(row) {
+                for (code, n) in Code::ALL.iter().zip(row.iter()) {
                     if *code == Code::Ok {
                         continue;
                     }

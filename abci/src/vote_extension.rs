@@ -20,13 +20,18 @@ use crate::app::TallyApp;
 use crate::convert;
 
 pub(crate) fn extend_vote(app: &TallyApp, req: RequestExtendVote) -> ResponseExtendVote {
-    let signer = app
+    let signers = app
         .inner
         .signer
         .read()
         .unwrap_or_else(|e| e.into_inner())
         .clone();
-    let Some(share) = signer else {
+    // The share of the chain's active key epoch, if this node holds it.
+    let active = match settlement::state::sync::threshold_key(app.committed_state()) {
+        Ok(Some(k)) => k.genesis.epoch,
+        _ => return ResponseExtendVote::default(),
+    };
+    let Some((epoch, share)) = signers.into_iter().find(|(e, _)| *e == active) else {
         return ResponseExtendVote::default();
     };
     // Batches started in the block being voted on are signed right away.
@@ -56,7 +61,15 @@ pub(crate) fn extend_vote(app: &TallyApp, req: RequestExtendVote) -> ResponseExt
             );
         }
         let chain = settlement::chain_id(backend)?;
-        settlement::sync::extension(backend, &chain, &share, start.as_ref(), &observed, &blocks)
+        settlement::sync::extension(
+            backend,
+            &chain,
+            &share,
+            epoch,
+            start.as_ref(),
+            &observed,
+            &blocks,
+        )
     });
     match ext {
         Ok(e) => ResponseExtendVote {

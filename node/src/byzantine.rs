@@ -152,6 +152,7 @@ pub fn forge(mode: Mode, honest: &VoteExtension, ctx: &Context) -> Vec<u8> {
                         break 'messages;
                     }
                     out.partials.push(PartialSig {
+                        epoch: 0,
                         index,
                         kind,
                         digest: digest.clone(),
@@ -171,6 +172,7 @@ pub fn forge(mode: Mode, honest: &VoteExtension, ctx: &Context) -> Vec<u8> {
                 let mut digest = FILLER_DIGEST;
                 digest[..4].copy_from_slice(&n.to_be_bytes());
                 out.partials.push(PartialSig {
+                    epoch: 0,
                     index,
                     kind: Kind::Batch.value(),
                     digest: digest.to_vec(),
@@ -325,6 +327,7 @@ mod tests {
         let signers: Vec<[u8; 20]> = (1..=4u8).map(|i| [i; 20]).collect();
         ThresholdKey {
             genesis: DkgGenesis {
+                epoch: 0,
                 threshold: 3,
                 group_key: String::new(),
                 public_shares: Vec::new(),
@@ -351,6 +354,7 @@ mod tests {
         let digest = [9u8; 32];
         VoteExtension {
             partials: vec![PartialSig {
+                epoch: 0,
                 index: 2,
                 kind: Kind::Batch.value(),
                 digest: digest.to_vec(),

@@ -75,6 +75,7 @@ pub fn deal(homes: &[PathBuf], threshold: u32) -> Result<DkgGenesis, DealerError
         write_share(&share_path(home), &file)?;
     }
     Ok(DkgGenesis {
+        epoch: 0,
         threshold,
         group_key,
         public_shares: pubs

@@ -50,5 +50,6 @@ pub fn begin_block(kv: &mut impl Kv, block: &Block) -> Result<Vec<Event>, Fatal>
     put_last_time(kv, block.time);
     expire_partials(kv, block.height)?;
     prune_settled(kv, now_window)?;
+    events.extend(crate::dkg::begin_block(kv, block)?);
     Ok(events)
 }

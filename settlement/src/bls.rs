@@ -21,7 +21,7 @@ pub const DST: &[u8] = b"BLS_SIG_BLS12381G2_XMD:SHA-256_SSWU_RO_POP_TALLY_V1_";
 /// BLS12-381 group order r (big-endian hex).
 const R_HEX: &str = "73eda753299d7d483339d80809a1d80553bda402fffe5bfeffffffff00000001";
 
-fn order() -> BigUint {
+pub(crate) fn order() -> BigUint {
     BigUint::parse_bytes(R_HEX.as_bytes(), 16).unwrap_or_default()
 }
 

@@ -73,6 +73,19 @@ pub enum Code {
     /// Query: the height asked for is not kept by this node (pruned,
     /// before its first version, or not committed yet).
     HeightUnavailable = 28,
+    /// A validator message from a key that is not a current validator, or
+    /// not a dealer or player of the running ceremony.
+    NotValidator = 29,
+    /// A DKG message outside its phase window, for another round, or with
+    /// no ceremony running.
+    DkgPhase = 30,
+    /// A dealing or reveal that does not check out (points, lengths, a
+    /// revealed share that does not match the commitment).
+    BadDealing = 31,
+    /// A dealing, ack, reveal or approval that is already recorded.
+    DkgDuplicate = 32,
+    /// A validator-set proposal or approval that cannot be accepted.
+    BadProposal = 33,
 }
 
 impl Code {
@@ -113,11 +126,16 @@ impl Code {
             Code::BadAllowance => "bad_allowance",
             Code::HeightUnavailable => "height_unavailable",
             Code::NonCanonical => "non_canonical",
+            Code::NotValidator => "not_validator",
+            Code::DkgPhase => "dkg_phase",
+            Code::BadDealing => "bad_dealing",
+            Code::DkgDuplicate => "dkg_duplicate",
+            Code::BadProposal => "bad_proposal",
         }
     }
 
     /// Every code, for documentation and tests.
-    pub const ALL: [Code; 29] = [
+    pub const ALL: [Code; 34] = [
         Code::Ok,
         Code::MalformedTx,
         Code::UnknownGateway,
@@ -147,6 +165,11 @@ impl Code {
         Code::ReportPending,
         Code::BadAllowance,
         Code::HeightUnavailable,
+        Code::NotValidator,
+        Code::DkgPhase,
+        Code::BadDealing,
+        Code::DkgDuplicate,
+        Code::BadProposal,
     ];
 
     /// The code with this number.

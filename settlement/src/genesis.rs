@@ -52,6 +52,12 @@ pub struct Params {
     /// stay in state after it settled: queryable, and the bodies a relay
     /// re-submits if the hub ever forgets a nonce (1..=1000000).
     pub settled_retention_windows: u64,
+    /// Blocks in each phase of a DKG or reshare ceremony (dealings, acks,
+    /// reveals): a ceremony takes three times this many blocks.
+    pub dkg_phase_blocks: u64,
+    /// Blocks an open validator-set proposal waits for approvals before
+    /// it expires.
+    pub proposal_expiry_blocks: u64,
 }
 
 impl Default for Params {
@@ -74,6 +80,8 @@ impl Default for Params {
             max_block_messages: 8,
             max_close_per_block: 1000,
             settled_retention_windows: 1440,
+            dkg_phase_blocks: 5,
+            proposal_expiry_blocks: 3600,
         }
     }
 }
@@ -129,6 +137,12 @@ impl Params {
         }
         if !(1..=1_000_000).contains(&self.settled_retention_windows) {
             return bad("settled_retention_windows must be 1..=1000000");
+        }
+        if !(1..=10_000).contains(&self.dkg_phase_blocks) {
+            return bad("dkg_phase_blocks must be 1..=10000");
+        }
+        if !(1..=1_000_000).contains(&self.proposal_expiry_blocks) {
+            return bad("proposal_expiry_blocks must be 1..=1000000");
         }
         Ok(())
     }
@@ -198,9 +212,26 @@ pub struct Genesis {
     /// Allowances in force from the first block.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allowances: Vec<AllowanceEntry>,
-    /// The validators' threshold key (from the dealer; a DKG later).
+    /// The validators' threshold key from a trusted dealer (tests only;
+    /// without it the chain makes its key by an on-chain DKG).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dkg: Option<DkgGenesis>,
+    /// Genesis validators' DKG encryption keys, with proofs of possession.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub encryption_keys: Vec<EncryptionKeyEntry>,
+}
+
+/// A genesis validator's DKG encryption key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EncryptionKeyEntry {
+    /// Hex ed25519 consensus key of the validator (32 bytes).
+    pub validator: String,
+    /// Hex compressed G1 encryption key (48 bytes).
+    pub key: String,
+    /// Hex proof of possession (96 bytes), over the chain id and the
+    /// consensus key.
+    pub pop: String,
 }
 
 /// The threshold signing key of the validator set.
@@ -217,6 +248,14 @@ pub struct DkgGenesis {
     /// holds share i, at position i - 1: a vote extension may only carry
     /// partials under its sender's own index.
     pub signers: Vec<String>,
+    /// The key's epoch: 0 for a dealer's genesis key, then one more for
+    /// every key a ceremony makes. Partials carry it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub epoch: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 impl DkgGenesis {

@@ -22,6 +22,8 @@
 //! - [`calls`]: a report's calls in either encoding (records or the
 //!   compact per-route form), checked and summed;
 //! - [`report`]: usage reports, planned then applied;
+//! - [`dkg`]: the threshold key and validator set made and changed on
+//!   chain (ceremonies, resharing, proposals), above `state`;
 //! - [`block`]: start-of-block work;
 //! - [`system`]: the proposer's system transactions;
 //! - [`machine`]: the entry points, dispatching to the above;
@@ -32,6 +34,7 @@ pub mod block;
 pub mod bls;
 pub mod calls;
 pub mod codes;
+pub mod dkg;
 pub mod error;
 mod genesis;
 pub mod ident;
@@ -54,8 +57,8 @@ pub use block::begin_block;
 pub use codes::Code;
 pub use error::{ExecError, Fatal, Rejection};
 pub use genesis::{
-    parse_pubkey, AllowanceEntry, BalanceEntry, DkgGenesis, GatewayEntry, Genesis, GenesisError,
-    Params, UserEntry,
+    parse_pubkey, AllowanceEntry, BalanceEntry, DkgGenesis, EncryptionKeyEntry, GatewayEntry,
+    Genesis, GenesisError, Params, UserEntry,
 };
 pub use machine::{
     check_tx, check_tx_claim, check_tx_claim_with, deliver_tx, deliver_tx_with, init_chain,

@@ -74,7 +74,7 @@ pub fn deliver_tx_with(
             Ok(chain) => apply_partials(kv, block, &chain, &p, false),
             Err(f) => Err(f.into()),
         },
-        _ => plan_tx_with(kv, block.time, tx, sigs).map(|plan| plan.apply(kv)),
+        _ => plan_tx_with(kv, block.time, tx, sigs).and_then(|plan| plan.apply(kv)),
     };
     settle(result)
 }

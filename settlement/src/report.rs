@@ -80,16 +80,19 @@ impl Plan {
 pub enum UserPlan {
     /// A usage report.
     Report(Box<Plan>),
+    /// A validator's DKG or governance message.
+    Validator(Box<crate::dkg::tx::ValidatorPlan>),
     /// An allowance change.
     Allowance(AllowancePlan),
 }
 
 impl UserPlan {
     /// Writes the transaction's changes and returns the accepted result.
-    pub fn apply(self, kv: &mut impl Kv) -> TxResult {
+    pub fn apply(self, kv: &mut impl Kv) -> Result<TxResult, ExecError> {
         match self {
-            UserPlan::Report(p) => p.apply(kv),
-            UserPlan::Allowance(p) => p.apply(kv),
+            UserPlan::Report(p) => Ok(p.apply(kv)),
+            UserPlan::Allowance(p) => Ok(p.apply(kv)),
+            UserPlan::Validator(p) => p.apply(kv),
         }
     }
 
@@ -98,6 +101,7 @@ impl UserPlan {
         match self {
             UserPlan::Report(p) => format!("report {} passes checks", hex::encode(&p.report_id)),
             UserPlan::Allowance(_) => "allowance change passes checks".into(),
+            UserPlan::Validator(p) => format!("{} passes checks", p.describe()),
         }
     }
 
@@ -105,7 +109,7 @@ impl UserPlan {
     pub fn report_scope(&self) -> Option<(&[u8], u64)> {
         match self {
             UserPlan::Report(p) => Some((&p.scope, p.expires_at)),
-            UserPlan::Allowance(_) => None,
+            UserPlan::Allowance(_) | UserPlan::Validator(_) => None,
         }
     }
 }
@@ -174,6 +178,9 @@ pub fn plan_tx_with(
             plan_report(kv, &params, now, &r, sigs).map(|p| UserPlan::Report(Box::new(p)))
         }
         Some(tx::Sum::Allowance(a)) => plan_allowance(kv, now, &a).map(UserPlan::Allowance),
+        Some(tx::Sum::Validator(v)) => {
+            crate::dkg::tx::plan_validator_tx(kv, &v).map(|p| UserPlan::Validator(Box::new(p)))
+        }
         Some(_) => Err(reject(Code::BadSystemTx, "not a usage report")),
         None => Err(reject(Code::MalformedTx, "transaction has no payload")),
     }

@@ -78,11 +78,13 @@ impl Env {
                 expires_at: u64::MAX,
             }],
             dkg: dkg.then(|| DkgGenesis {
+                epoch: 0,
                 threshold: 3,
                 group_key: hexk(&pubs.group),
                 public_shares: pubs.shares.iter().map(hexk).collect(),
                 signers: (0..4u8).map(|i| hex::encode(addr(i))).collect(),
             }),
+            encryption_keys: Vec::new(),
         };
         let mut kv = Pending::open(Arc::new(MemBackend::new())).unwrap();
         init_chain(&mut kv, CHAIN, &g).unwrap();
@@ -200,6 +202,7 @@ impl Env {
 
 fn sig_with(share: &SecretShare, kind: Kind, digest: &[u8; 32]) -> PartialSig {
     PartialSig {
+        epoch: 0,
         index: share.index,
         kind: kind.value(),
         digest: digest.to_vec(),
@@ -869,7 +872,7 @@ fn honest_extension_stops_at_max_extension_partials() {
     env.formed();
     let (results, blocks) = inbox(4);
     // Awaited: the batch, both results of attempt 1, hub range 1..10.
-    let e = sync::extension(&env.kv, CHAIN, &env.shares[0], None, &results, &blocks).unwrap();
+    let e = sync::extension(&env.kv, CHAIN, &env.shares[0], 0, None, &results, &blocks).unwrap();
     let d = env.batch_digest();
     assert_eq!(
         e.partials,
@@ -892,7 +895,7 @@ fn honest_extension_stops_at_max_vote_extension_bytes() {
     let (results, blocks) = inbox(4);
     // Four partials are awaited; each takes 139 bytes in the extension,
     // so 3 (417 bytes) fit in 512 and a fourth (556) does not.
-    let e = sync::extension(&env.kv, CHAIN, &env.shares[1], None, &results, &blocks).unwrap();
+    let e = sync::extension(&env.kv, CHAIN, &env.shares[1], 0, None, &results, &blocks).unwrap();
     assert_eq!(e.partials.len(), 3);
     let bytes = e.encode_to_vec();
     assert_eq!(bytes.len(), 417);

@@ -56,6 +56,7 @@ impl Env {
                 expires_at: u64::MAX,
             }],
             dkg: Some(DkgGenesis {
+                epoch: 0,
                 threshold: 3,
                 group_key: hexk(&pubs.group),
                 public_shares: pubs.shares.iter().map(hexk).collect(),
@@ -138,6 +139,7 @@ impl Env {
         signers
             .iter()
             .map(|&i| PartialSig {
+                epoch: 0,
                 index: self.shares[i].index,
                 kind: Kind::Batch.value(),
                 digest: d.to_vec(),
@@ -155,6 +157,7 @@ impl Env {
         signers
             .iter()
             .map(|&i| PartialSig {
+                epoch: 0,
                 index: self.shares[i].index,
                 kind: Kind::HubResult.value(),
                 digest: d.to_vec(),
@@ -188,6 +191,7 @@ fn block_partials(env: &Env, b: &HubBlock, signers: &[usize]) -> SubmitPartials 
     signers
         .iter()
         .map(|&i| PartialSig {
+            epoch: 0,
             index: env.shares[i].index,
             kind: Kind::HubBlock.value(),
             digest: d.to_vec(),

@@ -128,6 +128,7 @@ pub fn run(n: u32, reps: usize) -> Result<Vec<Timing>> {
             let m = bls::message(CHAIN, Kind::HubBlock, &d);
             for s in signers {
                 sp.partials.push(PartialSig {
+                    epoch: 0,
                     index: s.index,
                     kind: Kind::HubBlock.value(),
                     digest: d.to_vec(),

@@ -246,6 +246,7 @@ mod tests {
         let randomness: Vec<[u8; 64]> = (0..2).map(|i| [seed.wrapping_add(i); 64]).collect();
         let (pubs, _) = crate::bls::deal(3, 2, &randomness).unwrap();
         let d = DkgGenesis {
+            epoch: 0,
             threshold: 2,
             group_key: hex::encode(pubs.group.compress()),
             public_shares: pubs

@@ -123,9 +123,10 @@ pub fn apply_partials(
     tx: &SubmitPartials,
     strict: bool,
 ) -> Result<TxResult, ExecError> {
-    let pubs = threshold_key(kv)?
-        .ok_or_else(|| reject(Code::BadSystemTx, "the chain has no threshold key"))?
-        .shares;
+    let key = threshold_key(kv)?
+        .ok_or_else(|| reject(Code::BadSystemTx, "the chain has no threshold key"))?;
+    let epoch = key.genesis.epoch;
+    let pubs = key.shares;
     let p = params(kv)?;
     let bodies = check_shape(tx, &p, pubs.shares.len())
         .map_err(|e| reject(Code::BadSystemTx, format!("SubmitPartials refused: {e}")))?;
@@ -146,7 +147,12 @@ pub fn apply_partials(
         };
         let parsed = Partial::from_bytes(ps.index, &ps.signature).ok();
         let fresh = match &known {
-            Some(a) => pubs.share(ps.index).is_some() && !has_partial(kv, &a.digest, ps.index)?,
+            // Partials of another key epoch never combine with this key's.
+            Some(a) => {
+                ps.epoch == epoch
+                    && pubs.share(ps.index).is_some()
+                    && !has_partial(kv, &a.digest, ps.index)?
+            }
             None => false,
         };
         match (known, parsed, fresh) {

@@ -39,6 +39,7 @@ pub fn extension(
     kv: &impl KvRead,
     chain_id: &str,
     share: &SecretShare,
+    share_epoch: u64,
     start: Option<&SyncTxStart>,
     observed: &[HubResult],
     blocks: &[HubBlock],
@@ -47,7 +48,9 @@ pub fn extension(
     let Some(key) = threshold_key(kv)? else {
         return Ok(out);
     };
-    if key.shares.share(share.index).is_none() {
+    // A share of another key epoch (the old key after a reshare, or the
+    // next one before it activates) signs nothing.
+    if key.genesis.epoch != share_epoch || key.shares.share(share.index).is_none() {
         return Ok(out);
     }
     let params = params(kv)?;
@@ -109,6 +112,7 @@ pub fn extension(
             kind: kind.value(),
             digest: d.to_vec(),
             signature: share.sign(&message).sig_bytes().to_vec(),
+            epoch: share_epoch,
         });
     }
     while out.encoded_len() > params.max_vote_extension_bytes as usize {
@@ -212,6 +216,7 @@ pub fn check_extension_with(
     let own = key
         .and_then(|k| k.index_of(address))
         .ok_or(BadExtension::NotASigner)?;
+    let epoch = key.map(|k| k.genesis.epoch).unwrap_or_default();
     let mut seen: Vec<(u32, &[u8])> = Vec::with_capacity(ext.partials.len());
     for (position, q) in ext.partials.iter().enumerate() {
         let bad = |why| BadExtension::Malformed { position, why };
@@ -220,6 +225,9 @@ pub fn check_extension_with(
         }
         if Kind::try_from(q.kind).is_err() {
             return Err(bad("unknown kind"));
+        }
+        if q.epoch != epoch {
+            return Err(bad("signed with a share of another key epoch"));
         }
         if q.digest.len() != 32 {
             return Err(bad("digest is not 32 bytes"));

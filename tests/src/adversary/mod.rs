@@ -104,6 +104,7 @@ impl Ctx<'_> {
             None => (0, vec![0u8; 96]),
         };
         PartialSig {
+            epoch: 0,
             index,
             kind: kind.value(),
             digest: digest.to_vec(),

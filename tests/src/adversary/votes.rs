@@ -56,6 +56,7 @@ impl Behaviour for ForeignIndex {
             let k = Kind::try_from(kind).unwrap_or(Kind::Batch);
             let d: [u8; 32] = digest.as_slice().try_into().unwrap_or([0; 32]);
             out.partials.push(PartialSig {
+                epoch: 0,
                 index: victim,
                 kind,
                 digest,
@@ -166,6 +167,7 @@ impl Behaviour for Malformed {
             }
             "unknown kind" => one(PartialSig { kind: 9, ..good }),
             "signature not a point" => one(PartialSig {
+                epoch: 0,
                 signature: vec![0u8; 96],
                 ..good
             }),

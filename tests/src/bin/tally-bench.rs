@@ -403,7 +403,7 @@ fn proposal_bench() -> Result<()> {
     let exts: Vec<ExtendedVoteInfo> = shares
         .iter()
         .map(|s| {
-            let e = tally_settlement::sync::extension(backend, CHAIN, s, None, &[], &[])
+            let e = tally_settlement::sync::extension(backend, CHAIN, s, 0, None, &[], &[])
                 .unwrap_or_default();
             ExtendedVoteInfo {
                 validator: Some(tendermint_proto::v0_38::abci::Validator {

@@ -180,11 +180,13 @@ impl Env {
                 expires_at: u64::MAX,
             }],
             dkg: Some(DkgGenesis {
+                epoch: 0,
                 threshold: T as u32,
                 group_key: hexk(&pubs.group),
                 public_shares: pubs.shares.iter().map(hexk).collect(),
                 signers: signers(N),
             }),
+            encryption_keys: Vec::new(),
         };
         let (halt, halts) = Halt::recording();
         let app = TallyApp::new(Arc::new(MemBackend::new()), halt).expect("app");
@@ -286,6 +288,7 @@ impl Env {
     pub fn good(&self, m: usize, signer: usize) -> PartialSig {
         let msg = &self.msgs[m];
         PartialSig {
+            epoch: 0,
             index: signer as u32 + 1,
             kind: msg.kind.value(),
             digest: msg.digest.to_vec(),

@@ -108,6 +108,7 @@ fn input(pool: usize) -> impl Strategy<Value = (Sender, Input)> {
     let extra = spec(pool).prop_map(|s| {
         VoteExtension {
             partials: vec![PartialSig {
+                epoch: 0,
                 index: 1,
                 kind: s.kind,
                 digest: vec![7; 32],
@@ -142,6 +143,7 @@ fn own_index(sender: &Sender) -> u32 {
 
 fn partial(env: &Env, sender: &Sender, s: &Spec) -> PartialSig {
     PartialSig {
+        epoch: 0,
         index: match s.idx {
             Idx::Own => own_index(sender),
             Idx::Signer(i) => i as u32 + 1,
@@ -305,6 +307,7 @@ fn honest_extensions_fit_the_caps_and_sign_only_awaited_messages() {
             &backend,
             CHAIN,
             &env.shares[signer],
+            0,
             start,
             &observed,
             &inbox,

@@ -324,7 +324,9 @@ fn expect_accept(env: &Env, retry: bool, txs: &[Vec<u8>]) -> bool {
                 }
                 stage = 2;
             }
-            Ok(Some(tx::Sum::Report(_) | tx::Sum::Allowance(_))) => stage = 3,
+            Ok(Some(tx::Sum::Report(_) | tx::Sum::Allowance(_) | tx::Sum::Validator(_))) => {
+                stage = 3
+            }
         }
     }
     true
@@ -422,7 +424,7 @@ fn process_proposal_with_arbitrary_system_transactions() {
                         }
                     }
                 }
-                Ok(Some(tx::Sum::Report(_) | tx::Sum::Allowance(_))) => {}
+                Ok(Some(tx::Sum::Report(_) | tx::Sum::Allowance(_) | tx::Sum::Validator(_))) => {}
             }
         }
         if want {

@@ -1,0 +1,292 @@
+//! What an honest validator sends during a ceremony, and how it derives
+//! its share afterwards: pure functions of committed state and the
+//! validator's own secrets, run by the node after each Commit (never
+//! inside an ABCI call) and by the in-process driver.
+//!
+//! A dealer's polynomial and its encryption randomness come from its
+//! encryption key and the round ([`EncKey::seed`]), so a dealer that
+//! restarts deals the same bytes again and can still reveal.
+
+use blst::min_pk::PublicKey;
+use num_bigint::BigUint;
+use tally_store::KvRead;
+
+use super::ceremony::{qualified, weights};
+use super::crypto::{
+    combine_shares, encrypt, scalar_from_bytes, scalar_to_bytes, verify_share, EncKey, Poly,
+};
+use super::msg::share_context;
+use super::state as st;
+use super::RESHARE;
+use crate::bls::{parse_public_key, SecretShare};
+use crate::error::Fatal;
+use crate::proto::{
+    validator_msg::Sum, Ceremony, Dealing, DkgAck, DkgReveal, EncryptedShare, RevealedShare,
+    ValidatorMsg,
+};
+use crate::state::chain::chain_id;
+use crate::state::sync::threshold_key;
+
+/// Why a share could not be derived.
+#[derive(Debug, thiserror::Error)]
+pub enum DeriveError {
+    /// The state could not be read.
+    #[error(transparent)]
+    State(#[from] Fatal),
+    /// A ciphertext or revealed share meant for this validator does not
+    /// match its dealer's commitment (the dealing should not have
+    /// qualified: this validator did not ack it).
+    #[error("dealing {0}: my share does not match the commitment")]
+    BadShare(u32),
+    /// The derived share's public key is not the one on chain.
+    #[error("derived share does not match public share {0} of the key")]
+    Mismatch(u32),
+    /// Arithmetic failed.
+    #[error("share arithmetic: {0}")]
+    Crypto(String),
+}
+
+/// A validator's view of itself.
+#[derive(Debug)]
+pub struct Me<'a> {
+    /// Its consensus address.
+    pub address: [u8; 20],
+    /// Its encryption key.
+    pub enc: &'a EncKey,
+    /// Its share of the current key and that key's epoch, if it has one.
+    pub share: Option<(u64, &'a SecretShare)>,
+}
+
+fn seed_label(chain: &str, round: u64, what: &[u8]) -> Vec<u8> {
+    let mut l = chain.as_bytes().to_vec();
+    l.push(0);
+    l.extend_from_slice(&round.to_be_bytes());
+    l.extend_from_slice(what);
+    l
+}
+
+/// The dealer's polynomial for `c` (a reshare's constant term is the
+/// dealer's current share), `None` if it cannot deal (no share of the
+/// current key under its dealer index).
+pub fn polynomial(
+    chain: &str,
+    c: &Ceremony,
+    pos: u32,
+    me: &Me,
+    key_epoch: Option<u64>,
+) -> Option<Poly> {
+    let seed = me.enc.seed(&seed_label(chain, c.round, b"poly"));
+    let constant = if c.kind == RESHARE {
+        let want = c.dealers.get(pos as usize - 1)?.share_index;
+        let (epoch, share) = me.share?;
+        if Some(epoch) != key_epoch || share.index != want {
+            return None;
+        }
+        Some(scalar_from_bytes(&share.to_bytes())?)
+    } else {
+        None
+    };
+    Poly::from_seed(c.threshold, &seed, constant.as_ref()).ok()
+}
+
+/// This validator's dealing for the running round.
+pub fn dealing(chain: &str, c: &Ceremony, pos: u32, poly: &Poly, me: &Me) -> Option<Dealing> {
+    let commitment = poly
+        .commit()
+        .ok()?
+        .iter()
+        .map(|p| p.compress().to_vec())
+        .collect();
+    let mut shares = Vec::with_capacity(c.players.len());
+    for (i, p) in c.players.iter().enumerate() {
+        let j = i as u32 + 1;
+        let pk = parse_public_key(&p.enc_key).ok()?;
+        let eph = me.enc.seed(&seed_label(
+            chain,
+            c.round,
+            &[b"eph".as_slice(), &j.to_be_bytes()].concat(),
+        ));
+        let (r, ct) = encrypt(
+            &pk,
+            &poly.eval(j),
+            &share_context(chain, c.round, pos, j),
+            &eph,
+        )
+        .ok()?;
+        shares.push(EncryptedShare {
+            ephemeral: r.to_vec(),
+            ciphertext: ct.to_vec(),
+        });
+    }
+    Some(Dealing {
+        round: c.round,
+        commitment,
+        shares,
+    })
+}
+
+/// My share of dealing `d` (as player `j`), checked against its
+/// commitment: revealed if on chain, else decrypted.
+pub fn my_share_of(
+    kv: &impl KvRead,
+    chain: &str,
+    c: &Ceremony,
+    d: u32,
+    j: u32,
+    enc: &EncKey,
+) -> Result<Option<(BigUint, Vec<PublicKey>)>, Fatal> {
+    let Some(dealing) = st::dealing(kv, c.round, d)? else {
+        return Ok(None);
+    };
+    let commitment = dealing
+        .commitment
+        .iter()
+        .map(|b| parse_public_key(b))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| Fatal::Corrupt("stored commitment"))?;
+    let value = match st::reveal(kv, c.round, d, j)? {
+        Some(b) => scalar_from_bytes(&b),
+        None => dealing.shares.get(j as usize - 1).and_then(|s| {
+            enc.decrypt(
+                &s.ephemeral,
+                &s.ciphertext,
+                &share_context(chain, c.round, d, j),
+            )
+            .ok()
+        }),
+    };
+    Ok(value
+        .filter(|v| verify_share(&commitment, j, v))
+        .map(|v| (v, commitment)))
+}
+
+/// The messages this validator should send now (at the last committed
+/// height): its dealing, acks of good dealings, and reveals for players
+/// that did not ack. Empty when no ceremony runs or all is sent.
+pub fn next_messages(kv: &impl KvRead, me: &Me) -> Result<Vec<ValidatorMsg>, Fatal> {
+    let Some(c) = st::ceremony(kv)? else {
+        return Ok(Vec::new());
+    };
+    let chain = chain_id(kv)?;
+    let h = st::last_height(kv)?;
+    let msg = |sum| ValidatorMsg {
+        chain_id: chain.clone(),
+        sum: Some(sum),
+    };
+    let mut out = Vec::new();
+    let key_epoch = threshold_key(kv)?.map(|k| k.genesis.epoch);
+    let dealer = c
+        .dealers
+        .iter()
+        .position(|d| d.address.as_slice() == me.address)
+        .map(|i| i as u32 + 1);
+    if let Some(pos) = dealer {
+        let mine = st::dealing(kv, c.round, pos)?;
+        if mine.is_none() && h < c.deal_end {
+            if let Some(d) = polynomial(&chain, &c, pos, me, key_epoch)
+                .and_then(|poly| dealing(&chain, &c, pos, &poly, me))
+            {
+                out.push(msg(Sum::Dealing(d)));
+            }
+        }
+        if mine.is_some() && h >= c.ack_end && h < c.end {
+            if let Some(poly) = polynomial(&chain, &c, pos, me, key_epoch) {
+                let mut shares = Vec::new();
+                for j in 1..=c.players.len() as u32 {
+                    if !st::has_ack(kv, c.round, pos, j)?
+                        && st::reveal(kv, c.round, pos, j)?.is_none()
+                    {
+                        shares.push(RevealedShare {
+                            player: j,
+                            share: scalar_to_bytes(&poly.eval(j)).to_vec(),
+                        });
+                    }
+                }
+                if !shares.is_empty() {
+                    out.push(msg(Sum::Reveal(DkgReveal {
+                        round: c.round,
+                        shares,
+                    })));
+                }
+            }
+        }
+    }
+    let player = c
+        .players
+        .iter()
+        .position(|p| p.address.as_slice() == me.address)
+        .map(|i| i as u32 + 1);
+    if let (Some(j), true) = (player, h < c.ack_end) {
+        for d in 1..=c.dealers.len() as u32 {
+            if st::has_ack(kv, c.round, d, j)? {
+                continue;
+            }
+            if my_share_of(kv, &chain, &c, d, j, me.enc)?.is_some() {
+                out.push(msg(Sum::Ack(DkgAck {
+                    round: c.round,
+                    dealer: d,
+                })));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// This validator's share of the newest key a ceremony made (the active
+/// key, or a reshared key waiting to activate), from the chain's record
+/// of that ceremony and its encryption key. `None` when it is not a
+/// player of that ceremony or no ceremony made a key yet.
+pub fn derive_share(
+    kv: &impl KvRead,
+    address: &[u8; 20],
+    enc: &EncKey,
+) -> Result<Option<(u64, SecretShare)>, DeriveError> {
+    let Some(c) = st::last_ceremony(kv)? else {
+        return Ok(None);
+    };
+    let Some(j) = c
+        .players
+        .iter()
+        .position(|p| p.address.as_slice() == address)
+        .map(|i| i as u32 + 1)
+    else {
+        return Ok(None);
+    };
+    let chain = chain_id(kv)?;
+    let mut values = Vec::with_capacity(c.qualified.len());
+    for &d in &c.qualified {
+        match my_share_of(kv, &chain, &c, d, j, enc)? {
+            Some((v, _)) => values.push(v),
+            None => return Err(DeriveError::BadShare(d)),
+        }
+    }
+    let w = weights(&c, &c.qualified)?;
+    let s = combine_shares(&values, w.as_deref());
+    let share = SecretShare::from_bytes(j, &scalar_to_bytes(&s))
+        .map_err(|e| DeriveError::Crypto(e.to_string()))?;
+    // The public share the chain recorded for j, in the key this
+    // ceremony made (active, or waiting to activate).
+    let key_json = match st::next_key(kv)? {
+        Some(n) => Some(n.key),
+        None => kv.get(crate::keys::DKG).map_err(Fatal::Store)?,
+    };
+    let key: Option<crate::genesis::DkgGenesis> =
+        key_json.and_then(|b| serde_json::from_slice(&b).ok());
+    let key = key
+        .filter(|k| k.epoch == c.epoch)
+        .ok_or(Fatal::Corrupt("key of the last ceremony"))?;
+    let want = key
+        .public_shares
+        .get(j as usize - 1)
+        .cloned()
+        .unwrap_or_default();
+    if hex::encode(share.public().compress()) != want {
+        return Err(DeriveError::Mismatch(j));
+    }
+    Ok(Some((c.epoch, share)))
+}
+
+/// Whether dealing `d` would qualify as it stands (for tools and tests).
+pub fn is_qualified(kv: &impl KvRead, c: &Ceremony, d: u32) -> Result<bool, Fatal> {
+    Ok(qualified(kv, c)?.iter().any(|(x, _)| *x == d))
+}

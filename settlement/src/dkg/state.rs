@@ -1,0 +1,206 @@
+//! Typed access to the validator, ceremony and proposal state (keys in
+//! [`crate::keys`]). Absent values are `None`; undecodable ones are
+//! [`Fatal::Corrupt`].
+
+use prost::Message;
+use tally_store::{prefix_end, Kv, KvRead};
+
+use crate::error::Fatal;
+use crate::keys;
+use crate::proto::{Ceremony, Dealing, NextKey, Proposal, ValidatorRecord, ValidatorUpdates};
+use crate::state::{get_u64, load, put_u64, u64_or};
+
+/// The most validators a set may hold (a cap on every ceremony's size).
+pub const MAX_VALIDATORS: usize = 128;
+
+/// Height of the last block begun (0 before the first).
+pub fn last_height(kv: &impl KvRead) -> Result<u64, Fatal> {
+    u64_or(kv, keys::LAST_HEIGHT, 0)
+}
+
+/// Records the height of the block being run.
+pub fn put_last_height(kv: &mut impl Kv, height: u64) {
+    put_u64(kv, keys::LAST_HEIGHT.to_vec(), height);
+}
+
+/// One validator by consensus address.
+pub fn validator(kv: &impl KvRead, address: &[u8]) -> Result<Option<ValidatorRecord>, Fatal> {
+    load(kv, &keys::validator(address), "validator")
+}
+
+/// Stores a validator; power 0 deletes it.
+pub fn put_validator(kv: &mut impl Kv, address: &[u8], v: &ValidatorRecord) {
+    if v.power == 0 {
+        kv.delete(keys::validator(address));
+    } else {
+        kv.put(keys::validator(address), v.encode_to_vec());
+    }
+}
+
+/// Every validator, by address (ascending).
+pub fn validators(kv: &impl KvRead) -> Result<Vec<([u8; 20], ValidatorRecord)>, Fatal> {
+    let rows = kv.scan_prefix(keys::VALIDATOR, MAX_VALIDATORS + 1)?;
+    let mut out = Vec::with_capacity(rows.len());
+    for (k, v) in rows {
+        let addr: [u8; 20] = k
+            .get(keys::VALIDATOR.len()..)
+            .and_then(|a| a.try_into().ok())
+            .ok_or(Fatal::Corrupt("validator key"))?;
+        let rec = ValidatorRecord::decode(v.as_slice()).map_err(|_| Fatal::Corrupt("validator"))?;
+        out.push((addr, rec));
+    }
+    Ok(out)
+}
+
+/// The ceremony running now.
+pub fn ceremony(kv: &impl KvRead) -> Result<Option<Ceremony>, Fatal> {
+    load(kv, keys::CEREMONY, "ceremony")
+}
+
+/// Stores (or with `None` ends) the running ceremony.
+pub fn put_ceremony(kv: &mut impl Kv, c: Option<&Ceremony>) {
+    match c {
+        Some(c) => kv.put(keys::CEREMONY.to_vec(), c.encode_to_vec()),
+        None => kv.delete(keys::CEREMONY.to_vec()),
+    }
+}
+
+/// The last ceremony that made a key.
+pub fn last_ceremony(kv: &impl KvRead) -> Result<Option<Ceremony>, Fatal> {
+    load(kv, keys::LAST_CEREMONY, "last ceremony")
+}
+
+/// Stores the last ceremony that made a key.
+pub fn put_last_ceremony(kv: &mut impl Kv, c: &Ceremony) {
+    kv.put(keys::LAST_CEREMONY.to_vec(), c.encode_to_vec());
+}
+
+/// A dealing by round and dealer position.
+pub fn dealing(kv: &impl KvRead, round: u64, dealer: u32) -> Result<Option<Dealing>, Fatal> {
+    load(kv, &keys::dealing(round, dealer), "dealing")
+}
+
+/// Stores a dealing.
+pub fn put_dealing(kv: &mut impl Kv, dealer: u32, d: &Dealing) {
+    kv.put(keys::dealing(d.round, dealer), d.encode_to_vec());
+}
+
+/// Whether `player` acked `dealer`'s dealing in `round`.
+pub fn has_ack(kv: &impl KvRead, round: u64, dealer: u32, player: u32) -> Result<bool, Fatal> {
+    Ok(kv.get(&keys::ack(round, dealer, player))?.is_some())
+}
+
+/// Records an ack.
+pub fn put_ack(kv: &mut impl Kv, round: u64, dealer: u32, player: u32) {
+    kv.put(keys::ack(round, dealer, player), keys::PRESENT.to_vec());
+}
+
+/// The share `dealer` revealed for `player` in `round` (32 bytes).
+pub fn reveal(
+    kv: &impl KvRead,
+    round: u64,
+    dealer: u32,
+    player: u32,
+) -> Result<Option<Vec<u8>>, Fatal> {
+    Ok(kv.get(&keys::reveal(round, dealer, player))?)
+}
+
+/// Records a revealed share.
+pub fn put_reveal(kv: &mut impl Kv, round: u64, dealer: u32, player: u32, share: &[u8]) {
+    kv.put(keys::reveal(round, dealer, player), share.to_vec());
+}
+
+/// Deletes every dealing, ack and reveal of `round`.
+pub fn delete_round(kv: &mut impl Kv, round: u64) {
+    for p in [
+        keys::dealing_round(round),
+        keys::ack_round(round),
+        keys::reveal_round(round),
+    ] {
+        let end = prefix_end(&p);
+        kv.delete_range(p, end);
+    }
+}
+
+/// A proposal by id.
+pub fn proposal(kv: &impl KvRead, id: u64) -> Result<Option<Proposal>, Fatal> {
+    load(kv, &keys::proposal(id), "proposal")
+}
+
+/// Stores a proposal; open and accepted ones are also indexed.
+pub fn put_proposal(kv: &mut impl Kv, p: &Proposal) {
+    kv.put(keys::proposal(p.id), p.encode_to_vec());
+    if p.status == STATUS_OPEN || p.status == STATUS_ACCEPTED {
+        kv.put(keys::proposal_open(p.id), keys::PRESENT.to_vec());
+    } else {
+        kv.delete(keys::proposal_open(p.id));
+    }
+}
+
+/// Proposal status: collecting approvals.
+pub const STATUS_OPEN: u32 = 1;
+/// Proposal status: approved, waiting for (or in) its reshare.
+pub const STATUS_ACCEPTED: u32 = 2;
+/// Proposal status: its reshare finished; the set changed.
+pub const STATUS_APPLIED: u32 = 3;
+/// Proposal status: refused or expired (see its reason).
+pub const STATUS_REFUSED: u32 = 4;
+
+/// Open and accepted proposals, by id.
+pub fn open_proposals(kv: &impl KvRead) -> Result<Vec<Proposal>, Fatal> {
+    let rows = kv.scan_prefix(keys::PROPOSAL_OPEN, usize::MAX)?;
+    let mut out = Vec::with_capacity(rows.len());
+    for (k, _) in rows {
+        let id = k
+            .get(keys::PROPOSAL_OPEN.len()..)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_be_bytes)
+            .ok_or(Fatal::Corrupt("open proposal key"))?;
+        out.push(proposal(kv, id)?.ok_or(Fatal::Corrupt("open proposal"))?);
+    }
+    Ok(out)
+}
+
+/// Every proposal from id `from` on, at most `limit`.
+pub fn proposals_from(kv: &impl KvRead, from: u64, limit: usize) -> Result<Vec<Proposal>, Fatal> {
+    let rows = kv.scan(&keys::proposal(from), &prefix_end(keys::PROPOSAL), limit)?;
+    rows.iter()
+        .map(|(_, v)| Proposal::decode(v.as_slice()).map_err(|_| Fatal::Corrupt("proposal")))
+        .collect()
+}
+
+/// The id the next proposal gets, from 1.
+pub fn next_proposal_id(kv: &mut impl Kv) -> Result<u64, Fatal> {
+    let id = get_u64(kv, keys::NEXT_PROPOSAL)?.unwrap_or(1);
+    put_u64(kv, keys::NEXT_PROPOSAL.to_vec(), id.saturating_add(1));
+    Ok(id)
+}
+
+/// The key a reshare made, until it activates.
+pub fn next_key(kv: &impl KvRead) -> Result<Option<NextKey>, Fatal> {
+    load(kv, keys::NEXT_KEY, "next key")
+}
+
+/// Stores (or with `None` removes) the waiting key.
+pub fn put_next_key(kv: &mut impl Kv, k: Option<&NextKey>) {
+    match k {
+        Some(k) => kv.put(keys::NEXT_KEY.to_vec(), k.encode_to_vec()),
+        None => kv.delete(keys::NEXT_KEY.to_vec()),
+    }
+}
+
+/// The validator updates recorded for block `height` (empty for any
+/// other block).
+pub fn validator_updates(kv: &impl KvRead, height: u64) -> Result<Vec<ValidatorRecord>, Fatal> {
+    let u: Option<ValidatorUpdates> = load(kv, keys::VALIDATOR_UPDATES, "validator updates")?;
+    Ok(match u {
+        Some(u) if u.height == height => u.updates,
+        _ => Vec::new(),
+    })
+}
+
+/// Records the validator updates of block `height` (replacing older ones).
+pub fn put_validator_updates(kv: &mut impl Kv, height: u64, updates: Vec<ValidatorRecord>) {
+    let u = ValidatorUpdates { height, updates };
+    kv.put(keys::VALIDATOR_UPDATES.to_vec(), u.encode_to_vec());
+}
