@@ -299,7 +299,11 @@ fn a_block_with_nothing_to_convert_writes_only_what_it_always_wrote() {
     c.begin(SECS);
     assert_eq!(
         c.written(),
-        [keys::CUR_WINDOW.to_vec(), keys::LAST_TIME.to_vec()]
+        [
+            keys::CUR_WINDOW.to_vec(),
+            keys::LAST_HEIGHT.to_vec(),
+            keys::LAST_TIME.to_vec()
+        ]
     );
     assert!(c.kv.changes().ranges.is_empty());
     c.kv.commit(c.height).unwrap();
@@ -307,7 +311,10 @@ fn a_block_with_nothing_to_convert_writes_only_what_it_always_wrote() {
     c.owe(1, &owed(&[("a", "u", 1)]));
     c.block(2 * SECS);
     c.begin(2 * SECS + 1);
-    assert_eq!(c.written(), [keys::LAST_TIME.to_vec()]);
+    assert_eq!(
+        c.written(),
+        [keys::LAST_HEIGHT.to_vec(), keys::LAST_TIME.to_vec()]
+    );
     assert!(c.kv.changes().ranges.is_empty());
 }
 
