@@ -14,7 +14,9 @@
 //! count; settled batches' calls kept for `settled_retention_windows`;
 //! and for issue 13: the app hash became the root of a Jellyfish Merkle
 //! tree over the state (ADR 0012), with provider and user window totals
-//! and index entries holding `0x01` instead of nothing.
+//! and index entries holding `0x01` instead of nothing; and for issue 12:
+//! every block records its height (`meta/last_height`, the clock of DKG
+//! and reshare phases).
 //! Any other change to them is a change of consensus behaviour
 //! and must be deliberate.
 
@@ -30,15 +32,15 @@ const T0: i64 = 1_800_000_000;
 const GOLDEN: [(usize, &str); 3] = [
     (
         100,
-        "f61366ff7db976b5063ceb4dc6387e4138512a71f941feb666d84f1585f13239",
+        "05b799e9ee8090699329253d4214da6d6de9dc32a6800630170ed734174ac136",
     ),
     (
         500,
-        "bbf88f8c958632ee747fcf5296c60bc4a6d3198308ca62ae48336a9960b80b8e",
+        "ca5bc9f72bbd2f48489d2aca52f14e17d6df15c4ef9436781e29aae8c4507b07",
     ),
     (
         1000,
-        "4817e617de31d92f2c085ee3f08ec5e647c3f06be0cd3517afd43bd9d8e1ce72",
+        "6302b32d7d339f0b27dd646126a24f8011cc583df8bcb7056f8a8116151500c7",
     ),
 ];
 

@@ -16,8 +16,11 @@
 //! [`Net::record`]. With [`Net::hub`] set, every node's relay hands in
 //! what it sees before each height ([`crate::hub`]).
 
+mod dkg;
 mod rounds;
 pub mod statesync;
+
+pub use dkg::DkgFilter;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -63,6 +66,17 @@ pub struct Node {
     pub behaviour: Option<Box<dyn Behaviour>>,
     /// What its halt hook recorded (a real node would have exited).
     pub halts: HaltLog,
+    /// Its CometBFT consensus key (keyed nets, see [`Net::keyed`]).
+    pub consensus: Option<ed25519_dalek::SigningKey>,
+    /// Its DKG encryption key (keyed nets).
+    pub enc: Option<tally_settlement::dkg::crypto::EncKey>,
+    /// Whether it is in CometBFT's validator set now (proposes and
+    /// votes); a node that is not still follows the chain.
+    pub member: bool,
+    /// Its shares of on-chain keys, by epoch.
+    pub epoch_shares: Vec<(u64, SecretShare)>,
+    /// Rewrites or drops its DKG messages (a byzantine dealer), if set.
+    pub dkg_filter: Option<DkgFilter>,
 }
 
 impl Node {
@@ -80,6 +94,11 @@ impl Node {
             tamper: None,
             behaviour: None,
             halts,
+            consensus: None,
+            enc: None,
+            member: true,
+            epoch_shares: Vec::new(),
+            dkg_filter: None,
         })
     }
 }
@@ -148,6 +167,15 @@ pub struct Net {
     genesis: (i64, String),
     /// Snapshot stores of the nodes that serve them.
     served: Vec<(usize, Arc<statesync::MemSnapshots>)>,
+    /// Honest nodes send their DKG messages with every block (keyed nets).
+    pub auto_dkg: bool,
+    /// Validator updates FinalizeBlock returned, by the height CometBFT
+    /// applies them (H + 2).
+    pending_updates: Vec<(i64, Vec<tendermint_proto::v0_38::abci::ValidatorUpdate>)>,
+    /// CometBFT's genesis validators (keyed nets).
+    genesis_validators: Vec<tendermint_proto::v0_38::abci::ValidatorUpdate>,
+    /// DKG transactions already offered (each is sent once).
+    dkg_sent: std::collections::BTreeSet<Vec<u8>>,
 }
 
 /// A precommit of the last height, and the nodes that refused its
@@ -207,6 +235,10 @@ impl Net {
             last_votes: Vec::new(),
             genesis: (now, String::new()),
             served: Vec::new(),
+            auto_dkg: false,
+            pending_updates: Vec::new(),
+            genesis_validators: Vec::new(),
+            dkg_sent: Default::default(),
         }
     }
 
@@ -229,7 +261,7 @@ impl Net {
                 time: ts(*time),
                 chain_id: self.chain_id.clone(),
                 consensus_params: None,
-                validators: Vec::new(),
+                validators: self.genesis_validators.clone(),
                 app_state_bytes: Bytes::copy_from_slice(app_state.as_bytes()),
                 initial_height: 1,
             });
@@ -255,8 +287,25 @@ impl Net {
         self.now += secs;
     }
 
+    /// The up validators: they propose and vote.
     fn live(&self) -> impl Iterator<Item = (usize, &Node)> {
-        self.nodes.iter().enumerate().filter(|(_, n)| n.up)
+        self.nodes.iter().enumerate().filter(|(_, n)| n.up && n.member)
+    }
+
+    /// Every up node, validator or not: each runs every block.
+    fn followers(&self) -> Vec<usize> {
+        (0..self.nodes.len()).filter(|&i| self.nodes[i].up).collect()
+    }
+
+    /// Node `i`'s consensus address: from its key in a keyed net, else
+    /// [`address`].
+    pub fn addr(&self, i: usize) -> Bytes {
+        match &self.nodes[i].consensus {
+            Some(k) => Bytes::copy_from_slice(&tally_settlement::dkg::address_of(
+                k.verifying_key().as_bytes(),
+            )),
+            None => address(i),
+        }
     }
 
     /// Runs one height with `txs` offered by the proposer's mempool; the
@@ -292,22 +341,28 @@ impl Net {
     ) -> Result<Outcome> {
         let height = self.height + 1;
         let time = self.now;
+        self.apply_updates(height);
         let live: Vec<usize> = self.live().map(|(i, _)| i).collect();
         ensure!(!live.is_empty(), "no live validator");
         self.relay(&live)?;
+        let mut txs = txs;
+        if self.auto_dkg {
+            txs.extend(self.dkg_messages()?);
+        }
         let mempool: Vec<Bytes> = txs.into_iter().map(Bytes::from).collect();
+        let live_all = self.followers();
         let (proposer, txs) = self.propose(height, time, &live, leader, &mempool)?;
         let votes = self.vote(height, time, &live, proposer, &txs)?;
         let decided = Decided { height, time, txs };
         let mut first: Option<ResponseFinalizeBlock> = None;
-        for &i in &live {
+        for &i in &live_all {
             let r = self.nodes[i].app.finalize_block(finalize_request(&decided));
             self.nodes[i].ensure_running(i)?;
             if let Some(f) = &first {
                 if f.app_hash != r.app_hash {
                     bail!(
                         "app hash mismatch at height {height}: node{} {} vs node{i} {}",
-                        live[0],
+                        live_all[0],
                         hex::encode(&f.app_hash),
                         hex::encode(&r.app_hash)
                     );
@@ -316,13 +371,20 @@ impl Net {
                 first = Some(r);
             }
         }
-        for &i in &live {
+        for &i in &live_all {
             if Some(i) != crash {
                 self.nodes[i].app.commit();
             }
             self.nodes[i].ensure_running(i)?;
         }
         let first = first.context("no live node")?;
+        if !first.validator_updates.is_empty() {
+            self.pending_updates
+                .push((height + 2, first.validator_updates.clone()));
+        }
+        if self.auto_dkg {
+            self.derive_shares(&live_all)?;
+        }
         self.height = height;
         self.now += step;
         self.last_votes = votes;
@@ -355,15 +417,29 @@ impl Net {
         let share = self.nodes[i].share.clone();
         let tamper = self.nodes[i].tamper;
         let behaviour = self.nodes[i].behaviour.take();
+        let consensus = self.nodes[i].consensus.take();
+        let enc = self.nodes[i].enc.take();
+        let member = self.nodes[i].member;
+        let epoch_shares = std::mem::take(&mut self.nodes[i].epoch_shares);
+        let dkg_filter = self.nodes[i].dkg_filter;
         // Drop the old instance first: RocksDB allows one opener.
         let placeholder = Node::open(Storage::Memory(Arc::new(MemBackend::new())))?;
         drop(std::mem::replace(&mut self.nodes[i], placeholder));
         self.nodes[i] = Node::open(storage)?;
         self.nodes[i].tamper = tamper;
         self.nodes[i].behaviour = behaviour;
+        self.nodes[i].consensus = consensus;
+        self.nodes[i].enc = enc;
+        self.nodes[i].member = member;
+        self.nodes[i].epoch_shares = epoch_shares;
+        self.nodes[i].dkg_filter = dkg_filter;
         if let Some(s) = share {
             self.nodes[i].app.set_signer(s.clone());
             self.nodes[i].share = Some(s);
+        }
+        for (e, s) in std::mem::take(&mut self.nodes[i].epoch_shares) {
+            self.nodes[i].app.add_signer(e, s.clone());
+            self.nodes[i].epoch_shares.push((e, s));
         }
         let info = self.nodes[i].app.info(RequestInfo::default());
         let from = info.last_block_height;
@@ -389,6 +465,9 @@ impl Net {
             self.nodes[i].ensure_running(i)?;
         }
         self.nodes[i].up = true;
+        if self.auto_dkg {
+            self.derive_shares(&[i])?;
+        }
         Ok(())
     }
 

@@ -15,7 +15,7 @@ use tendermint_proto::v0_38::abci::{
     RequestProcessProposal, RequestVerifyVoteExtension, Validator,
 };
 
-use super::{address, ts, Net, Vote, MAX_TX_BYTES};
+use super::{ts, Net, Vote, MAX_TX_BYTES};
 use crate::adversary::{Behaviour, Ctx, ExtensionRecord, ProposalRecord, Shape};
 
 impl Net {
@@ -126,7 +126,7 @@ impl Net {
                     height,
                     time: ts(time),
                     next_validators_hash: Bytes::new(),
-                    proposer_address: address(proposer),
+                    proposer_address: self.addr(proposer),
                 });
             let votes: Vec<(Vec<u8>, Vec<u8>)> = commit
                 .iter()
@@ -161,7 +161,7 @@ impl Net {
                     height,
                     time: ts(time),
                     next_validators_hash: Bytes::new(),
-                    proposer_address: address(proposer),
+                    proposer_address: self.addr(proposer),
                 });
                 let took = t0.elapsed().as_micros();
                 self.nodes[i].ensure_running(i)?;
@@ -232,7 +232,7 @@ impl Net {
                     proposed_last_commit: None,
                     misbehavior: Vec::new(),
                     next_validators_hash: Bytes::new(),
-                    proposer_address: address(proposer),
+                    proposer_address: self.addr(proposer),
                 })
                 .vote_extension
                 .to_vec();
@@ -254,7 +254,7 @@ impl Net {
                     .app
                     .verify_vote_extension(RequestVerifyVoteExtension {
                         hash: Bytes::new(),
-                        validator_address: address(i),
+                        validator_address: self.addr(i),
                         height,
                         vote_extension: Bytes::from(ext.clone()),
                     });
@@ -278,7 +278,7 @@ impl Net {
                 voter: i,
                 info: ExtendedVoteInfo {
                     validator: Some(Validator {
-                        address: address(i),
+                        address: self.addr(i),
                         power: 10,
                     }),
                     vote_extension: Bytes::from(ext),
@@ -288,7 +288,7 @@ impl Net {
                 refused_by,
             });
         }
-        let total = self.nodes.len();
+        let total = self.nodes.iter().filter(|n| n.member).count();
         for &j in live {
             if !self.nodes[j].honest() {
                 continue;
