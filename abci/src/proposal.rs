@@ -65,7 +65,7 @@ pub(crate) fn prepare_proposal(
         // transactions from the mempool); keep the mempool order. One decode.
         if !matches!(
             settlement::decode_tx(&tx).map(|t| t.sum),
-            Ok(None | Some(tx::Sum::Report(_) | tx::Sum::Allowance(_)))
+            Ok(None | Some(tx::Sum::Report(_) | tx::Sum::Allowance(_) | tx::Sum::Validator(_)))
         ) {
             continue;
         }

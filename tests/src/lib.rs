@@ -8,6 +8,7 @@
 
 pub mod adversary;
 pub mod chaos;
+pub mod dkgnet;
 pub mod driver;
 pub mod harness;
 pub mod hub;

@@ -91,7 +91,10 @@ impl Net {
             self.nodes[i].app.commit();
         }
         let info = self.nodes[i].app.info(RequestInfo::default());
-        anyhow::ensure!(info.last_block_height == self.height, "node{i} did not catch up");
+        anyhow::ensure!(
+            info.last_block_height == self.height,
+            "node{i} did not catch up"
+        );
         self.derive_shares(&[i])?;
         Ok(i)
     }
@@ -108,7 +111,9 @@ impl Net {
                 _ => continue,
             };
             for n in &mut self.nodes {
-                if n.consensus.as_ref().map(|c| c.verifying_key().to_bytes().to_vec())
+                if n.consensus
+                    .as_ref()
+                    .map(|c| c.verifying_key().to_bytes().to_vec())
                     == Some(key.clone())
                 {
                     n.member = u.power > 0;
@@ -196,8 +201,6 @@ pub fn entry(chain_id: &str, c: &SigningKey, e: &EncKey) -> EncryptionKeyEntry {
     EncryptionKeyEntry {
         validator: hex::encode(pk),
         key: hex::encode(e.public().compress()),
-        pop: hex::encode(
-            e.prove(&dkg::msg::pop_context(chain_id, &pk)).compress(),
-        ),
+        pop: hex::encode(e.prove(&dkg::msg::pop_context(chain_id, &pk)).compress()),
     }
 }

@@ -289,12 +289,17 @@ impl Net {
 
     /// The up validators: they propose and vote.
     fn live(&self) -> impl Iterator<Item = (usize, &Node)> {
-        self.nodes.iter().enumerate().filter(|(_, n)| n.up && n.member)
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.up && n.member)
     }
 
     /// Every up node, validator or not: each runs every block.
     fn followers(&self) -> Vec<usize> {
-        (0..self.nodes.len()).filter(|&i| self.nodes[i].up).collect()
+        (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].up)
+            .collect()
     }
 
     /// Node `i`'s consensus address: from its key in a keyed net, else

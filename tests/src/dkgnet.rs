@@ -1,0 +1,244 @@
+//! A keyed driver net with traffic and the hub, for the on-chain DKG,
+//! proposal and reshare tests (`tests/tests/dkg.rs`, `tests/tests/interop.rs`).
+
+use anyhow::{ensure, Context, Result};
+use ed25519_dalek::SigningKey;
+use tally_settlement::dkg::state as dst;
+use tally_settlement::proto::{
+    validator_msg::Sum, ProposalApproval, ValidatorMsg, ValidatorProposal,
+};
+use tally_settlement::sync::ThresholdKey;
+use tally_settlement::Code;
+
+use crate::driver::{Net, Outcome};
+use crate::hub::Hub;
+use crate::traffic::{gateway_key, Traffic};
+
+/// Chain id of the DKG tests.
+pub const CHAIN: &str = "tally-dkg";
+/// Genesis time.
+pub const T0: i64 = 1_800_000_000;
+/// Seconds between blocks.
+pub const STEP: i64 = 5;
+
+/// A keyed net, its traffic and what it settled.
+#[derive(Debug)]
+pub struct DkgNet {
+    /// The net (hub set).
+    pub net: Net,
+    /// Seeded usage reports.
+    pub traffic: Traffic,
+    /// Every tx result of the last block, with its tx.
+    pub last: Option<Outcome>,
+}
+
+impl DkgNet {
+    /// `n` keyed validators, phases of `phase` blocks, no dealer key: the
+    /// key comes from the on-chain DKG. The hub has deposits for every
+    /// user.
+    pub fn new(n: usize, phase: u64) -> Result<Self> {
+        let key = gateway_key(3);
+        let traffic = Traffic::new(11, key.clone(), CHAIN, [4, 2, 2, 2]);
+        let mut net = Net::keyed(n, CHAIN, T0)?;
+        let state = serde_json::json!({
+            "params": {
+                "settlement_window_secs": 60, "hub_chain": "hub", "max_batch_calls": 50,
+                "dkg_phase_blocks": phase,
+            },
+            "gateways": [{"name": "gw-test", "pubkey": hex::encode(key.verifying_key().to_bytes())}],
+            "allowances": crate::traffic::allowances(&traffic.users, "gw-test"),
+            "balances": traffic.users.iter().map(|u| serde_json::json!({"user": u, "amount": 100_000})).collect::<Vec<_>>(),
+            "encryption_keys": net.encryption_keys(),
+        });
+        net.init(&state.to_string())?;
+        let mut hub = Hub::default();
+        for (i, u) in traffic.users.iter().enumerate() {
+            hub.deposit(2 + i as u64, u, 1_000);
+        }
+        net.hub = Some(hub);
+        Ok(Self {
+            net,
+            traffic,
+            last: None,
+        })
+    }
+
+    /// One block with a usage report (when `usage`) and `extra` txs.
+    pub fn block(&mut self, usage: bool, extra: Vec<Vec<u8>>) -> Result<&Outcome> {
+        let mut txs = extra;
+        if usage {
+            let recs = self.traffic.records(5, 20);
+            txs.push(self.traffic.report(recs, self.net.now as u64, 120));
+        }
+        let o = self.net.block(txs, STEP)?;
+        Ok(self.last.insert(o))
+    }
+
+    /// Blocks (with usage) until `done`, at most `max`; the blocks it took.
+    pub fn until(
+        &mut self,
+        max: usize,
+        mut done: impl FnMut(&Self) -> Result<bool>,
+    ) -> Result<usize> {
+        for k in 1..=max {
+            self.block(true, Vec::new())?;
+            if done(self)? {
+                return Ok(k);
+            }
+        }
+        anyhow::bail!(
+            "condition not met in {max} blocks (height {})",
+            self.net.height
+        )
+    }
+
+    /// The active key, as node `i` has it.
+    pub fn key(&self, i: usize) -> Result<Option<ThresholdKey>> {
+        Ok(tally_settlement::sync::dkg(
+            self.net.nodes[i].app.committed_state(),
+        )?)
+    }
+
+    /// The active key's epoch (0: none yet).
+    pub fn epoch(&self) -> Result<u64> {
+        Ok(self.key(0)?.map(|k| k.genesis.epoch).unwrap_or(0))
+    }
+
+    /// Batches the hub settled.
+    pub fn settled(&self) -> usize {
+        self.net.hub.as_ref().map_or(0, |h| h.settled.len())
+    }
+
+    /// Pins the hub to the active key's group key (as a real hub's genesis).
+    pub fn pin_hub(&mut self) -> Result<Vec<u8>> {
+        let g = self
+            .key(0)?
+            .context("no key")?
+            .shares
+            .group
+            .compress()
+            .to_vec();
+        if let Some(h) = self.net.hub.as_mut() {
+            h.pinned_group = Some(g.clone());
+        }
+        Ok(g)
+    }
+
+    fn signing(&self, i: usize) -> Result<SigningKey> {
+        self.net.nodes[i].consensus.clone().context("keyed node")
+    }
+
+    fn send(&mut self, from: usize, sum: Sum) -> Result<(Code, Vec<u8>, String)> {
+        let m = ValidatorMsg {
+            chain_id: CHAIN.into(),
+            sum: Some(sum),
+        };
+        let tx = tally_settlement::dkg::sign_validator_msg(&self.signing(from)?, &m);
+        let o = self.block(false, vec![tx.clone()])?;
+        let pos = o
+            .block
+            .txs
+            .iter()
+            .position(|t| t.as_ref() == tx.as_slice())
+            .context("the tx was not included")?;
+        let r = &o.tx_results[pos];
+        let code = Code::from_value(r.code).context("unknown code")?;
+        Ok((code, r.data.to_vec(), r.log.clone()))
+    }
+
+    /// Node `from` proposes `action` (1 add, 2 remove, 3 update) of node
+    /// `target` with `power`; returns the result code and the proposal id.
+    pub fn propose(
+        &mut self,
+        from: usize,
+        action: u32,
+        target: usize,
+        power: u64,
+    ) -> Result<(Code, u64)> {
+        let t = self.signing(target)?;
+        let pk = t.verifying_key().to_bytes();
+        let (enc_key, enc_pop) = if action == 1 {
+            let e = self.net.nodes[target].enc.as_ref().context("enc key")?;
+            let pop = e.prove(&tally_settlement::dkg::msg::pop_context(CHAIN, &pk));
+            (e.public().compress().to_vec(), pop.compress().to_vec())
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        let (code, data, _) = self.send(
+            from,
+            Sum::Propose(ValidatorProposal {
+                action,
+                pubkey: pk.to_vec(),
+                power,
+                enc_key,
+                enc_pop,
+            }),
+        )?;
+        let id = <[u8; 8]>::try_from(data.as_slice())
+            .map(u64::from_be_bytes)
+            .unwrap_or(0);
+        Ok((code, id))
+    }
+
+    /// Node `from` approves proposal `id`; returns the result code.
+    pub fn approve(&mut self, from: usize, id: u64) -> Result<Code> {
+        Ok(self
+            .send(from, Sum::Approve(ProposalApproval { proposal: id }))?
+            .0)
+    }
+
+    /// A proposal's status (1 open, 2 accepted, 3 applied, 4 refused).
+    pub fn status(&self, id: u64) -> Result<u32> {
+        let p =
+            dst::proposal(self.net.nodes[0].app.committed_state(), id)?.context("no proposal")?;
+        Ok(p.status)
+    }
+
+    /// Proposes a change from node 0 and approves it from the others in
+    /// order until accepted; then runs until the new key is active and
+    /// checks the group key stayed `group` and the validators voting are
+    /// `members`. Returns the blocks it took.
+    pub fn change(
+        &mut self,
+        action: u32,
+        target: usize,
+        group: &[u8],
+        members: &[usize],
+    ) -> Result<usize> {
+        let proposer = *members
+            .first()
+            .filter(|&&m| m != target)
+            .unwrap_or(&members[1]);
+        let voters: Vec<usize> = (0..self.net.nodes.len())
+            .filter(|&i| self.net.nodes[i].member)
+            .collect();
+        let before = self.epoch()?;
+        let power = if action == 2 { 0 } else { 10 };
+        let (code, id) = self.propose(proposer, action, target, power)?;
+        ensure!(code == Code::Ok, "proposal refused: {code:?}");
+        for &v in voters.iter().filter(|&&v| v != proposer) {
+            if self.status(id)? != 1 {
+                break;
+            }
+            ensure!(self.approve(v, id)? == Code::Ok, "approval refused");
+        }
+        ensure!(self.status(id)? >= 2, "proposal {id} not accepted");
+        let took = self.until(200, |s| Ok(s.epoch()? > before))?;
+        let key = self.key(0)?.context("key")?;
+        ensure!(
+            key.shares.group.compress().as_slice() == group,
+            "the group key changed"
+        );
+        let want: Vec<usize> = members.to_vec();
+        let got: Vec<usize> = (0..self.net.nodes.len())
+            .filter(|&i| self.net.nodes[i].member)
+            .collect();
+        ensure!(got == want, "validators {got:?}, want {want:?}");
+        ensure!(
+            key.signers.len() == members.len(),
+            "{} signers",
+            key.signers.len()
+        );
+        Ok(took)
+    }
+}
