@@ -7,6 +7,8 @@
 #     [--step-secs N] [--max-steps N] [--out DIR]: Tally against CometBFT's kvstore, each on a
 #     4-validator loopback network (ports 18656.. and 19656..), offered load rising to saturation;
 #     table on stdout, CSV + PNG in $CARGO_TARGET_DIR/bench/network. Needs cometbft on PATH.
+#   scripts/bench.sh dkg [--sizes 4,16,64,100]: one on-chain DKG ceremony per size on one node's
+#     in-memory state: bytes on chain, blocks, CPU per block, per player and per dealer.
 # The reporter's throughput against a running
 # localnet: $CARGO_TARGET_DIR/release/examples/load --key localnet/.data/gateway.key \
 #   --endpoints http://127.0.0.1:26657,http://127.0.0.1:26667 --seconds 60

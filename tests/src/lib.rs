@@ -8,6 +8,7 @@
 
 pub mod adversary;
 pub mod chaos;
+pub mod dkgbench;
 pub mod dkgnet;
 pub mod driver;
 pub mod harness;

@@ -468,6 +468,9 @@ fn main() -> Result<()> {
     if args.first().is_some_and(|a| a == "network") {
         return tally_tests::netbench::main(&args[1..]);
     }
+    if args.first().is_some_and(|a| a == "dkg") {
+        return tally_tests::dkgbench::main(&args[1..]);
+    }
     let mut blocks = 30;
     let mut validators = 100u32;
     let mut reps = 30usize;

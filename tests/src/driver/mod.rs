@@ -20,7 +20,7 @@ mod dkg;
 mod rounds;
 pub mod statesync;
 
-pub use dkg::DkgFilter;
+pub use dkg::{consensus_key, enc_key, entry as dkg_entry, DkgFilter};
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -1,0 +1,220 @@
+//! `tally-bench dkg`: the cost of one on-chain DKG ceremony at n
+//! validators, on one node's state (in memory), every validator's messages
+//! made by the same code `tallyd`'s participant runs
+//! ([`tally_settlement::dkg::next_messages`]).
+//!
+//! Per n it prints: bytes on chain (dealings, acks, reveals), the blocks a
+//! ceremony takes, the CPU one node spends executing the dealing and ack
+//! blocks and the finalisation, one player's CPU to decrypt and check all
+//! dealings, and one dealer's CPU to deal.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use ed25519_dalek::SigningKey;
+use tally_settlement::dkg::crypto::EncKey;
+use tally_settlement::dkg::{self, Me};
+use tally_settlement::proto::validator_msg::Sum;
+use tally_settlement::{begin_block, deliver_tx, init_chain, Block, Code, Genesis};
+use tally_store::{MemBackend, Pending};
+
+use crate::driver::{consensus_key, enc_key};
+
+/// One ceremony's figures.
+#[derive(Debug, Default)]
+pub struct Figures {
+    /// Validators.
+    pub n: usize,
+    /// Threshold of the key made.
+    pub t: u32,
+    /// Bytes of dealing, ack and reveal transactions.
+    pub deal_bytes: usize,
+    /// Ack bytes.
+    pub ack_bytes: usize,
+    /// Reveal bytes.
+    pub reveal_bytes: usize,
+    /// Transactions.
+    pub txs: usize,
+    /// One node's FinalizeBlock CPU for the dealing block.
+    pub deal_block: Duration,
+    /// One node's FinalizeBlock CPU for the ack block.
+    pub ack_block: Duration,
+    /// The finalisation (start of block `end`).
+    pub finalise: Duration,
+    /// One player's decrypt-and-check of every dealing.
+    pub verify_all: Duration,
+    /// One dealer making its dealing.
+    pub deal_one: Duration,
+    /// Blocks from start to the key.
+    pub blocks: u64,
+}
+
+const CHAIN: &str = "tally-dkg-bench";
+const PHASE: u64 = 2;
+
+/// Runs one fresh ceremony with `n` honest validators.
+pub fn ceremony(n: usize) -> Result<Figures> {
+    let keys: Vec<(SigningKey, EncKey)> = (0..n).map(|i| (consensus_key(i), enc_key(i))).collect();
+    let entries: Vec<_> = keys
+        .iter()
+        .map(|(c, e)| crate::driver::dkg_entry(CHAIN, c, e))
+        .collect();
+    let genesis: Genesis = serde_json::from_value(serde_json::json!({
+        "params": {"dkg_phase_blocks": PHASE},
+        "encryption_keys": entries,
+    }))?;
+    let mut kv = Pending::open(Arc::new(MemBackend::new()))?;
+    init_chain(&mut kv, CHAIN, &genesis)?;
+    let vals: Vec<([u8; 32], u64)> = keys
+        .iter()
+        .map(|(c, _)| (c.verifying_key().to_bytes(), 10))
+        .collect();
+    dkg::init_validators(&mut kv, CHAIN, &genesis, &vals)?;
+    let mut f = Figures {
+        n,
+        ..Figures::default()
+    };
+    let mut txs: Vec<Vec<u8>> = Vec::new();
+    for h in 1..=3 * PHASE + 2 {
+        let block = Block {
+            height: h,
+            time: 1_800_000_000 + h,
+        };
+        let t0 = Instant::now();
+        let events = begin_block(&mut kv, &block)?;
+        let began = t0.elapsed();
+        if events.iter().any(|e| e.kind == "dkg_finalised") {
+            f.finalise = began;
+            f.blocks = h - 1;
+        }
+        if events.iter().any(|e| e.kind == "dkg_failed") {
+            bail!("n = {n}: the ceremony failed");
+        }
+        let t0 = Instant::now();
+        let mut kinds = (0, 0);
+        for tx in &txs {
+            let r = deliver_tx(&mut kv, &block, tx)?;
+            ensure!(r.code == Code::Ok, "n = {n}: a DKG tx failed: {}", r.log);
+        }
+        let ran = t0.elapsed() + began;
+        for tx in txs.drain(..) {
+            let kind = kind_of(&tx);
+            match kind {
+                1 => {
+                    f.deal_bytes += tx.len();
+                    kinds.0 += 1
+                }
+                2 => {
+                    f.ack_bytes += tx.len();
+                    kinds.1 += 1
+                }
+                _ => f.reveal_bytes += tx.len(),
+            }
+            f.txs += 1;
+        }
+        if kinds.0 > 0 {
+            f.deal_block = ran;
+        }
+        if kinds.1 > 0 {
+            f.ack_block = ran;
+        }
+        kv.commit(h)?;
+        for (i, (c, e)) in keys.iter().enumerate() {
+            let me = Me {
+                address: dkg::address_of(c.verifying_key().as_bytes()),
+                enc: e,
+                share: None,
+            };
+            let t0 = Instant::now();
+            let msgs = dkg::next_messages(&kv, &me)?;
+            let took = t0.elapsed();
+            if i == 0 {
+                match msgs.first().and_then(|m| m.sum.as_ref()) {
+                    Some(Sum::Dealing(_)) => f.deal_one = took,
+                    Some(Sum::Ack(_)) => f.verify_all = took,
+                    _ => {}
+                }
+            }
+            txs.extend(msgs.iter().map(|m| dkg::sign_validator_msg(c, m)));
+        }
+    }
+    let key = tally_settlement::sync::dkg(&kv)?.context("no key")?;
+    f.t = key.shares.threshold;
+    Ok(f)
+}
+
+fn kind_of(tx: &[u8]) -> u8 {
+    use prost::Message;
+    let Ok(t) = tally_settlement::proto::Tx::decode(tx) else {
+        return 0;
+    };
+    let Some(tally_settlement::proto::tx::Sum::Validator(v)) = t.sum else {
+        return 0;
+    };
+    match tally_settlement::proto::ValidatorMsg::decode(v.body.as_slice()).map(|m| m.sum) {
+        Ok(Some(Sum::Dealing(_))) => 1,
+        Ok(Some(Sum::Ack(_))) => 2,
+        _ => 3,
+    }
+}
+
+/// `tally-bench dkg [--sizes 4,16,64,100]`.
+pub fn main(args: &[String]) -> Result<()> {
+    let mut sizes = vec![4usize, 16, 64, 100];
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--sizes" => {
+                sizes = it
+                    .next()
+                    .context("--sizes needs a list")?
+                    .split(',')
+                    .map(|s| s.trim().parse::<usize>())
+                    .collect::<Result<_, _>>()
+                    .context("--sizes: numbers 1..=128")?;
+                ensure!(
+                    sizes.iter().all(|s| (1..=128).contains(s)),
+                    "--sizes: 1..=128"
+                );
+            }
+            other => {
+                bail!("unknown argument {other:?}; usage: tally-bench dkg [--sizes 4,16,64,100]")
+            }
+        }
+    }
+    println!("one fresh DKG ceremony, phases of {PHASE} blocks, one node's in-memory state, this machine");
+    println!(
+        "{:>4} {:>4} {:>11} {:>10} {:>6} {:>7} {:>11} {:>11} {:>10} {:>13} {:>10}",
+        "n",
+        "t",
+        "dealing B",
+        "ack B",
+        "txs",
+        "blocks",
+        "deal blk ms",
+        "ack blk ms",
+        "final ms",
+        "verify all ms",
+        "deal ms"
+    );
+    for n in sizes {
+        let f = ceremony(n)?;
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        println!(
+            "{:>4} {:>4} {:>11} {:>10} {:>6} {:>7} {:>11.1} {:>11.1} {:>10.1} {:>13.1} {:>10.1}",
+            f.n,
+            f.t,
+            f.deal_bytes,
+            f.ack_bytes + f.reveal_bytes,
+            f.txs,
+            f.blocks,
+            ms(f.deal_block),
+            ms(f.ack_block),
+            ms(f.finalise),
+            ms(f.verify_all),
+            ms(f.deal_one)
+        );
+    }
+    Ok(())
+}
