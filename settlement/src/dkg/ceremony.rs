@@ -152,34 +152,20 @@ fn next_round(kv: &mut impl Kv) -> Result<u64, Fatal> {
     Ok(r)
 }
 
-/// A ceremony of `kind` from `h`, with its phase windows.
-fn ceremony(
-    kv: &mut impl Kv,
-    h: u64,
-    kind: u32,
-    dealers: Vec<CeremonyDealer>,
-    players: Vec<CeremonyPlayer>,
-    old_threshold: u32,
-    proposal: u64,
-    epoch: u64,
-) -> Result<Ceremony, Fatal> {
+/// `c` (kind, dealers, players, old threshold, proposal, epoch and
+/// attempt filled in) scheduled from `h`: its round, phase windows and
+/// threshold.
+fn schedule(kv: &mut impl Kv, h: u64, c: Ceremony) -> Result<Ceremony, Fatal> {
     let phase = params(kv)?.dkg_phase_blocks.max(1);
-    let threshold = threshold_for(players.len() as u32);
     Ok(Ceremony {
         round: next_round(kv)?,
-        kind,
         start_height: h,
         deal_end: h.saturating_add(phase),
         ack_end: h.saturating_add(2 * phase),
         end: h.saturating_add(3 * phase),
-        dealers,
-        players,
-        threshold,
-        old_threshold,
-        proposal,
-        epoch,
+        threshold: threshold_for(c.players.len() as u32),
         qualified: Vec::new(),
-        attempt: 0,
+        ..c
     })
 }
 
@@ -237,15 +223,18 @@ fn start_next(kv: &mut impl Kv, h: u64) -> Result<Option<Event>, Fatal> {
                 share_index: i as u32 + 1,
             })
             .collect();
-        let c = ceremony(
+        let c = schedule(
             kv,
             h,
-            RESHARE,
-            dealers,
-            players,
-            key.shares.threshold,
-            p.id,
-            key.genesis.epoch + 1,
+            Ceremony {
+                kind: RESHARE,
+                dealers,
+                players,
+                old_threshold: key.shares.threshold,
+                proposal: p.id,
+                epoch: key.genesis.epoch + 1,
+                ..Ceremony::default()
+            },
         )?;
         st::put_ceremony(kv, Some(&c));
         return Ok(Some(started(&c)));
@@ -262,7 +251,17 @@ fn start_next(kv: &mut impl Kv, h: u64) -> Result<Option<Event>, Fatal> {
                 share_index: 0,
             })
             .collect();
-        let c = ceremony(kv, h, FRESH, dealers, players, 0, 0, 1)?;
+        let c = schedule(
+            kv,
+            h,
+            Ceremony {
+                kind: FRESH,
+                dealers,
+                players,
+                epoch: 1,
+                ..Ceremony::default()
+            },
+        )?;
         st::put_ceremony(kv, Some(&c));
         return Ok(Some(started(&c)));
     }
@@ -450,28 +449,17 @@ fn fail(kv: &mut impl Kv, h: u64, c: Ceremony, got: usize, need: usize) -> Resul
             ("needed", need.to_string()),
         ],
     );
-    if c.kind == RESHARE {
-        if u64::from(c.attempt) + 1 >= MAX_RESHARE_ROUNDS {
-            if let Some(mut p) = st::proposal(kv, c.proposal)? {
-                p.status = STATUS_REFUSED;
-                p.reason = format!("its reshare failed {MAX_RESHARE_ROUNDS} times");
-                st::put_proposal(kv, &p);
-            }
-            st::put_ceremony(kv, None);
-            return Ok(ev);
+    if c.kind == RESHARE && u64::from(c.attempt) + 1 >= MAX_RESHARE_ROUNDS {
+        if let Some(mut p) = st::proposal(kv, c.proposal)? {
+            p.status = STATUS_REFUSED;
+            p.reason = format!("its reshare failed {MAX_RESHARE_ROUNDS} times");
+            st::put_proposal(kv, &p);
         }
+        st::put_ceremony(kv, None);
+        return Ok(ev);
     }
-    let mut again = ceremony(
-        kv,
-        h,
-        c.kind,
-        c.dealers.clone(),
-        c.players.clone(),
-        c.old_threshold,
-        c.proposal,
-        c.epoch,
-    )?;
-    again.attempt = c.attempt.saturating_add(1);
+    let attempt = c.attempt.saturating_add(1);
+    let again = schedule(kv, h, Ceremony { attempt, ..c })?;
     st::put_ceremony(kv, Some(&again));
     Ok(ev)
 }
