@@ -528,15 +528,15 @@ pub struct EncryptedShare {
     pub ciphertext: Vec<u8>,
 }
 
-/// A player's ack of one dealing.
+/// A player's ack of dealings whose shares matched.
 #[derive(Clone, PartialEq, Eq, prost::Message)]
 pub struct DkgAck {
     /// The ceremony round.
     #[prost(uint64, tag = "1")]
     pub round: u64,
-    /// 1-based position of the dealer in the ceremony's dealers.
-    #[prost(uint32, tag = "2")]
-    pub dealer: u32,
+    /// 1-based positions of the dealers, ascending, none acked before.
+    #[prost(uint32, repeated, tag = "2")]
+    pub dealers: Vec<u32>,
 }
 
 /// A dealer's public reveal of shares.

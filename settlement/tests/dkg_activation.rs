@@ -57,11 +57,25 @@ fn a_reshared_key_activates_at_its_height_and_old_partials_go() {
     put_partial(&mut kv, &[6; 32], 4, &[0; 96]);
 
     // One block before: nothing changes.
-    dkg::begin_block(&mut kv, &Block { height: 11, time: 100 }).unwrap();
+    dkg::begin_block(
+        &mut kv,
+        &Block {
+            height: 11,
+            time: 100,
+        },
+    )
+    .unwrap();
     assert_eq!(threshold_key(&kv).unwrap().unwrap().genesis.epoch, 1);
     assert!(has_partial(&kv, &[5; 32], 2).unwrap());
 
-    let ev = dkg::begin_block(&mut kv, &Block { height: 12, time: 105 }).unwrap();
+    let ev = dkg::begin_block(
+        &mut kv,
+        &Block {
+            height: 12,
+            time: 105,
+        },
+    )
+    .unwrap();
     assert!(ev.iter().any(|e| e.kind == "key_epoch"), "{ev:?}");
     let active = threshold_key(&kv).unwrap().unwrap();
     assert_eq!(active.genesis, next);

@@ -217,16 +217,20 @@ pub fn next_messages(kv: &impl KvRead, me: &Me) -> Result<Vec<ValidatorMsg>, Fat
         .position(|p| p.address.as_slice() == me.address)
         .map(|i| i as u32 + 1);
     if let (Some(j), true) = (player, h < c.ack_end) {
+        let mut good = Vec::new();
         for d in 1..=c.dealers.len() as u32 {
             if st::has_ack(kv, c.round, d, j)? {
                 continue;
             }
             if my_share_of(kv, &chain, &c, d, j, me.enc)?.is_some() {
-                out.push(msg(Sum::Ack(DkgAck {
-                    round: c.round,
-                    dealer: d,
-                })));
+                good.push(d);
             }
+        }
+        if !good.is_empty() {
+            out.push(msg(Sum::Ack(DkgAck {
+                round: c.round,
+                dealers: good,
+            })));
         }
     }
     Ok(out)

@@ -49,8 +49,8 @@ pub const UPDATE: u32 = 3;
 pub enum ValidatorPlan {
     /// Store a dealing under the dealer's position.
     Dealing(u32, Dealing),
-    /// Record an ack: round, dealer, player.
-    Ack(u64, u32, u32),
+    /// Record acks: round, dealers, player.
+    Ack(u64, Vec<u32>, u32),
     /// Record reveals: round, dealer, (player, share).
     Reveal(u64, u32, Vec<(u32, Vec<u8>)>),
     /// Open a proposal.
@@ -64,7 +64,9 @@ impl ValidatorPlan {
     pub fn describe(&self) -> String {
         match self {
             ValidatorPlan::Dealing(d, x) => format!("dealing of dealer {d} for round {}", x.round),
-            ValidatorPlan::Ack(r, d, p) => format!("ack of player {p} for dealer {d}, round {r}"),
+            ValidatorPlan::Ack(r, d, p) => {
+                format!("ack of player {p} for {} dealing(s), round {r}", d.len())
+            }
             ValidatorPlan::Reveal(r, d, s) => {
                 format!("{} share(s) revealed by dealer {d}, round {r}", s.len())
             }
@@ -84,9 +86,14 @@ impl ValidatorPlan {
                 );
                 TxResult::ok(format!("dealing {pos} stored"), vec![ev])
             }
-            ValidatorPlan::Ack(r, d, p) => {
-                st::put_ack(kv, r, d, p);
-                TxResult::ok(format!("ack of player {p} for dealer {d}"), Vec::new())
+            ValidatorPlan::Ack(r, ds, p) => {
+                for d in &ds {
+                    st::put_ack(kv, r, *d, p);
+                }
+                TxResult::ok(
+                    format!("player {p} acked {} dealing(s)", ds.len()),
+                    Vec::new(),
+                )
             }
             ValidatorPlan::Reveal(r, d, shares) => {
                 for (p, s) in &shares {
@@ -167,16 +174,24 @@ pub fn plan_validator_tx(
                 )));
             }
             let p = player_pos(&c, &o)?;
-            if a.dealer == 0 || st::dealing(kv, c.round, a.dealer)?.is_none() {
-                return Err(phase(format!(
-                    "no dealing {} in round {}",
-                    a.dealer, c.round
-                )));
+            if a.dealers.is_empty() || !a.dealers.windows(2).all(|w| w[0] < w[1]) {
+                return Err(reject(
+                    Code::MalformedTx,
+                    "an ack lists 1 or more dealers, ascending, each once",
+                ));
             }
-            if st::has_ack(kv, c.round, a.dealer, p)? {
-                return Err(reject(Code::DkgDuplicate, "ack already recorded"));
+            for &d in &a.dealers {
+                if d == 0 || st::dealing(kv, c.round, d)?.is_none() {
+                    return Err(phase(format!("no dealing {d} in round {}", c.round)));
+                }
+                if st::has_ack(kv, c.round, d, p)? {
+                    return Err(reject(
+                        Code::DkgDuplicate,
+                        format!("ack of dealing {d} already recorded"),
+                    ));
+                }
             }
-            Ok(ValidatorPlan::Ack(c.round, a.dealer, p))
+            Ok(ValidatorPlan::Ack(c.round, a.dealers, p))
         }
         Some(Sum::Reveal(r)) => plan_reveal(kv, height, &o, r),
         Some(Sum::Propose(p)) => plan_proposal(kv, &chain, height, &o, p),
