@@ -57,10 +57,17 @@ fn the_proto_side_is_not_empty() {
         "PartialSig",
         "SignedAllowance",
         "AllowanceChange",
+        "SignedValidatorMsg",
+        "ValidatorMsg",
+        "Dealing",
+        "DkgAck",
+        "Ceremony",
+        "Proposal",
     ] {
         assert!(e.messages.contains_key(m), "{m} not generated: {e:?}");
     }
-    assert_eq!(e.oneofs["tx::Sum"].len(), 4, "{e:?}");
+    assert_eq!(e.oneofs["tx::Sum"].len(), 5, "{e:?}");
+    assert_eq!(e.oneofs["validator_msg::Sum"].len(), 5, "{e:?}");
     assert_eq!(e.enums["Outcome"]["Unknown"], 7, "{e:?}");
     assert_eq!(
         e.messages["ReportUsage"]["records"],
