@@ -306,7 +306,7 @@ pub fn newest_epoch_share_files(home: &Path, n: usize) -> Vec<(u64, PathBuf)> {
         .map(|e| e.path())
         .filter_map(|p| file_epoch(&p).map(|e| (e, p)))
         .collect();
-    found.sort_by(|a, b| b.0.cmp(&a.0));
+    found.sort_by_key(|f| std::cmp::Reverse(f.0));
     found.truncate(n);
     found
 }

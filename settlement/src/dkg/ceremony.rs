@@ -153,6 +153,7 @@ fn next_round(kv: &mut impl Kv) -> Result<u64, Fatal> {
 }
 
 /// A ceremony of `kind` from `h`, with its phase windows.
+#[allow(clippy::too_many_arguments)]
 fn ceremony(
     kv: &mut impl Kv,
     h: u64,
@@ -450,16 +451,14 @@ fn fail(kv: &mut impl Kv, h: u64, c: Ceremony, got: usize, need: usize) -> Resul
             ("needed", need.to_string()),
         ],
     );
-    if c.kind == RESHARE {
-        if u64::from(c.attempt) + 1 >= MAX_RESHARE_ROUNDS {
-            if let Some(mut p) = st::proposal(kv, c.proposal)? {
-                p.status = STATUS_REFUSED;
-                p.reason = format!("its reshare failed {MAX_RESHARE_ROUNDS} times");
-                st::put_proposal(kv, &p);
-            }
-            st::put_ceremony(kv, None);
-            return Ok(ev);
+    if c.kind == RESHARE && u64::from(c.attempt) + 1 >= MAX_RESHARE_ROUNDS {
+        if let Some(mut p) = st::proposal(kv, c.proposal)? {
+            p.status = STATUS_REFUSED;
+            p.reason = format!("its reshare failed {MAX_RESHARE_ROUNDS} times");
+            st::put_proposal(kv, &p);
         }
+        st::put_ceremony(kv, None);
+        return Ok(ev);
     }
     let mut again = ceremony(
         kv,
