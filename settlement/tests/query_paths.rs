@@ -79,6 +79,9 @@ fn every_built_path_is_served() {
         qp::gateways(),
         qp::sync("hub"),
         paged(qp::hubcalls("hub")),
+        qp::validators(),
+        qp::proposals(None),
+        qp::proposals(Some(3)),
     ] {
         let r = query(&p, &path.to_string());
         assert_eq!(r.code, Code::Ok, "{path}: {}", r.log);

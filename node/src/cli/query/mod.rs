@@ -4,7 +4,8 @@
 //! Every command builds its path with [`tally_settlement::query_path`], the
 //! module the server parses paths with, and prints the answer through one
 //! [`Shape`]. Modules: [`sla`] (route records), [`state`] (balances,
-//! parameters, windows, gateways, threshold key), [`sync`] (hub sync state,
+//! parameters, windows, gateways), [`validators`] (validator set,
+//! proposals, threshold key and ceremonies), [`sync`] (hub sync state,
 //! batches, pending hub calls), [`node`] (raw paths and node status).
 //! [`verified`] answers from single state keys, checked by the light client
 //! with `--verify`.
@@ -25,6 +26,7 @@ pub mod node;
 pub mod sla;
 pub mod state;
 pub mod sync;
+pub mod validators;
 pub mod verified;
 
 /// Query a node.
@@ -49,8 +51,12 @@ pub enum QueryCommand {
     Batch(sync::BatchCommand),
     /// Pending hub calls (not yet in a batch).
     Hubcalls(sync::HubcallsCommand),
-    /// The validators' threshold key.
-    Dkg(state::DkgCommand),
+    /// The validators' threshold key and its ceremonies.
+    Dkg(validators::DkgCommand),
+    /// The validator set (power, encryption key, share index).
+    Validators(validators::ValidatorsCommand),
+    /// Validator-set proposals and their approvals.
+    Proposals(validators::ProposalsCommand),
     /// Any query path, printed as JSON.
     Raw(node::RawCommand),
     /// Node heights and app hash.
@@ -70,6 +76,8 @@ impl Command for QueryCommand {
             Self::Batch(c) => c.execute(ctx),
             Self::Hubcalls(c) => c.execute(ctx),
             Self::Dkg(c) => c.execute(ctx),
+            Self::Validators(c) => c.execute(ctx),
+            Self::Proposals(c) => c.execute(ctx),
             Self::Raw(c) => c.execute(ctx),
             Self::Status(c) => c.execute(ctx),
         }
@@ -105,6 +113,12 @@ pub enum Shape {
     Flat,
     /// A user's allowances: `key: value` lines, then one row per gateway.
     Allowances,
+    /// `/validators`.
+    Validators,
+    /// `/proposals`.
+    Proposals,
+    /// `/dkg`.
+    Dkg,
 }
 
 /// Queries `path` on the first node of `opts` and prints the answer in the
@@ -166,6 +180,9 @@ pub fn render(out: &mut impl Write, shape: Shape, v: Value) -> anyhow::Result<()
             table::flat(out, &head)?;
             table::allowances(out, &rows)?;
         }
+        Shape::Validators => validators::validators(out, &v)?,
+        Shape::Proposals => validators::proposals(out, &v)?,
+        Shape::Dkg => validators::dkg(out, &v)?,
     }
     Ok(())
 }

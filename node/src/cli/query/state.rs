@@ -1,4 +1,4 @@
-//! `tallyd query balance|params|windows|gateways|dkg`: chain state other
+//! `tallyd query balance|params|windows|gateways`: chain state other
 //! than route records and hub sync. `balance` takes `--verify`
 //! ([`super::verified`]).
 
@@ -78,20 +78,6 @@ pub struct GatewaysCommand {
 impl Command for GatewaysCommand {
     fn execute(self, _ctx: &Context) -> anyhow::Result<()> {
         show(&self.opts, &query_path::gateways(), Shape::Gateways)
-    }
-}
-
-/// `query dkg`.
-#[derive(Args, Debug, PartialEq, Eq)]
-pub struct DkgCommand {
-    /// Node and output format.
-    #[command(flatten)]
-    pub opts: QueryOpts,
-}
-
-impl Command for DkgCommand {
-    fn execute(self, _ctx: &Context) -> anyhow::Result<()> {
-        show(&self.opts, &query_path::dkg(), Shape::Flat)
     }
 }
 
