@@ -22,7 +22,7 @@ use super::crypto::{combine_commitments, eval_commitment, threshold_for};
 use super::state::{self as st, STATUS_ACCEPTED, STATUS_APPLIED, STATUS_OPEN, STATUS_REFUSED};
 use super::tx::{ADD, REMOVE};
 use super::{FRESH, RESHARE};
-use crate::bls::{lagrange_at_zero, parse_public_key};
+use crate::bls::lagrange_at_zero;
 use crate::error::Fatal;
 use crate::genesis::DkgGenesis;
 use crate::keys;
@@ -315,12 +315,7 @@ pub fn qualified(
         if !covered || reveals > max_reveals {
             continue;
         }
-        let commitment = dealing
-            .commitment
-            .iter()
-            .map(|b| parse_public_key(b))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|_| Fatal::Corrupt("stored commitment"))?;
+        let commitment = st::commitment(&dealing)?;
         out.push((d, commitment));
     }
     Ok(out)

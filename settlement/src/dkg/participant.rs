@@ -138,12 +138,7 @@ pub fn my_share_of(
     let Some(dealing) = st::dealing(kv, c.round, d)? else {
         return Ok(None);
     };
-    let commitment = dealing
-        .commitment
-        .iter()
-        .map(|b| parse_public_key(b))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|_| Fatal::Corrupt("stored commitment"))?;
+    let commitment = st::commitment(&dealing)?;
     let value = match st::reveal(kv, c.round, d, j)? {
         Some(b) => scalar_from_bytes(&b),
         None => dealing.shares.get(j as usize - 1).and_then(|s| {

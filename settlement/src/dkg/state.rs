@@ -85,6 +85,16 @@ pub fn put_dealing(kv: &mut impl Kv, dealer: u32, d: &Dealing) {
     kv.put(keys::dealing(d.round, dealer), d.encode_to_vec());
 }
 
+/// A stored dealing's commitment as points (checked when the dealing was
+/// accepted, so a point that does not parse now is corruption).
+pub fn commitment(d: &Dealing) -> Result<Vec<blst::min_pk::PublicKey>, Fatal> {
+    d.commitment
+        .iter()
+        .map(|b| crate::bls::parse_public_key(b))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| Fatal::Corrupt("stored commitment"))
+}
+
 /// Whether `player` acked `dealer`'s dealing in `round`.
 pub fn has_ack(kv: &impl KvRead, round: u64, dealer: u32, player: u32) -> Result<bool, Fatal> {
     Ok(kv.get(&keys::ack(round, dealer, player))?.is_some())

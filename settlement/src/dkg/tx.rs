@@ -348,12 +348,7 @@ fn plan_reveal(
     let d = dealer_pos(&c, o)?;
     let dealing = st::dealing(kv, c.round, d)?
         .ok_or_else(|| phase("the sender has no dealing in this round".into()))?;
-    let commitment = dealing
-        .commitment
-        .iter()
-        .map(|p| parse_public_key(p))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|_| ExecError::Fatal(crate::Fatal::Corrupt("stored commitment")))?;
+    let commitment = st::commitment(&dealing)?;
     if r.shares.is_empty() || r.shares.len() > c.players.len() {
         return Err(reject(
             Code::BadDealing,
