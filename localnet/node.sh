@@ -27,9 +27,13 @@ if [ "${1:-}" = add ] && [ $# -le 2 ]; then
   [[ "$i" =~ ^[0-9]+$ ]] && [ "$i" -ge "$NVAL" ] || die "add: I must be a number >= $NVAL (the genesis validators are 0..$((NVAL - 1)))"
   [ -f "$(node_home 0)/config/genesis.json" ] || die "no localnet in $LOCALNET_DIR (run localnet/up.sh)"
   [ -d "$HUB_DIR" ] || HUB=0
+  [ -e "$(node_home "$i")" ] && die "node$i already exists in $LOCALNET_DIR"
+  # A home left half-made by a failed step would block the next try.
+  trap 'rm -rf "$(node_home "$i")"' EXIT
   new_node_home "$i" "validator$i"
   configure_app "$i"
   "$TALLYD" --home "$(node_home "$i")" dkg keygen >/dev/null
+  trap - EXIT
   started=$(date +%s)
   start_node "$i"
   log "node$i started; block-syncing from genesis"
