@@ -43,6 +43,7 @@ pub mod machine;
 pub mod proto;
 pub mod query;
 pub mod query_path;
+pub mod query_validators;
 mod record;
 pub mod report;
 pub mod state;

@@ -18,7 +18,11 @@
 //! | `/sync/{chain}` | the hub chain's sync state |
 //! | `/batch/{chain}/{nonce}` | a batch: calls, digest, status, group signature |
 //! | `/hubcalls/{chain}` | `{"calls": [...], "next_cursor"}`: pending hub calls |
-//! | `/dkg` | threshold, group key, public shares |
+//! | `/dkg` | the active key (epoch, threshold, group key, public shares, signers), the running ceremony, the key waiting to activate, the last ceremony |
+//! | `/validators` | `{"validators": [{"address", "pubkey", "power", "enc_key", "share_index"}], "total_power"}` |
+//! | `/proposals?from={id}` | `{"proposals": [...], "next_from"}`: validator-set proposals, 100 at most |
+//!
+//! The last three are in [`crate::query_validators`].
 
 use serde::Serialize;
 use serde_json::json;
@@ -29,6 +33,7 @@ use crate::error::{reject, ExecError, Fatal};
 use crate::ident;
 use crate::keys;
 use crate::query_path;
+use crate::query_validators;
 use crate::record::{Counters, RouteId, RouteRecordView, WindowView};
 use crate::state::allowance;
 use crate::state::chain::{balance, is_closing, last_time, params};
@@ -143,7 +148,7 @@ fn route_query(kv: &impl KvRead, full: &str) -> Result<serde_json::Value, ExecEr
             format!(
                 "unknown query path {path:?}; known: /sla/route/{{user}}/{{provider}}/{{model}}/{{route}}[/{{window}}], \
                  /sla/provider/{{provider}}[/{{window}}], /sla/user/{{user}}[/{{window}}], /windows, \
-                 /balance/{{user}}, /allowances/{{user}}, /params, /gateways, /sync/{{chain}}, /batch/{{chain}}/{{nonce}}, /hubcalls/{{chain}}, /dkg"
+                 /balance/{{user}}, /allowances/{{user}}, /params, /gateways, /sync/{{chain}}, /batch/{{chain}}/{{nonce}}, /hubcalls/{{chain}}, /dkg, /validators, /proposals?from={{id}}"
             ),
         )
     };
@@ -350,21 +355,13 @@ fn route_query(kv: &impl KvRead, full: &str) -> Result<serde_json::Value, ExecEr
         }
         ["dkg"] => {
             no_params()?;
-            match sync::dkg(kv)? {
-                Some(key) => Ok(json!({
-                    "threshold": key.genesis.threshold,
-                    "validators": key.genesis.public_shares.len(),
-                    "group_key": key.genesis.group_key,
-                    "public_shares": key.genesis.public_shares,
-                    "signers": key.genesis.signers,
-                    "dst": String::from_utf8_lossy(crate::bls::DST),
-                })),
-                None => Err(reject(
-                    Code::NotFound,
-                    "this chain has no threshold key (no dkg in genesis)",
-                )),
-            }
+            query_validators::dkg(kv)
         }
+        ["validators"] => {
+            no_params()?;
+            query_validators::validators(kv)
+        }
+        ["proposals"] => query_validators::proposals(kv, qs),
         ["params"] => {
             no_params()?;
             Ok(json!(params(kv)?))

@@ -275,6 +275,20 @@ pub fn dkg() -> QueryPath {
     QueryPath::from_segments(["dkg"])
 }
 
+/// `/validators`.
+pub fn validators() -> QueryPath {
+    QueryPath::from_segments(["validators"])
+}
+
+/// `/proposals[?from={id}]`.
+pub fn proposals(from: Option<u64>) -> QueryPath {
+    let p = QueryPath::from_segments(["proposals"]);
+    match from {
+        Some(id) => p.param("from", id.to_string()),
+        None => p,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -301,6 +315,9 @@ mod tests {
         assert_eq!(batch("hub", 1).to_string(), "/batch/hub/1");
         assert_eq!(hubcalls("a/b").to_string(), "/hubcalls/a%2Fb");
         assert_eq!(QueryPath::new().to_string(), "/");
+        assert_eq!(validators().to_string(), "/validators");
+        assert_eq!(proposals(None).to_string(), "/proposals");
+        assert_eq!(proposals(Some(7)).to_string(), "/proposals?from=7");
         assert_eq!(
             QueryPath::from_segments(["a b", "%", "?", "é"]).to_string(),
             "/a%20b/%25/%3F/%C3%A9"
