@@ -40,7 +40,11 @@ enum Cmd {
         settlement_chain_id: String,
         /// Take the group key from the settlement chain's genesis.json (a
         /// dealer's key in `app_state.dkg`).
-        #[arg(long, required_unless_present = "group_key", conflicts_with = "group_key")]
+        #[arg(
+            long,
+            required_unless_present = "group_key",
+            conflicts_with = "group_key"
+        )]
         settlement_genesis: Option<PathBuf>,
         /// The settlement validators' group key (hex compressed G1, 48
         /// bytes), e.g. `group_key` of the chain's `/dkg` query once its

@@ -406,8 +406,15 @@ impl Localnet {
         // The genesis validators and any node added since (node.sh add|join).
         let mut nodes: Vec<usize> = std::fs::read_dir(self.dir())
             .map(|d| {
-                d.filter_map(|e| e.ok()?.file_name().to_str()?.strip_prefix("node")?.parse().ok())
-                    .collect()
+                d.filter_map(|e| {
+                    e.ok()?
+                        .file_name()
+                        .to_str()?
+                        .strip_prefix("node")?
+                        .parse()
+                        .ok()
+                })
+                .collect()
             })
             .unwrap_or_default();
         nodes.sort_unstable();

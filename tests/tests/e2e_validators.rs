@@ -110,9 +110,12 @@ impl Net {
         let chain_id = net.rpc(0).status()?.chain_id;
         // Escrow on the hub: the users' credits come only from deposits.
         net.hub_deposit(USER, 1_000_000)?;
-        wait_for("the deposit credited", Duration::from_secs(90), &net, || {
-            Ok((net.balance(0, USER)? == 1_000_000).then_some(()))
-        })?;
+        wait_for(
+            "the deposit credited",
+            Duration::from_secs(90),
+            &net,
+            || Ok((net.balance(0, USER)? == 1_000_000).then_some(())),
+        )?;
         Ok(Self {
             net,
             key,
@@ -188,8 +191,16 @@ fn check_key(net: &Localnet, nodes: &[usize], epoch: u64, g: &str) -> Result<()>
     let n = comet.len() as u64;
     for &i in nodes {
         let d = query(&net.rpc(i), "/dkg")?;
-        ensure!(d["epoch"] == epoch, "node{i}: epoch {} want {epoch}", d["epoch"]);
-        ensure!(d["group_key"] == g, "node{i}: group key {} want {g}", d["group_key"]);
+        ensure!(
+            d["epoch"] == epoch,
+            "node{i}: epoch {} want {epoch}",
+            d["epoch"]
+        );
+        ensure!(
+            d["group_key"] == g,
+            "node{i}: group key {} want {g}",
+            d["group_key"]
+        );
         let signers: BTreeSet<String> = d["signers"]
             .as_array()
             .context("signers")?
@@ -216,7 +227,11 @@ fn check_key(net: &Localnet, nodes: &[usize], epoch: u64, g: &str) -> Result<()>
 fn key_made_on_chain(f: &mut Net) -> Result<()> {
     let net = &f.net;
     let d = query(&net.rpc(0), "/dkg")?;
-    ensure!(d["epoch"] == 1, "epoch {} after the first ceremony", d["epoch"]);
+    ensure!(
+        d["epoch"] == 1,
+        "epoch {} after the first ceremony",
+        d["epoch"]
+    );
     let g = d["group_key"].as_str().context("no group key")?.to_string();
     ensure!(comet_validators(net, 0)?.len() == 4, "four validators");
     check_key(net, &[0, 1, 2, 3], 1, &g)?;
@@ -297,8 +312,11 @@ fn fifth_validator_added(f: &mut Net) -> Result<()> {
         .to_string();
     // The key node.sh printed is node4's as its CometBFT reports it.
     let st = net.rpc(4).call("status", serde_json::json!({}))?;
-    let pk4 = base64::engine::general_purpose::STANDARD
-        .decode(st["validator_info"]["pub_key"]["value"].as_str().unwrap_or(""))?;
+    let pk4 = base64::engine::general_purpose::STANDARD.decode(
+        st["validator_info"]["pub_key"]["value"]
+            .as_str()
+            .unwrap_or(""),
+    )?;
     ensure!(hex::encode(pk4) == pk, "printed key {pk} is not node4's");
     // The commands it printed: propose (node0), approve (node1, node2).
     let propose = out
@@ -383,7 +401,10 @@ fn settle_one(f: &Net, amount: u64) -> Result<()> {
         pubs.verify_group(&bls::message(&f.chain_id, Kind::Batch, &digest), &sig),
         "batch {nonce} signature does not verify against the group key"
     );
-    let h = query(&Rpc::new(&net.hub_rpc_url()), &format!("/batch/hub/{nonce}"))?;
+    let h = query(
+        &Rpc::new(&net.hub_rpc_url()),
+        &format!("/batch/hub/{nonce}"),
+    )?;
     ensure!(
         h["paid"].as_u64().unwrap_or(0) + h["shortfall"].as_u64().unwrap_or(0) == amount,
         "hub paid for batch {nonce}: {h}"
@@ -400,14 +421,29 @@ fn fifth_validator_removed(f: &mut Net) -> Result<()> {
     let pk = f.fifth.clone().context("no fifth validator")?;
     let home = |i: usize| net.dir().join(format!("node{i}")).display().to_string();
     tallyd_ok(&[
-        "tx", "validator", "propose", "--home", &home(0), "--node", &net.rpc_url(0), "--remove",
-        "--pubkey", &pk,
+        "tx",
+        "validator",
+        "propose",
+        "--home",
+        &home(0),
+        "--node",
+        &net.rpc_url(0),
+        "--remove",
+        "--pubkey",
+        &pk,
     ])?;
     let id = proposal_id(net, &pk, "remove")?.to_string();
     // 10 + 3 x 10 of 50: more than 2/3.
     for i in 1..=3 {
         tallyd_ok(&[
-            "tx", "validator", "approve", "--home", &home(i), "--node", &net.rpc_url(i), "--id",
+            "tx",
+            "validator",
+            "approve",
+            "--home",
+            &home(i),
+            "--node",
+            &net.rpc_url(i),
+            "--id",
             &id,
         ])?;
     }
