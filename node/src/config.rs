@@ -63,6 +63,9 @@ pub struct AppConfig {
     pub snapshot_keep_recent: u32,
     /// Where snapshots are written, relative to the home dir unless absolute.
     pub snapshot_dir: String,
+    /// This node's CometBFT RPC, where the DKG participant sends its
+    /// messages (empty: `[rpc] laddr` of config.toml).
+    pub cometbft_rpc: String,
     /// The `[relay]` section: the relay's tuning.
     pub relay: RelaySettings,
 }
@@ -174,6 +177,7 @@ impl Default for AppConfig {
             snapshot_interval: 1000,
             snapshot_keep_recent: 2,
             snapshot_dir: "data/snapshots".into(),
+            cometbft_rpc: String::new(),
             relay: RelaySettings::default(),
         }
     }
@@ -253,6 +257,9 @@ impl AppConfig {
              snapshot_interval = {}\n\
              snapshot_keep_recent = {}\n\
              snapshot_dir = {:?}\n\
+             # This node's CometBFT RPC, where the DKG participant sends its messages\n\
+             # (empty: [rpc] laddr of config.toml).\n\
+             cometbft_rpc = {:?}\n\
              \n\
              # Relay tuning; each value is checked at start (allowed range in brackets).\n\
              [relay]\n\
@@ -288,6 +295,7 @@ impl AppConfig {
             self.snapshot_interval,
             self.snapshot_keep_recent,
             self.snapshot_dir,
+            self.cometbft_rpc,
             self.relay.poll_interval_ms,
             self.relay.breaker_failures,
             self.relay.breaker_open_secs,

@@ -9,10 +9,12 @@
 pub mod byzantine;
 pub mod config;
 pub mod dealer;
+pub mod dkgkey;
 pub mod explorer;
 pub mod health;
 pub mod keyfile;
 pub mod light;
+pub mod participant;
 pub mod records;
 pub mod rpc;
 pub mod secret;

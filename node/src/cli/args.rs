@@ -57,12 +57,26 @@ pub enum Output {
     Json,
 }
 
-/// `--output table|json`.
+/// `--output table|json`, or `--json` for short.
 #[derive(Args, Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OutputArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Output::Table)]
     pub output: Output,
+    /// Same as --output json.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl OutputArgs {
+    /// The chosen format (`--json` wins).
+    pub fn format(&self) -> Output {
+        if self.json {
+            Output::Json
+        } else {
+            self.output
+        }
+    }
 }
 
 /// A query command's node and output format.
@@ -79,7 +93,7 @@ pub struct QueryOpts {
 impl QueryOpts {
     /// The chosen output format.
     pub fn format(&self) -> Output {
-        self.output.output
+        self.output.format()
     }
 }
 

@@ -1,10 +1,13 @@
-//! `tallyd dkg dealer`: the localnet's trusted dealer for the validators'
-//! threshold key.
+//! `tallyd dkg keygen|enc-proof|dealer`: a validator's encryption key for
+//! the on-chain DKG and the proof that registers it, and (for tests only)
+//! the trusted dealer of a localnet's threshold key.
 
 use std::path::PathBuf;
 
 use anyhow::bail;
 use clap::{Args, Subcommand};
+
+use tally_node::dkgkey;
 
 use super::genesis::update_genesis;
 use super::{Command, Context};
@@ -12,18 +15,83 @@ use super::{Command, Context};
 /// Threshold key setup.
 #[derive(Subcommand, Debug, PartialEq, Eq)]
 pub enum DkgCommand {
-    /// Localnet dealer: make a threshold key, write each validator's share to
-    /// <home>/config/bls_share.json and the group key and public shares into
-    /// the genesis app_state.
+    /// Make this validator's DKG encryption key (<home>/config/dkg_key.json,
+    /// 0600) and print its public key; `tallyd start` takes part in the
+    /// chain's key ceremonies when the file exists.
+    Keygen(KeygenCommand),
+    /// Print, as JSON, this validator's consensus key, encryption key and
+    /// the proof of possession that registers it on --chain-id (for
+    /// `genesis add-encryption-key` or `tx validator propose`).
+    EncProof(EncProofCommand),
+    /// For tests only: a trusted dealer makes a threshold key, writes each
+    /// validator's share to <home>/config/bls_share.json and the group key
+    /// and public shares into the genesis app_state. A real network makes its
+    /// key on chain (`dkg keygen`, then the chain's ceremony).
     Dealer(DealerCommand),
 }
 
 impl Command for DkgCommand {
     fn execute(self, ctx: &Context) -> anyhow::Result<()> {
         match self {
+            Self::Keygen(c) => c.execute(ctx),
+            Self::EncProof(c) => c.execute(ctx),
             Self::Dealer(c) => c.execute(ctx),
         }
     }
+}
+
+/// `dkg keygen [--force]`.
+#[derive(Args, Debug, PartialEq, Eq)]
+pub struct KeygenCommand {
+    /// Replace an existing key (a validator registered with the old key
+    /// can no longer decrypt its shares: register the new one first).
+    #[arg(long)]
+    pub force: bool,
+}
+
+impl Command for KeygenCommand {
+    fn execute(self, ctx: &Context) -> anyhow::Result<()> {
+        let path = dkgkey::enc_key_path(ctx.home());
+        let key = dkgkey::generate_enc_key(&path, self.force)?;
+        println!("{}", hex::encode(key.public().compress()));
+        eprintln!("encryption key written to {}", path.display());
+        Ok(())
+    }
+}
+
+/// `dkg enc-proof --chain-id C`.
+#[derive(Args, Debug, PartialEq, Eq)]
+pub struct EncProofCommand {
+    /// The chain the key is registered on (the proof names it).
+    #[arg(long)]
+    pub chain_id: String,
+}
+
+impl Command for EncProofCommand {
+    fn execute(self, ctx: &Context) -> anyhow::Result<()> {
+        let proof = enc_proof_of(ctx.home(), &self.chain_id)?;
+        println!("{}", serde_json::to_string(&proof)?);
+        Ok(())
+    }
+}
+
+/// The encryption-key entry of the validator of `home` for `chain_id`:
+/// its consensus key, `config/dkg_key.json`'s public key and the proof.
+pub fn enc_proof_of(home: &std::path::Path, chain_id: &str) -> anyhow::Result<dkgkey::EncProof> {
+    if chain_id.is_empty() {
+        bail!("the chain id is empty");
+    }
+    let enc_path = dkgkey::enc_key_path(home);
+    if !enc_path.exists() {
+        bail!(
+            "{} does not exist; make it with `tallyd dkg keygen --home {}`",
+            enc_path.display(),
+            home.display()
+        );
+    }
+    let enc = dkgkey::load_enc_key(&enc_path)?;
+    let consensus = dkgkey::consensus_pubkey(home)?;
+    Ok(dkgkey::enc_proof(&enc, chain_id, &consensus))
 }
 
 /// `dkg dealer --validators N --threshold T (--homes ... | --testnet-dir D)`.

@@ -52,7 +52,7 @@ impl Command for AddCommand {
             &self.name,
             &hex::encode(key.verifying_key().to_bytes()),
             &path,
-            self.output.output,
+            self.output.format(),
         );
         Ok(())
     }
@@ -76,7 +76,7 @@ impl Command for ShowCommand {
             &name,
             &hex::encode(key.verifying_key().to_bytes()),
             &path,
-            self.output.output,
+            self.output.format(),
         );
         Ok(())
     }
@@ -117,7 +117,8 @@ mod tests {
                 out: Some("/tmp/g.key".into()),
                 force: true,
                 output: OutputArgs {
-                    output: Output::Table
+                    output: Output::Table,
+                    json: false,
                 },
             })
         );
@@ -126,7 +127,8 @@ mod tests {
             KeysCommand::Show(ShowCommand {
                 name: "gw1".into(),
                 output: OutputArgs {
-                    output: Output::Json
+                    output: Output::Json,
+                    json: false,
                 },
             })
         );

@@ -132,7 +132,7 @@ impl Command for ShowCommand {
             "hash": root.hash_hex(),
             "file": path.display().to_string(),
         });
-        match self.output.output {
+        match self.output.format() {
             Output::Json => println!("{v}"),
             Output::Table => table::flat(&mut std::io::stdout().lock(), &v)?,
         }

@@ -13,10 +13,11 @@
 //!   init.rs      tallyd init
 //!   start.rs     tallyd start
 //!   keys.rs      tallyd keys add|show
-//!   genesis.rs   tallyd genesis add-gateway|fund|set-param|validate
-//!   dkg.rs       tallyd dkg dealer
+//!   genesis.rs   tallyd genesis add-gateway|fund|set-param|add-encryption-key|validate
+//!   dkg.rs       tallyd dkg keygen|enc-proof|dealer
 //!   explorer.rs  tallyd explorer (the SLA explorer page; server in tally_node::explorer)
 //!   tx.rs        tallyd tx report
+//!   validator.rs tallyd tx validator propose|approve
 //!   light.rs     tallyd light init|show (the light client's trust root)
 //!   status.rs    tallyd status (health checks; the decision is tally_node::health)
 //!   query/       tallyd query ... (sla, state, sync, node; --verify in verified.rs)
@@ -39,6 +40,7 @@ pub mod start;
 pub mod status;
 pub mod table;
 pub mod tx;
+pub mod validator;
 
 /// A subcommand, ready to run.
 pub trait Command {

@@ -76,6 +76,7 @@ impl StartCommand {
         app.set_snapshots(Arc::new(snapshots));
         let share_path = cfg.share_path(home);
         let mut rank = None;
+        let mut shares = Vec::new();
         if share_path.exists() {
             let dkg = if genesis_path.exists() {
                 Genesis::parse(read_app_state(&genesis_path)?.to_string().as_bytes())?.dkg
@@ -89,10 +90,31 @@ impl StartCommand {
             }
             tracing::info!(index = share.index, file = %share_path.display(), "threshold signer enabled");
             rank = Some(share.index.saturating_sub(1));
+            shares.push((0, share.clone()));
             app.set_signer(share);
-        } else {
+        }
+        // Shares of keys the chain's ceremonies made (newest two epochs).
+        for (epoch, share) in tally_node::participant::load_epoch_shares(home) {
+            tracing::info!(
+                epoch,
+                index = share.index,
+                "threshold signer enabled for a key epoch"
+            );
+            rank = rank.or(Some(share.index.saturating_sub(1)));
+            app.add_signer(epoch, share.clone());
+            shares.push((epoch, share));
+        }
+        if shares.is_empty() {
             tracing::info!(file = %share_path.display(), "no threshold key share: this node does not sign");
         }
+        // A DKG key that does not load is logged: the node still validates.
+        let _participant = match spawn_participant(&app, home, &cfg, shares) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "DKG participant not started");
+                None
+            }
+        };
         // One metrics page for the app and the relay, served whenever
         // `metrics_listen` is set, with or without a relay.
         let relay_on = !cfg.hub_endpoints.is_empty();
@@ -145,6 +167,27 @@ impl StartCommand {
         server.listen().context("ABCI server stopped")?;
         Ok(())
     }
+}
+
+/// Starts the DKG participant ([`tally_node::participant`]) when this home
+/// has an encryption key (`config/dkg_key.json`).
+fn spawn_participant(
+    app: &tally_abci::TallyApp,
+    home: &std::path::Path,
+    cfg: &AppConfig,
+    shares: Vec<(u64, tally_settlement::bls::SecretShare)>,
+) -> anyhow::Result<Option<std::thread::JoinHandle<()>>> {
+    let enc_path = tally_node::dkgkey::enc_key_path(home);
+    if !enc_path.exists() {
+        tracing::info!(file = %enc_path.display(), "no DKG encryption key: this node takes no part in ceremonies");
+        return Ok(None);
+    }
+    let enc = tally_node::dkgkey::load_enc_key(&enc_path)?;
+    let key = tally_node::dkgkey::load_consensus_key(home)?;
+    let url = tally_node::participant::rpc_url(home, &cfg.cometbft_rpc);
+    let p = tally_node::participant::Participant::new(app.clone(), home, &url, key, enc, shares);
+    tracing::info!(participant = ?p, "DKG participant started");
+    Ok(Some(p.spawn()?))
 }
 
 #[cfg(test)]

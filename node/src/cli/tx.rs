@@ -22,6 +22,10 @@ pub enum TxCommand {
     /// Grant or revoke a gateway's allowance, signed with the user's key.
     #[command(subcommand)]
     Allowance(super::allowance::AllowanceCommand),
+    /// Propose or approve a validator-set change, signed with this home's
+    /// consensus key.
+    #[command(subcommand)]
+    Validator(super::validator::ValidatorCommand),
 }
 
 impl Command for TxCommand {
@@ -29,6 +33,7 @@ impl Command for TxCommand {
         match self {
             Self::Report(c) => c.execute(ctx),
             Self::Allowance(c) => c.execute(ctx),
+            Self::Validator(c) => c.execute(ctx),
         }
     }
 }

@@ -1,0 +1,446 @@
+//! `tallyd tx validator propose|approve`: a current validator proposes
+//! adding, removing or updating a validator, and the others approve; the
+//! change is accepted once approvers hold more than 2/3 of the voting
+//! power, and applied by the reshare that follows. Both are signed with
+//! the sender's CometBFT consensus key (`<home>/config/priv_validator_key.json`).
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context as _};
+use clap::{ArgGroup, Args, Subcommand};
+use tally_node::dkgkey;
+use tally_node::rpc::Rpc;
+use tally_settlement::dkg::tx::{ADD, REMOVE, UPDATE};
+use tally_settlement::proto::{
+    validator_msg::Sum, ProposalApproval, ValidatorMsg, ValidatorProposal,
+};
+use tally_settlement::{dkg, query_path, Code};
+
+use super::args::{Output, QueryOpts};
+use super::query::query_json;
+use super::{Command, Context};
+
+/// Validator-set changes.
+#[derive(Subcommand, Debug, PartialEq, Eq)]
+pub enum ValidatorCommand {
+    /// Propose adding, removing or updating a validator (prints the
+    /// proposal id; the proposer's approval is included).
+    Propose(ProposeCommand),
+    /// Approve an open proposal.
+    Approve(ApproveCommand),
+}
+
+impl Command for ValidatorCommand {
+    fn execute(self, ctx: &Context) -> anyhow::Result<()> {
+        match self {
+            Self::Propose(c) => c.execute(ctx),
+            Self::Approve(c) => c.execute(ctx),
+        }
+    }
+}
+
+/// `tx validator propose (--add|--remove|--update) (--pubkey K |
+/// --candidate-home H) [--power N] [--enc-key HEX --enc-pop HEX]`.
+#[derive(Args, Debug, PartialEq, Eq)]
+#[command(group(ArgGroup::new("action").required(true).args(["add", "remove", "update"])))]
+#[command(group(ArgGroup::new("who").required(true).multiple(true).args(["pubkey", "candidate_home"])))]
+pub struct ProposeCommand {
+    /// Add a validator (needs --power and its encryption key).
+    #[arg(long)]
+    pub add: bool,
+    /// Remove a validator.
+    #[arg(long)]
+    pub remove: bool,
+    /// Change a validator's power and/or encryption key.
+    #[arg(long)]
+    pub update: bool,
+    /// The validator's ed25519 consensus key, hex or base64.
+    #[arg(long)]
+    pub pubkey: Option<String>,
+    /// Voting power (add, update).
+    #[arg(long)]
+    pub power: Option<u64>,
+    /// The validator's encryption key (hex, 48 bytes), from its
+    /// `tallyd dkg enc-proof`.
+    #[arg(long, requires = "enc_pop", conflicts_with = "candidate_home")]
+    pub enc_key: Option<String>,
+    /// Its proof of possession (hex, 96 bytes).
+    #[arg(long, requires = "enc_key")]
+    pub enc_pop: Option<String>,
+    /// The validator's home: its consensus key and encryption key (with
+    /// the proof) are read from there, as `dkg enc-proof` would print them.
+    #[arg(long)]
+    pub candidate_home: Option<PathBuf>,
+    /// Node and output format.
+    #[command(flatten)]
+    pub node: QueryOpts,
+}
+
+/// `tx validator approve --id N`.
+#[derive(Args, Debug, PartialEq, Eq)]
+pub struct ApproveCommand {
+    /// The proposal.
+    #[arg(long)]
+    pub id: u64,
+    /// Node and output format.
+    #[command(flatten)]
+    pub node: QueryOpts,
+}
+
+impl ProposeCommand {
+    fn action(&self) -> u32 {
+        if self.add {
+            ADD
+        } else if self.remove {
+            REMOVE
+        } else {
+            UPDATE
+        }
+    }
+
+    /// The proposal for `chain_id`, checked here as the chain would check
+    /// its form (the proof too), so a typo is named before anything is sent.
+    pub fn proposal(&self, chain_id: &str) -> anyhow::Result<ValidatorProposal> {
+        let action = self.action();
+        let from_home = match &self.candidate_home {
+            Some(h) => Some(if action == REMOVE {
+                let pk = dkgkey::consensus_pubkey(h)?;
+                dkgkey::EncProof {
+                    validator: hex::encode(pk),
+                    key: String::new(),
+                    pop: String::new(),
+                }
+            } else {
+                super::dkg::enc_proof_of(h, chain_id)?
+            }),
+            None => None,
+        };
+        let given = match &self.pubkey {
+            Some(p) => Some(dkgkey::parse_ed25519_pubkey(p).map_err(anyhow::Error::msg)?),
+            None => None,
+        };
+        let pubkey = match (given, &from_home) {
+            (Some(g), Some(h)) if hex::encode(g) != h.validator => bail!(
+                "--pubkey {} is not the consensus key of --candidate-home ({})",
+                hex::encode(g),
+                h.validator
+            ),
+            (Some(g), _) => g.to_vec(),
+            (None, Some(h)) => hex::decode(&h.validator)?,
+            (None, None) => bail!("give --pubkey or --candidate-home"),
+        };
+        let (enc_key, enc_pop) = match (&self.enc_key, &self.enc_pop, &from_home) {
+            (Some(k), Some(p), _) => (
+                hex::decode(k.trim()).context("--enc-key is not hex")?,
+                hex::decode(p.trim()).context("--enc-pop is not hex")?,
+            ),
+            (None, None, Some(h)) if action != REMOVE => {
+                (hex::decode(&h.key)?, hex::decode(&h.pop)?)
+            }
+            _ => (Vec::new(), Vec::new()),
+        };
+        let power = self.power.unwrap_or(0);
+        match action {
+            ADD | UPDATE if power == 0 => bail!("--power N (above 0) is required to add or update"),
+            REMOVE if self.power.is_some() => bail!("a removal takes no --power"),
+            REMOVE if !enc_key.is_empty() => bail!("a removal takes no encryption key"),
+            ADD if enc_key.is_empty() => bail!(
+                "adding a validator needs its encryption key: --enc-key and --enc-pop (from its `tallyd dkg enc-proof`), or --candidate-home"
+            ),
+            _ => {}
+        }
+        if !enc_key.is_empty() {
+            let proof = dkgkey::EncProof {
+                validator: hex::encode(&pubkey),
+                key: hex::encode(&enc_key),
+                pop: hex::encode(&enc_pop),
+            };
+            if !proof.verifies(chain_id) {
+                bail!(
+                    "the encryption key's proof does not verify for validator {} on chain {chain_id} (made for another key or chain?)",
+                    proof.validator
+                );
+            }
+        }
+        Ok(ValidatorProposal {
+            action,
+            pubkey,
+            power,
+            enc_key,
+            enc_pop,
+        })
+    }
+}
+
+/// Finds a node that answers, and its chain id.
+fn connect(opts: &QueryOpts) -> anyhow::Result<(Rpc, String)> {
+    let rpc = opts
+        .node
+        .endpoints()
+        .iter()
+        .map(|e| Rpc::new(e))
+        .find(|r| r.status().is_ok())
+        .with_context(|| format!("no node answers at {}", opts.node.display()))?;
+    let chain_id = rpc.status()?.chain_id;
+    Ok((rpc, chain_id))
+}
+
+/// Signs `sum` with the consensus key of `ctx`'s home, sends it and waits
+/// for its block; returns the result data and height.
+fn send(ctx: &Context, rpc: &Rpc, chain_id: &str, sum: Sum) -> anyhow::Result<(Vec<u8>, u64)> {
+    let key = dkgkey::load_consensus_key(ctx.home())?;
+    let msg = ValidatorMsg {
+        chain_id: chain_id.to_string(),
+        sum: Some(sum),
+    };
+    let c = rpc.broadcast_tx_commit(&dkg::sign_validator_msg(&key, &msg))?;
+    let code = c.final_code();
+    if code != 0 {
+        let name = Code::from_value(code).map(Code::name).unwrap_or("?");
+        bail!("refused: code {code} ({name}): {}", c.final_log());
+    }
+    Ok((c.final_data().to_vec(), c.height))
+}
+
+/// The proposal's line in `/proposals`, if the node has it.
+fn proposal_state(rpc: &Rpc, id: u64) -> Option<serde_json::Value> {
+    let v = query_json(rpc, &query_path::proposals(Some(id)).to_string()).ok()?;
+    v["proposals"]
+        .as_array()?
+        .iter()
+        .find(|p| p["id"] == id)
+        .cloned()
+}
+
+impl Command for ProposeCommand {
+    fn execute(self, ctx: &Context) -> anyhow::Result<()> {
+        let (rpc, chain_id) = connect(&self.node)?;
+        let p = self.proposal(&chain_id)?;
+        let (data, height) = send(ctx, &rpc, &chain_id, Sum::Propose(p))?;
+        let id = data
+            .as_slice()
+            .try_into()
+            .map(u64::from_be_bytes)
+            .context("the chain accepted the proposal but returned no id")?;
+        match self.node.format() {
+            Output::Json => println!("{}", serde_json::json!({"id": id, "height": height})),
+            Output::Table => {
+                println!("{id}");
+                let status = proposal_state(&rpc, id)
+                    .map(|p| format!(" ({})", p["status"].as_str().unwrap_or("?")))
+                    .unwrap_or_default();
+                eprintln!("proposal {id} opened at height {height}{status}");
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Command for ApproveCommand {
+    fn execute(self, ctx: &Context) -> anyhow::Result<()> {
+        let (rpc, chain_id) = connect(&self.node)?;
+        let sum = Sum::Approve(ProposalApproval { proposal: self.id });
+        let (_, height) = send(ctx, &rpc, &chain_id, sum)?;
+        let state = proposal_state(&rpc, self.id);
+        match self.node.format() {
+            Output::Json => println!(
+                "{}",
+                serde_json::json!({"id": self.id, "height": height, "proposal": state})
+            ),
+            Output::Table => {
+                let more = state
+                    .map(|p| {
+                        format!(
+                            ": {}, approving power {} of {}",
+                            p["status"].as_str().unwrap_or("?"),
+                            p["approving_power"],
+                            p["total_power"]
+                        )
+                    })
+                    .unwrap_or_default();
+                println!("approved proposal {} at height {height}{more}", self.id);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::genesis::tests::write_consensus_key;
+    use crate::cli::tx::TxCommand;
+    use crate::cli::{parse, Commands};
+    use clap::error::ErrorKind;
+
+    fn validator(args: &[&str]) -> Result<ValidatorCommand, clap::Error> {
+        match parse(args)?.command {
+            Commands::Tx(TxCommand::Validator(c)) => Ok(c),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    fn propose(args: &[&str]) -> Result<ProposeCommand, clap::Error> {
+        let mut all = vec!["tx", "validator", "propose"];
+        all.extend_from_slice(args);
+        match validator(&all)? {
+            ValidatorCommand::Propose(c) => Ok(c),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn parses_and_refuses_bad_invocations() {
+        let pk = "ab".repeat(32);
+        let c = propose(&["--remove", "--pubkey", &pk, "--node", "http://n:1"]).unwrap();
+        assert!(c.remove && !c.add && !c.update);
+        assert_eq!(c.node.node.primary(), "http://n:1");
+        let ValidatorCommand::Approve(a) =
+            validator(&["tx", "validator", "approve", "--id", "7", "--json"]).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(a.id, 7);
+        assert_eq!(a.node.format(), Output::Json);
+        for (bad, kind) in [
+            (
+                &["--pubkey", pk.as_str()][..],
+                ErrorKind::MissingRequiredArgument,
+            ),
+            (
+                &["--add", "--remove", "--pubkey", &pk],
+                ErrorKind::ArgumentConflict,
+            ),
+            (
+                &["--add", "--power", "1"],
+                ErrorKind::MissingRequiredArgument,
+            ),
+            (
+                &["--add", "--pubkey", &pk, "--enc-key", "ab"],
+                ErrorKind::MissingRequiredArgument,
+            ),
+            (
+                &[
+                    "--add",
+                    "--candidate-home",
+                    "h",
+                    "--enc-key",
+                    "a",
+                    "--enc-pop",
+                    "b",
+                ],
+                ErrorKind::ArgumentConflict,
+            ),
+            (
+                &["--add", "--pubkey", &pk, "--power", "-1"],
+                ErrorKind::UnknownArgument,
+            ),
+        ] {
+            assert_eq!(propose(bad).unwrap_err().kind(), kind, "{bad:?}");
+        }
+        assert_eq!(
+            validator(&["tx", "validator", "approve", "--id", "x"])
+                .unwrap_err()
+                .kind(),
+            ErrorKind::ValueValidation
+        );
+    }
+
+    #[test]
+    fn proposals_are_built_and_checked_before_sending() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("cand");
+        let pk = write_consensus_key(&home, [8; 32]);
+        let enc = dkgkey::generate_enc_key(&dkgkey::enc_key_path(&home), false).unwrap();
+        let h = home.to_str().unwrap();
+        // --candidate-home: key and proof from the home, for this chain.
+        let p = propose(&["--add", "--candidate-home", h, "--power", "5"])
+            .unwrap()
+            .proposal("c-1")
+            .unwrap();
+        assert_eq!((p.action, p.power), (ADD, 5));
+        assert_eq!(p.pubkey, pk.to_vec());
+        assert_eq!(p.enc_key, enc.public().compress().to_vec());
+        // The oracle: the chain's check of the proof.
+        assert!(tally_settlement::dkg::crypto::verify_pop(
+            &enc.public(),
+            &tally_settlement::dkg::msg::pop_context("c-1", &pk),
+            &p.enc_pop
+        ));
+        // The same by hand, the key in base64.
+        use base64::Engine as _;
+        let b64 = base64::engine::general_purpose::STANDARD.encode(pk);
+        let (k, pop) = (hex::encode(&p.enc_key), hex::encode(&p.enc_pop));
+        let by_hand = propose(&[
+            "--add",
+            "--pubkey",
+            &b64,
+            "--power",
+            "5",
+            "--enc-key",
+            &k,
+            "--enc-pop",
+            &pop,
+        ])
+        .unwrap()
+        .proposal("c-1")
+        .unwrap();
+        assert_eq!(by_hand, p);
+        // A proof for another chain, a missing power, a missing key, a
+        // removal with power, a --pubkey that is not the home's: refused.
+        for (args, chain, want) in [
+            (
+                vec![
+                    "--add",
+                    "--pubkey",
+                    &b64,
+                    "--power",
+                    "5",
+                    "--enc-key",
+                    &k,
+                    "--enc-pop",
+                    &pop,
+                ],
+                "c-2",
+                "does not verify",
+            ),
+            (vec!["--add", "--candidate-home", h], "c-1", "--power"),
+            (
+                vec!["--add", "--pubkey", &b64, "--power", "5"],
+                "c-1",
+                "encryption key",
+            ),
+            (
+                vec!["--remove", "--pubkey", &b64, "--power", "5"],
+                "c-1",
+                "no --power",
+            ),
+            (
+                vec![
+                    "--update",
+                    "--candidate-home",
+                    h,
+                    "--pubkey",
+                    &"11".repeat(32),
+                    "--power",
+                    "1",
+                ],
+                "c-1",
+                "not the consensus key",
+            ),
+        ] {
+            let e = propose(&args)
+                .unwrap()
+                .proposal(chain)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want), "{args:?}: {e}");
+        }
+        let r = propose(&["--remove", "--candidate-home", h])
+            .unwrap()
+            .proposal("c-1")
+            .unwrap();
+        assert_eq!((r.action, r.power, r.enc_key.len()), (REMOVE, 0, 0));
+        assert_eq!(r.pubkey, pk.to_vec());
+    }
+}
