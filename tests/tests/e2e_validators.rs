@@ -10,14 +10,14 @@
 //!    the hub's genesis holds the same G;
 //! 2. `fifth_validator_added`: `localnet/node.sh add` starts a fifth node;
 //!    the proposal and approval commands it prints (node0 proposes, node1
-//!    and node2 approve: 30 of 40 power) make it a validator: CometBFT's
+//!    and node2 approve: 3 of 4 equal powers) make it a validator: CometBFT's
 //!    `/validators` lists five, `/dkg` shows epoch 2 with the same G and
 //!    five signers, the same five;
 //! 3. `batch_settles_after_add`: usage reported after the switch forms a
 //!    batch the five-validator set signs; its signature verifies against G
 //!    here and the hub (which only knows G) settles it;
 //! 4. `fifth_validator_removed`: a removal proposal approved by four of five
-//!    (40 of 50 power): four validators again, epoch 3, same G;
+//!    (4 of 5 equal powers): four validators again, epoch 3, same G;
 //! 5. `batch_settles_after_removal`: as 3, with the four.
 //!
 //! Needs `cometbft` on PATH (without it every test is reported SKIPPED)
@@ -108,14 +108,9 @@ impl Net {
         eprintln!("localnet up (key made on chain) in {:?}", t0.elapsed());
         let key = net.gateway_key()?;
         let chain_id = net.rpc(0).status()?.chain_id;
-        // Escrow on the hub: the users' credits come only from deposits.
-        net.hub_deposit(USER, 1_000_000)?;
-        wait_for(
-            "the deposit credited",
-            Duration::from_secs(90),
-            &net,
-            || Ok((net.balance(0, USER)? == 1_000_000).then_some(())),
-        )?;
+        // up.sh deposited hub escrow for alice and waited until it was
+        // credited: her balance pays the usage below.
+        ensure!(net.balance(0, USER)? > 0, "{USER} has no credits");
         Ok(Self {
             net,
             key,
@@ -433,7 +428,7 @@ fn fifth_validator_removed(f: &mut Net) -> Result<()> {
         &pk,
     ])?;
     let id = proposal_id(net, &pk, "remove")?.to_string();
-    // 10 + 3 x 10 of 50: more than 2/3.
+    // The proposer and three approvers: 4 of 5 equal powers, more than 2/3.
     for i in 1..=3 {
         tallyd_ok(&[
             "tx",
