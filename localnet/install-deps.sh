@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what building and running Tally needs when it is missing:
-# Debian packages for the RocksDB bindings, curl, headless Chromium and its
+# Debian packages for the RocksDB bindings, curl, python3 (the scripts read
+# JSON with it), headless Chromium and its
 # WebDriver (the explorer's browser test), and CometBFT.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 missing=()
-for pkg in libclang-dev clang curl chromium chromium-driver; do
+for pkg in libclang-dev clang curl python3 chromium chromium-driver; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -15,6 +15,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tally-target}"
 TALLYD="${TALLYD:-$CARGO_TARGET_DIR/release/tallyd}"
 TALLY_HUB_BIN="${TALLY_HUB_BIN:-$(dirname "$TALLYD")/tally-hub}"
 HUB="${TALLY_HUB:-1}"                      # 1: also run the 1-validator hub chain
+DEALER="${TALLY_DEALER:-0}"                # 1 (tests only): a trusted dealer makes the threshold key, no on-chain DKG
 HUB_DIR="$LOCALNET_DIR/hub"
 HUB_PORT_BASE=$((PORT_BASE + 100))        # hub: p2p +0, rpc +1, abci +2, pprof +3, prometheus +4
 hub_rpc_url() { echo "http://127.0.0.1:$((HUB_PORT_BASE + 1))"; }
@@ -157,27 +158,74 @@ latest_block() {
   [ -n "$h" ] && [ -n "$hash" ] && echo "$h $hash"
 }
 
-# join_node I MODE: create full node I (not a validator) beside the running
-# validators and start it; MODE statesync restores the newest snapshot the
-# validators serve (trusting validator 0's latest block), blocksync
-# replays every block from genesis.
-join_node() {
-  local i="$1" mode="$2" home peers j id trust
+# dkg_field FIELD [I]: a top-level field of validator I's (default 0) /dkg
+# query (the active key: group_key, epoch, validators, ...); empty when the
+# chain has no key yet or the node does not answer.
+dkg_field() {
+  "$TALLYD" query raw /dkg --node "$(rpc_url "${2:-0}")" 2>/dev/null |
+    python3 -c 'import json, sys
+v = json.load(sys.stdin).get(sys.argv[1])
+print("" if v is None else v)' "$1" 2>/dev/null || true
+}
+
+# configure_app I: validator I's app.toml: snapshots, its metrics port and,
+# with a hub, its relay's hub endpoints (TALLY_HUB_ENDPOINTS_<I>, else
+# TALLY_HUB_ENDPOINTS, comma-separated, replaces the list: tests put fault
+# proxies there; TALLY_HUB_CONFIRMATIONS and TALLY_RELAY_STAGGER_SECS
+# override the relay's defaults).
+configure_app() {
+  local i="$1" h hub_list override_var override
+  h="$(node_home "$i")"
+  sed -i -e "s|^snapshot_interval = .*|snapshot_interval = $SNAPSHOT_INTERVAL|" \
+    -e "s|^metrics_listen = .*|metrics_listen = \"127.0.0.1:$(port "$i" 5)\"|" "$h/config/app.toml"
+  [ "$HUB" = 1 ] || return 0
+  hub_list="\"$(hub_rpc_url)\""
+  override_var="TALLY_HUB_ENDPOINTS_$i"
+  override="${!override_var:-${TALLY_HUB_ENDPOINTS:-}}"
+  [ -n "$override" ] && hub_list="\"${override//,/\", \"}\""
+  sed -i -e "s|^hub_endpoints = .*|hub_endpoints = [$hub_list]|" \
+    ${TALLY_HUB_CONFIRMATIONS:+-e "s|^hub_confirmations = .*|hub_confirmations = $TALLY_HUB_CONFIRMATIONS|"} \
+    ${TALLY_RELAY_STAGGER_SECS:+-e "s|^relay_stagger_secs = .*|relay_stagger_secs = $TALLY_RELAY_STAGGER_SECS|"} \
+    "$h/config/app.toml"
+}
+
+# node_pubkey I: validator I's CometBFT consensus key, hex (32 bytes).
+node_pubkey() {
+  cometbft show-validator --home "$(node_home "$1")" |
+    sed -n 's/.*"value":"\([^"]*\)".*/\1/p' | base64 -d | od -An -tx1 | tr -d ' \n'
+}
+
+# new_node_home I MONIKER: a fresh CometBFT and tallyd home for node I with
+# this network's genesis, peered with every node that has a home here.
+new_node_home() {
+  local i="$1" moniker="$2" home peers d j id off
   home="$(node_home "$i")"
   [ -e "$home" ] && die "node$i already exists in $LOCALNET_DIR"
   for off in 0 1 2; do
     (exec 3<>"/dev/tcp/127.0.0.1/$(port "$i" "$off")") 2>/dev/null && die "port $(port "$i" "$off") is in use"
   done
-  cometbft init --home "$home" >/dev/null 2>&1
-  cp "$(node_home 0)/config/genesis.json" "$home/config/genesis.json"
   peers=""
-  for j in $(seq 0 $((NVAL - 1))); do
-    id=$(cometbft show-node-id --home "$(node_home "$j")")
+  for d in "$LOCALNET_DIR"/node*; do
+    j="${d##*/node}"
+    [[ "$j" =~ ^[0-9]+$ ]] && [ -f "$d/config/node_key.json" ] || continue
+    id=$(cometbft show-node-id --home "$d")
     peers="${peers:+$peers,}$id@127.0.0.1:$(port "$j" 0)"
   done
+  cometbft init --home "$home" >/dev/null 2>&1
+  cp "$(node_home 0)/config/genesis.json" "$home/config/genesis.json"
   configure_cometbft "$home/config/config.toml" "$(port "$i" 0)" "$peers"
-  sed -i "s|^moniker = .*|moniker = \"full$i\"|" "$home/config/config.toml"
+  sed -i "s|^moniker = .*|moniker = \"$moniker\"|" "$home/config/config.toml"
   "$TALLYD" --home "$home" init --abci-listen "127.0.0.1:$(port "$i" 2)" --force >/dev/null
+}
+
+# join_node I MODE: create full node I (not a validator) beside the running
+# validators and start it; MODE statesync restores the newest snapshot the
+# validators serve (trusting validator 0's latest block), blocksync
+# replays every block from genesis.
+join_node() {
+  local i="$1" mode="$2" home trust
+  home="$(node_home "$i")"
+  new_node_home "$i" "full$i"
   sed -i -e "s|^metrics_listen = .*|metrics_listen = \"127.0.0.1:$(port "$i" 5)\"|" \
     -e "s|^snapshot_interval = .*|snapshot_interval = $SNAPSHOT_INTERVAL|" "$home/config/app.toml"
   if [ "$mode" = statesync ]; then

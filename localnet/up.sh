@@ -7,6 +7,14 @@
 #   localnet/up.sh --no-demo    build, start
 #   TALLYD=/path/to/tallyd localnet/up.sh --no-build
 #   TALLYD_3=/path/to/other-binary ...   validator 3's app runs that binary
+#
+# The validators make their threshold key by the on-chain DKG: each gets a
+# DKG encryption key (`tallyd dkg keygen`), genesis lists them, and the
+# ceremony runs in the first 3 x dkg_phase_blocks blocks
+# (TALLY_DKG_PHASE_BLOCKS sets the parameter; default 5). The hub chain is
+# created once the key is active, with that group key.
+# TALLY_DEALER=1 (tests only) deals the key before the first block with
+# `tallyd dkg dealer` instead (TALLY_THRESHOLD partials, default 2n/3 + 1).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -15,11 +23,12 @@ for a in "$@"; do
   case "$a" in
     --no-demo) demo=0 ;;
     --no-build) build=0 ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) die "unknown option $a" ;;
   esac
 done
 
+t_up=$(date +%s)
 "$TALLY_REPO/localnet/install-deps.sh"
 [ "$build" = 1 ] && "$TALLY_REPO/localnet/build.sh"
 [ -x "$TALLYD" ] || die "no tallyd binary at $TALLYD (run localnet/build.sh)"
@@ -37,6 +46,13 @@ for i in $(seq 0 $((NVAL - 1))); do
     fi
   done
 done
+
+if [ "$HUB" = 1 ]; then
+  [ -x "$TALLY_HUB_BIN" ] || die "no tally-hub binary at $TALLY_HUB_BIN (run localnet/build.sh)"
+  for off in 0 1 2; do
+    (exec 3<>"/dev/tcp/127.0.0.1/$((HUB_PORT_BASE + off))") 2>/dev/null && die "hub port $((HUB_PORT_BASE + off)) is in use"
+  done
+fi
 
 rm -rf "$LOCALNET_DIR"
 mkdir -p "$LOCALNET_DIR"
@@ -79,10 +95,21 @@ if [ "$HUB" != 1 ]; then
   for u in alice bob carol; do "$TALLYD" --home "$g0" genesis fund --user "$u" --amount 1000000; done
 fi
 "$TALLYD" --home "$g0" genesis set-param settlement_window_secs "$WINDOW_SECS"
-# Threshold key for settlement batches (only with a hub to settle on): a
-# dealer stands in for the DKG.
-[ "$HUB" != 1 ] || "$TALLYD" dkg dealer --validators "$NVAL" --threshold "$THRESHOLD" --testnet-dir "$LOCALNET_DIR" >/dev/null
+[ -n "${TALLY_DKG_PHASE_BLOCKS:-}" ] && "$TALLYD" --home "$g0" genesis set-param dkg_phase_blocks "$TALLY_DKG_PHASE_BLOCKS"
+# The encryption keys' proofs of possession sign the chain id: set it first.
 sed -i "s/\"chain_id\": *\"[^\"]*\"/\"chain_id\": \"$CHAIN_ID\"/" "$g0/config/genesis.json"
+if [ "$DEALER" = 1 ]; then
+  # Tests only: a trusted dealer writes the key into genesis and each
+  # validator's share into its home.
+  [ "$HUB" != 1 ] || "$TALLYD" dkg dealer --validators "$NVAL" --threshold "$THRESHOLD" --testnet-dir "$LOCALNET_DIR" >/dev/null
+else
+  # The on-chain DKG: every validator's encryption key (with its proof of
+  # possession) in genesis; the ceremony starts at height 1.
+  for i in $(seq 0 $((NVAL - 1))); do
+    "$TALLYD" --home "$(node_home "$i")" dkg keygen >/dev/null
+    "$TALLYD" --home "$g0" genesis add-encryption-key --validator-home "$(node_home "$i")" >/dev/null
+  done
+fi
 "$TALLYD" --home "$g0" genesis validate >/dev/null
 
 for i in $(seq 0 $((NVAL - 1))); do
@@ -91,37 +118,8 @@ for i in $(seq 0 $((NVAL - 1))); do
   "$TALLYD" --home "$h" init --abci-listen "127.0.0.1:$(port "$i" 2)" --force >/dev/null
   configure_cometbft "$h/config/config.toml" "$(port "$i" 0)" "$peers"
   sed -i "s|^moniker = .*|moniker = \"validator$i\"|" "$h/config/config.toml"
-  sed -i "s|^snapshot_interval = .*|snapshot_interval = $SNAPSHOT_INTERVAL|" "$h/config/app.toml"
-  # tallyd's metrics page (the app's and, with the hub, the relay's).
-  sed -i "s|^metrics_listen = .*|metrics_listen = \"127.0.0.1:$(port "$i" 5)\"|" "$h/config/app.toml"
-  if [ "$HUB" = 1 ]; then
-    # TALLY_HUB_ENDPOINTS_<i>, else TALLY_HUB_ENDPOINTS (comma-separated), replaces
-    # the hub endpoint list of validator i's relay (tests put fault proxies there).
-    hub_list="\"$(hub_rpc_url)\""
-    override_var="TALLY_HUB_ENDPOINTS_$i"
-    override="${!override_var:-${TALLY_HUB_ENDPOINTS:-}}"
-    [ -n "$override" ] && hub_list="\"${override//,/\", \"}\""
-    # TALLY_HUB_CONFIRMATIONS and TALLY_RELAY_STAGGER_SECS override the
-    # app.toml defaults of every relay.
-    sed -i -e "s|^hub_endpoints = .*|hub_endpoints = [$hub_list]|" \
-      ${TALLY_HUB_CONFIRMATIONS:+-e "s|^hub_confirmations = .*|hub_confirmations = $TALLY_HUB_CONFIRMATIONS|"} \
-      ${TALLY_RELAY_STAGGER_SECS:+-e "s|^relay_stagger_secs = .*|relay_stagger_secs = $TALLY_RELAY_STAGGER_SECS|"} \
-      "$h/config/app.toml"
-  fi
+  configure_app "$i"
 done
-
-if [ "$HUB" = 1 ]; then
-  [ -x "$TALLY_HUB_BIN" ] || die "no tally-hub binary at $TALLY_HUB_BIN (run localnet/build.sh)"
-  for off in 0 1 2; do
-    (exec 3<>"/dev/tcp/127.0.0.1/$((HUB_PORT_BASE + off))") 2>/dev/null && die "hub port $((HUB_PORT_BASE + off)) is in use"
-  done
-  log "creating the hub chain in $HUB_DIR (RPC $(hub_rpc_url))"
-  cometbft init --home "$HUB_DIR" >/dev/null 2>&1
-  sed -i "s/\"chain_id\": *\"[^\"]*\"/\"chain_id\": \"tally-hub\"/" "$HUB_DIR/config/genesis.json"
-  "$TALLY_HUB_BIN" genesis --home "$HUB_DIR" --settlement-chain-id "$CHAIN_ID" --settlement-genesis "$g0/config/genesis.json"
-  configure_cometbft "$HUB_DIR/config/config.toml" "$HUB_PORT_BASE" ""
-  start_hub
-fi
 
 for i in $(seq 0 $((NVAL - 1))); do start_node "$i"; done
 log "started; waiting for blocks"
@@ -129,6 +127,31 @@ for i in $(seq 0 $((NVAL - 1))); do
   wait_height "$i" 2 90 || die "node$i made no blocks in 90 s; see $(node_home "$i")/{cometbft,tallyd}.log"
 done
 log "all $NVAL validators are committing blocks (RPC: $(rpc_url 0) .. $(rpc_url $((NVAL - 1))))"
+
+if [ "$DEALER" != 1 ]; then
+  # The on-chain DKG runs in the first 3 x dkg_phase_blocks blocks.
+  log "waiting for the validators' threshold key (on-chain DKG)"
+  start_wait=$(date +%s)
+  until group_key=$(dkg_field group_key) && [ -n "$group_key" ]; do
+    waited=$(( $(date +%s) - start_wait ))
+    [ "$waited" -gt "${TALLY_DKG_TIMEOUT:-180}" ] && die "no threshold key after ${waited}s (at height $(height 0)); see $(node_home 0)/tallyd.log"
+    [ "$waited" -gt 0 ] && [ $((waited % 10)) -eq 0 ] && log "still waiting for the key (height $(height 0))"
+    sleep 1
+  done
+  echo "threshold key ready: $group_key (epoch $(e=$(dkg_field epoch); echo "${e:-?}")) after $(( $(date +%s) - t_up )) s"
+fi
+if [ "$HUB" = 1 ]; then
+  log "creating the hub chain in $HUB_DIR (RPC $(hub_rpc_url)) with the group key"
+  cometbft init --home "$HUB_DIR" >/dev/null 2>&1
+  sed -i "s/\"chain_id\": *\"[^\"]*\"/\"chain_id\": \"tally-hub\"/" "$HUB_DIR/config/genesis.json"
+  if [ "$DEALER" = 1 ]; then
+    "$TALLY_HUB_BIN" genesis --home "$HUB_DIR" --settlement-chain-id "$CHAIN_ID" --settlement-genesis "$g0/config/genesis.json"
+  else
+    "$TALLY_HUB_BIN" genesis --home "$HUB_DIR" --settlement-chain-id "$CHAIN_ID" --group-key "$group_key"
+  fi
+  configure_cometbft "$HUB_DIR/config/config.toml" "$HUB_PORT_BASE" ""
+  start_hub
+fi
 
 if [ "$HUB" = 1 ]; then
   wait_hub=0
@@ -176,6 +199,7 @@ if [ "$demo" = 1 ]; then
       [ $((waited % 10)) -eq 0 ] && log "still waiting (${waited}s)"
       sleep 1
     done
+    echo "first batch signed and settled on the hub $(( $(date +%s) - t_up )) s after up.sh started"
     echo "Settlement chain: batch 1 (threshold-signed, settled):"
     "$TALLYD" query batch --nonce 1 --node "$(rpc_url 0)"
     echo

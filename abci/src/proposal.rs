@@ -63,6 +63,8 @@ pub(crate) fn prepare_proposal(
     for tx in req.txs {
         // Skip what ProcessProposal would refuse (undecodable bytes, system
         // transactions from the mempool); keep the mempool order. One decode.
+        // Validator messages (DKG dealings, acks, reveals, proposals,
+        // approvals) are user transactions signed by a validator.
         if !matches!(
             settlement::decode_tx(&tx).map(|t| t.sum),
             Ok(None | Some(tx::Sum::Report(_) | tx::Sum::Allowance(_) | tx::Sum::Validator(_)))

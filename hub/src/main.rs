@@ -38,9 +38,19 @@ enum Cmd {
         /// The settlement chain's chain id.
         #[arg(long)]
         settlement_chain_id: String,
-        /// Take the group key from the settlement chain's genesis.json.
+        /// Take the group key from the settlement chain's genesis.json (a
+        /// dealer's key in `app_state.dkg`).
+        #[arg(
+            long,
+            required_unless_present = "group_key",
+            conflicts_with = "group_key"
+        )]
+        settlement_genesis: Option<PathBuf>,
+        /// The settlement validators' group key (hex compressed G1, 48
+        /// bytes), e.g. `group_key` of the chain's `/dkg` query once its
+        /// on-chain DKG finished.
         #[arg(long)]
-        settlement_genesis: PathBuf,
+        group_key: Option<String>,
         /// The name the settlement chain gives this hub.
         #[arg(long, default_value = "hub")]
         name: String,
@@ -90,15 +100,23 @@ fn main() -> Result<()> {
             home,
             settlement_chain_id,
             settlement_genesis,
+            group_key,
             name,
         } => {
-            let s: Value = serde_json::from_str(&std::fs::read_to_string(&settlement_genesis)?)?;
-            let group_key = s["app_state"]["dkg"]["group_key"]
-                .as_str()
-                .context(
-                    "the settlement genesis has no app_state.dkg.group_key (run tallyd dkg dealer)",
-                )?
-                .to_string();
+            let group_key = match (group_key, settlement_genesis) {
+                (Some(k), _) => k.trim().to_string(),
+                (None, Some(path)) => {
+                    let s: Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
+                    s["app_state"]["dkg"]["group_key"]
+                        .as_str()
+                        .context(
+                            "the settlement genesis has no app_state.dkg.group_key (its key is made \
+                             on chain: pass --group-key from the chain's /dkg query)",
+                        )?
+                        .to_string()
+                }
+                (None, None) => anyhow::bail!("--group-key or --settlement-genesis is required"),
+            };
             let path = home.join("config").join("genesis.json");
             let mut g: Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
             let state = json!({"settlement_chain_id": settlement_chain_id, "name": name, "group_key": group_key, "escrow": []});

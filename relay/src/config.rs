@@ -68,6 +68,11 @@ pub struct RelayConfig {
     /// `rank * stagger` after it first sees an attempt's batch signed, so
     /// one hub tx is the norm. `None` (no key share): never submits.
     pub rank: Option<u32>,
+    /// This validator's consensus address, when its key comes from the
+    /// chain's DKG: the rank then follows the active key (its share index
+    /// there - 1, none while it holds no share), read at every poll, since
+    /// the node may have no share at start and a reshare moves indices.
+    pub address: Option<[u8; 20]>,
     /// Delay between ranks.
     pub stagger: Duration,
     /// How often the chain and the hub are read.
@@ -102,6 +107,7 @@ impl RelayConfig {
             hub_endpoints,
             confirmations: 1,
             rank: None,
+            address: None,
             stagger: Duration::from_secs(2),
             poll: DEFAULT_POLL,
             policy: RetryPolicy::default(),

@@ -63,6 +63,22 @@ struct Relay {
     in_flight: Option<InFlight>,
 }
 
+impl Relay {
+    /// This relay's signer rank now: from the active key when the
+    /// validator's address is known (on-chain DKG), else the configured one.
+    fn rank(&self, kv: &impl tally_store::KvRead) -> Option<u32> {
+        match self.cfg.address {
+            Some(a) => sync::dkg(kv)
+                .ok()
+                .flatten()
+                .and_then(|k| k.index_of(&a))
+                .map(|i| i.saturating_sub(1))
+                .or(self.cfg.rank),
+            None => self.cfg.rank,
+        }
+    }
+}
+
 /// Polls until `stop` turns true.
 pub(crate) async fn run(
     app: TallyApp,
@@ -70,9 +86,16 @@ pub(crate) async fn run(
     metrics: RelayMetrics,
     mut stop: watch::Receiver<bool>,
 ) {
-    match cfg.rank {
-        Some(rank) => tracing::info!(hub = ?cfg.shown_hub_endpoints(), rank, "relay started"),
-        None => tracing::info!(
+    match (cfg.rank, cfg.address) {
+        (Some(rank), None) => {
+            tracing::info!(hub = ?cfg.shown_hub_endpoints(), rank, "relay started")
+        }
+        (_, Some(a)) => tracing::info!(
+            hub = ?cfg.shown_hub_endpoints(),
+            address = ?a,
+            "relay started: submits while this validator holds a share of the active key"
+        ),
+        (None, None) => tracing::info!(
             hub = ?cfg.shown_hub_endpoints(),
             "relay started without a key share: observes the hub, never submits"
         ),
@@ -168,7 +191,7 @@ impl Relay {
             now_unix: unix_now(),
             attempt_deadline_secs: p.attempt_deadline_secs,
             since_signed,
-            rank: self.cfg.rank,
+            rank: self.rank(kv),
             stagger: self.cfg.stagger,
             submitted: self.done == Some(key),
         });

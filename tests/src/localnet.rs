@@ -329,6 +329,22 @@ impl Localnet {
         self.node_sh_env(action, &i.to_string(), env)
     }
 
+    /// Runs `localnet/node.sh add`: one more validator node (index
+    /// [`Localnet::validators`] for the first) from the same genesis,
+    /// caught up with the chain; its output (the consensus key and the
+    /// proposal commands).
+    pub fn add_node(&self) -> Result<String> {
+        let out = self.script("node.sh").arg("add").output()?;
+        if !out.status.success() {
+            bail!(
+                "node.sh add: {}\n{}",
+                String::from_utf8_lossy(&out.stderr),
+                self.logs_tail()
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
     fn node_sh(&self, action: &str, who: &str) -> Result<()> {
         self.node_sh_env(action, who, &[])
     }
@@ -387,7 +403,23 @@ impl Localnet {
     /// The last lines of every node's logs, for failure messages.
     pub fn logs_tail(&self) -> String {
         let mut s = String::new();
-        let dirs = (0..self.validators)
+        // The genesis validators and any node added since (node.sh add|join).
+        let mut nodes: Vec<usize> = std::fs::read_dir(self.dir())
+            .map(|d| {
+                d.filter_map(|e| {
+                    e.ok()?
+                        .file_name()
+                        .to_str()?
+                        .strip_prefix("node")?
+                        .parse()
+                        .ok()
+                })
+                .collect()
+            })
+            .unwrap_or_default();
+        nodes.sort_unstable();
+        let dirs = nodes
+            .into_iter()
             .map(|i| (format!("node{i}"), ["tallyd.log", "cometbft.log"]))
             .chain(std::iter::once((
                 "hub".to_string(),

@@ -143,7 +143,16 @@ impl StartCommand {
         };
         // The relay runs on its own thread, never inside an ABCI call.
         let _relay = if relay_on {
-            let rc = cfg.relay_config(rank);
+            let mut rc = cfg.relay_config(rank);
+            // With a DKG encryption key the node's shares come from the
+            // chain's ceremonies (maybe none yet, and a reshare moves its
+            // index): the relay reads its rank from the active key.
+            if tally_node::dkgkey::enc_key_path(home).exists() {
+                rc.address = tally_node::dealer::validator_address(home)
+                    .ok()
+                    .and_then(|a| hex::decode(a).ok())
+                    .and_then(|b| b.try_into().ok());
+            }
             Some(tally_relay::spawn_with_handles(
                 app.clone(),
                 rc,

@@ -1,0 +1,456 @@
+//! End to end with real CometBFT processes: the validators make their
+//! threshold key on chain and change their set by proposals, keeping the
+//! group key. One localnet (four validators and the hub chain, made by
+//! `localnet/up.sh` with its on-chain DKG default) is shared by the named
+//! tests below, which run in this order (the runner is
+//! `tally_tests::harness`):
+//!
+//! 1. `key_made_on_chain`: `/dkg` shows epoch 1 with a group key G, signed
+//!    by exactly CometBFT's four validators with threshold 2n/3 + 1, and
+//!    the hub's genesis holds the same G;
+//! 2. `fifth_validator_added`: `localnet/node.sh add` starts a fifth node;
+//!    the proposal and approval commands it prints (node0 proposes, node1
+//!    and node2 approve: 3 of 4 equal powers) make it a validator: CometBFT's
+//!    `/validators` lists five, `/dkg` shows epoch 2 with the same G and
+//!    five signers, the same five;
+//! 3. `batch_settles_after_add`: usage reported after the switch forms a
+//!    batch the five-validator set signs; its signature verifies against G
+//!    here and the hub (which only knows G) settles it;
+//! 4. `fifth_validator_removed`: a removal proposal approved by four of five
+//!    (4 of 5 equal powers): four validators again, epoch 3, same G;
+//! 5. `batch_settles_after_removal`: as 3, with the four.
+//!
+//! Needs `cometbft` on PATH (without it every test is reported SKIPPED)
+//! and built `tallyd` and `tally-hub` binaries (`$TALLYD`,
+//! `$TALLY_HUB_BIN`, or beside the test binary).
+
+use std::collections::BTreeSet;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use base64::Engine;
+use ed25519_dalek::SigningKey;
+use sha2::{Digest, Sha256};
+use tally_node::records::build_report;
+use tally_node::rpc::Rpc;
+use tally_settlement::bls::{self, Kind, PublicShares};
+use tally_settlement::proto::{Outcome, UsageRecord};
+use tally_tests::harness::{self, Test};
+use tally_tests::localnet::{free_port_base, tallyd_ok, Localnet};
+
+/// Ports from here (validator i: +10 i; the fifth node +40; hub +100), or
+/// the next free block.
+const PORT_BASE: u16 = 25656;
+const WINDOW_SECS: u64 = 8;
+/// Blocks per ceremony phase: a ceremony takes 9 blocks (~5 s at 500 ms).
+const PHASE_BLOCKS: &str = "3";
+/// What a reshare may take, proposal to active key.
+const RESHARE_TIMEOUT: Duration = Duration::from_secs(120);
+const USER: &str = "alice";
+
+const TESTS: [Test<Net>; 5] = [
+    Test {
+        name: "key_made_on_chain",
+        needs: &[],
+        run: key_made_on_chain,
+    },
+    Test {
+        name: "fifth_validator_added",
+        needs: &["key_made_on_chain"],
+        run: fifth_validator_added,
+    },
+    Test {
+        name: "batch_settles_after_add",
+        needs: &["fifth_validator_added"],
+        run: batch_settles_after_add,
+    },
+    Test {
+        name: "fifth_validator_removed",
+        needs: &["fifth_validator_added"],
+        run: fifth_validator_removed,
+    },
+    Test {
+        name: "batch_settles_after_removal",
+        needs: &["fifth_validator_removed"],
+        run: batch_settles_after_removal,
+    },
+];
+
+fn main() -> ExitCode {
+    harness::run(&TESTS, Net::start)
+}
+
+/// The shared fixture.
+struct Net {
+    net: Localnet,
+    key: SigningKey,
+    chain_id: String,
+    /// The group key the first ceremony made (hex).
+    group_key: String,
+    /// The added node's consensus key (hex) and the height at which the
+    /// latest set change was seen active.
+    fifth: Option<String>,
+    switched_at: u64,
+}
+
+impl Net {
+    fn start() -> Result<Self> {
+        let t0 = Instant::now();
+        let base = free_port_base(PORT_BASE, 5)?;
+        let net = Localnet::start_with(
+            4,
+            base,
+            "500ms",
+            WINDOW_SECS,
+            &[("TALLY_DKG_PHASE_BLOCKS", PHASE_BLOCKS)],
+        )?;
+        eprintln!("localnet up (key made on chain) in {:?}", t0.elapsed());
+        let key = net.gateway_key()?;
+        let chain_id = net.rpc(0).status()?.chain_id;
+        // up.sh deposited hub escrow for alice and waited until it was
+        // credited: her balance pays the usage below.
+        ensure!(net.balance(0, USER)? > 0, "{USER} has no credits");
+        Ok(Self {
+            net,
+            key,
+            chain_id,
+            group_key: String::new(),
+            fifth: None,
+            switched_at: 0,
+        })
+    }
+}
+
+/// Polls `f` every 300 ms until it gives a value.
+fn wait_for<T>(
+    what: &str,
+    timeout: Duration,
+    net: &Localnet,
+    mut f: impl FnMut() -> Result<Option<T>>,
+) -> Result<T> {
+    let start = Instant::now();
+    let mut last_err = String::new();
+    loop {
+        match f() {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => {}
+            Err(e) => last_err = format!("{e:#}"),
+        }
+        if start.elapsed() > timeout {
+            bail!(
+                "{what}: not after {timeout:?} (last error: {last_err})\n{}",
+                net.logs_tail()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+fn query(rpc: &Rpc, path: &str) -> Result<serde_json::Value> {
+    let a = rpc.abci_query(path)?;
+    ensure!(a.code == 0, "{path}: code {} {}", a.code, a.log);
+    Ok(serde_json::from_slice(&a.value)?)
+}
+
+/// CometBFT's own validator set on node `i`: lowercase hex address, hex
+/// consensus key, power. The test's oracle for who validates.
+fn comet_validators(net: &Localnet, i: usize) -> Result<Vec<(String, String, u64)>> {
+    let v = net
+        .rpc(i)
+        .call("validators", serde_json::json!({"per_page": "100"}))?;
+    let list = v["validators"].as_array().context("no validators")?;
+    list.iter()
+        .map(|x| {
+            let pk = base64::engine::general_purpose::STANDARD
+                .decode(x["pub_key"]["value"].as_str().unwrap_or(""))?;
+            // CometBFT's address of an ed25519 key: SHA-256, first 20 bytes.
+            let addr = hex::encode(&Sha256::digest(&pk)[..20]);
+            ensure!(
+                x["address"].as_str().map(str::to_lowercase) == Some(addr.clone()),
+                "address of {x}"
+            );
+            let power = x["voting_power"].as_str().unwrap_or("0").parse()?;
+            Ok((addr, hex::encode(pk), power))
+        })
+        .collect()
+}
+
+/// Checks `/dkg` on every node in `nodes`: active epoch `epoch`, group key
+/// `g`, signers exactly CometBFT's validators, threshold 2n/3 + 1.
+fn check_key(net: &Localnet, nodes: &[usize], epoch: u64, g: &str) -> Result<()> {
+    let comet: BTreeSet<String> = comet_validators(net, 0)?
+        .into_iter()
+        .map(|(a, _, _)| a)
+        .collect();
+    let n = comet.len() as u64;
+    for &i in nodes {
+        let d = query(&net.rpc(i), "/dkg")?;
+        ensure!(
+            d["epoch"] == epoch,
+            "node{i}: epoch {} want {epoch}",
+            d["epoch"]
+        );
+        ensure!(
+            d["group_key"] == g,
+            "node{i}: group key {} want {g}",
+            d["group_key"]
+        );
+        let signers: BTreeSet<String> = d["signers"]
+            .as_array()
+            .context("signers")?
+            .iter()
+            .filter_map(|s| s.as_str().map(str::to_lowercase))
+            .collect();
+        ensure!(
+            signers == comet,
+            "node{i}: key signers {signers:?}, CometBFT validators {comet:?}"
+        );
+        ensure!(
+            d["threshold"] == 2 * n / 3 + 1,
+            "node{i}: threshold {} for {n} validators",
+            d["threshold"]
+        );
+        ensure!(
+            d["public_shares"].as_array().map(Vec::len) == Some(n as usize),
+            "node{i}: public shares"
+        );
+    }
+    Ok(())
+}
+
+fn key_made_on_chain(f: &mut Net) -> Result<()> {
+    let net = &f.net;
+    let d = query(&net.rpc(0), "/dkg")?;
+    ensure!(
+        d["epoch"] == 1,
+        "epoch {} after the first ceremony",
+        d["epoch"]
+    );
+    let g = d["group_key"].as_str().context("no group key")?.to_string();
+    ensure!(comet_validators(net, 0)?.len() == 4, "four validators");
+    check_key(net, &[0, 1, 2, 3], 1, &g)?;
+    // The hub settles against the key it got in genesis: the same G.
+    let hub_genesis = Rpc::new(&net.hub_rpc_url()).call("genesis", serde_json::json!({}))?;
+    ensure!(
+        hub_genesis["genesis"]["app_state"]["group_key"] == g.as_str(),
+        "hub genesis group key {} vs /dkg {g}",
+        hub_genesis["genesis"]["app_state"]["group_key"]
+    );
+    // Nothing dealt it: the settlement genesis has no key.
+    let genesis = Rpc::new(&net.rpc_url(0)).call("genesis", serde_json::json!({}))?;
+    ensure!(
+        genesis["genesis"]["app_state"]["dkg"].is_null(),
+        "settlement genesis has a dealt key"
+    );
+    f.group_key = g;
+    Ok(())
+}
+
+/// The id of the newest proposal for `pubkey` of `action` (`add`,
+/// `remove`).
+fn proposal_id(net: &Localnet, pubkey: &str, action: &str) -> Result<u64> {
+    let p = query(&net.rpc(0), "/proposals")?;
+    p["proposals"]
+        .as_array()
+        .context("proposals")?
+        .iter()
+        .filter(|x| x["pubkey"] == pubkey && x["action"] == action)
+        .filter_map(|x| x["id"].as_u64())
+        .max()
+        .with_context(|| format!("no {action} proposal for {pubkey}: {p}"))
+}
+
+/// Runs a command line node.sh printed (`tallyd tx validator ...`).
+fn run_printed(line: &str) -> Result<String> {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    ensure!(
+        words.len() > 2 && words[0].ends_with("tallyd"),
+        "not a tallyd command: {line}"
+    );
+    tallyd_ok(&words[1..])
+}
+
+/// Waits until CometBFT on node 0 lists `n` validators and `/dkg` shows
+/// `epoch` with the same group key; returns the height seen then.
+fn wait_switch(f: &Net, n: usize, epoch: u64, nodes: &[usize]) -> Result<u64> {
+    let net = &f.net;
+    let t = Instant::now();
+    wait_for(
+        &format!("{n} validators and key epoch {epoch}"),
+        RESHARE_TIMEOUT,
+        net,
+        || {
+            let d = query(&net.rpc(0), "/dkg")?;
+            Ok((comet_validators(net, 0)?.len() == n && d["epoch"] == epoch).then_some(()))
+        },
+    )?;
+    eprintln!("set of {n}, epoch {epoch} after {:?}", t.elapsed());
+    let h = net.height(0);
+    // Every node got there (the added one too, if it is a node here).
+    for &i in nodes {
+        net.wait_height(i, h, Duration::from_secs(30))?;
+    }
+    check_key(net, nodes, epoch, &f.group_key)?;
+    Ok(h)
+}
+
+fn fifth_validator_added(f: &mut Net) -> Result<()> {
+    let net = &f.net;
+    let out = net.add_node()?;
+    eprintln!("{out}");
+    let pk = out
+        .lines()
+        .find_map(|l| l.strip_prefix("consensus pubkey: "))
+        .context("node.sh add printed no consensus pubkey")?
+        .trim()
+        .to_string();
+    // The key node.sh printed is node4's as its CometBFT reports it.
+    let st = net.rpc(4).call("status", serde_json::json!({}))?;
+    let pk4 = base64::engine::general_purpose::STANDARD.decode(
+        st["validator_info"]["pub_key"]["value"]
+            .as_str()
+            .unwrap_or(""),
+    )?;
+    ensure!(hex::encode(pk4) == pk, "printed key {pk} is not node4's");
+    // The commands it printed: propose (node0), approve (node1, node2).
+    let propose = out
+        .lines()
+        .find(|l| l.contains(" tx validator propose "))
+        .context("no propose command printed")?;
+    run_printed(propose)?;
+    let id = proposal_id(net, &pk, "add")?;
+    let approvals: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains(" tx validator approve "))
+        .collect();
+    ensure!(approvals.len() == 3, "approve commands: {approvals:?}");
+    for line in &approvals[..2] {
+        run_printed(&line.replace("<proposal id>", &id.to_string()))?;
+    }
+    f.switched_at = wait_switch(f, 5, 2, &[0, 1, 2, 3, 4])?;
+    f.fifth = Some(pk);
+    Ok(())
+}
+
+/// Reports `amount` credits of usage by [`USER`] and waits until a batch
+/// formed after the last switch is settled on the hub with exactly them.
+fn settle_one(f: &Net, amount: u64) -> Result<()> {
+    let net = &f.net;
+    let sync = query(&net.rpc(0), "/sync/hub")?;
+    let first_new = sync["next_nonce"].as_u64().unwrap_or(1);
+    let rec = UsageRecord {
+        user: USER.into(),
+        provider: "valset-prov".into(),
+        model: "org/valset".into(),
+        route: "/v1/chat".into(),
+        outcome: Outcome::Ok as i32,
+        units: 7,
+        amount,
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs();
+    let built = build_report(&f.key, &f.chain_id, vec![rec], now + 300);
+    let r = net.rpc(1).broadcast_tx_commit(&built.tx)?;
+    ensure!(r.final_code() == 0, "report refused: {}", r.final_log());
+    let g = bls::parse_public_key(&hex::decode(&f.group_key)?)?;
+    let pubs = PublicShares {
+        threshold: 1,
+        group: g,
+        shares: Vec::new(),
+    };
+    let t = Instant::now();
+    let nonce = wait_for(
+        "a batch of the new set settled on the hub",
+        Duration::from_secs(WINDOW_SECS * 3 + 90),
+        net,
+        || {
+            for nonce in first_new..first_new + 4 {
+                let h = Rpc::new(&net.hub_rpc_url()).abci_query(&format!("/batch/hub/{nonce}"))?;
+                if h.code != 0 {
+                    continue;
+                }
+                let b = query(&net.rpc(0), &format!("/batch/hub/{nonce}"))?;
+                if b["status"] == "settled" {
+                    return Ok(Some(nonce));
+                }
+            }
+            Ok(None)
+        },
+    )?;
+    eprintln!("batch {nonce} settled {:?} after the report", t.elapsed());
+    let b = query(&net.rpc(2), &format!("/batch/hub/{nonce}"))?;
+    ensure!(
+        b["formed_height"].as_u64().unwrap_or(0) >= f.switched_at,
+        "batch {nonce} formed at {} before the switch at {}",
+        b["formed_height"],
+        f.switched_at
+    );
+    ensure!(b["total"] == amount, "batch {nonce}: {b}");
+    let digest: [u8; 32] = hex::decode(b["digest"].as_str().unwrap_or(""))?
+        .try_into()
+        .map_err(|_| anyhow::anyhow!("digest is not 32 bytes"))?;
+    let sig = bls::parse_signature(&hex::decode(b["signature"].as_str().unwrap_or(""))?)?;
+    ensure!(
+        pubs.verify_group(&bls::message(&f.chain_id, Kind::Batch, &digest), &sig),
+        "batch {nonce} signature does not verify against the group key"
+    );
+    let h = query(
+        &Rpc::new(&net.hub_rpc_url()),
+        &format!("/batch/hub/{nonce}"),
+    )?;
+    ensure!(
+        h["paid"].as_u64().unwrap_or(0) + h["shortfall"].as_u64().unwrap_or(0) == amount,
+        "hub paid for batch {nonce}: {h}"
+    );
+    Ok(())
+}
+
+fn batch_settles_after_add(f: &mut Net) -> Result<()> {
+    settle_one(f, 41)
+}
+
+fn fifth_validator_removed(f: &mut Net) -> Result<()> {
+    let net = &f.net;
+    let pk = f.fifth.clone().context("no fifth validator")?;
+    let home = |i: usize| net.dir().join(format!("node{i}")).display().to_string();
+    tallyd_ok(&[
+        "tx",
+        "validator",
+        "propose",
+        "--home",
+        &home(0),
+        "--node",
+        &net.rpc_url(0),
+        "--remove",
+        "--pubkey",
+        &pk,
+    ])?;
+    let id = proposal_id(net, &pk, "remove")?.to_string();
+    // The proposer and three approvers: 4 of 5 equal powers, more than 2/3.
+    for i in 1..=3 {
+        tallyd_ok(&[
+            "tx",
+            "validator",
+            "approve",
+            "--home",
+            &home(i),
+            "--node",
+            &net.rpc_url(i),
+            "--id",
+            &id,
+        ])?;
+    }
+    f.switched_at = wait_switch(f, 4, 3, &[0, 1, 2, 3])?;
+    let left: Vec<String> = comet_validators(net, 0)?
+        .into_iter()
+        .map(|(_, k, _)| k)
+        .collect();
+    ensure!(!left.contains(&pk), "the removed key still validates");
+    Ok(())
+}
+
+fn batch_settles_after_removal(f: &mut Net) -> Result<()> {
+    settle_one(f, 43)
+}
