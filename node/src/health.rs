@@ -14,7 +14,7 @@
 //! | 12 | `recent_block` | the latest block is older than `max_block_age` |
 //! | 13 | `app_height` | the app does not answer `/abci_info`, or its height is more than `max_app_lag` below CometBFT's |
 //! | 14 | `metrics` | the metrics page (configured or given) does not answer |
-//! | 15 | `bls_share` | this node's validator holds a share in genesis but the app has none loaded |
+//! | 15 | `bls_share` | this node's validator holds a share of the active key but the app has none loaded |
 //! | 16 | `hub` | the relay runs and every hub endpoint's circuit breaker is open |
 //! | 17 | `settlement` | the oldest unsettled hub call (in the current batch or waiting for one) is older than `max_batch_age` |
 //!
@@ -297,7 +297,7 @@ fn share_check(o: &Observed, comet: Option<&CometStatus>, view: Option<&MetricsV
         .iter()
         .any(|a| a.eq_ignore_ascii_case(&s.validator_address));
     if !signer {
-        return skip("this node holds no share in genesis");
+        return skip("this node holds no share of the active key");
     }
     match view.and_then(|v| v.share_loaded) {
         None => skip("no metrics"),
@@ -306,7 +306,7 @@ fn share_check(o: &Observed, comet: Option<&CometStatus>, view: Option<&MetricsV
             "bls_share",
             code::BLS_SHARE,
             State::Fail,
-            "genesis gives this validator a share but none is loaded (config/bls_share.json)",
+            "the active key gives this validator a share but none is loaded (data/bls_share_epoch_<E>.json or config/bls_share.json)",
         ),
     }
 }
