@@ -64,7 +64,7 @@ echo "== tests (unit, property, in-process ABCI driver, end-to-end on CometBFT, 
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 set +e
-cargo test --release --locked --workspace --lib --bins --tests -- --test-threads 2 2>&1 | tee "$log"
+cargo test --release --locked --workspace --no-fail-fast --lib --bins --tests -- --test-threads 2 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 echo "== the test-only byzantine wrapper's unit tests"
 cargo test --release --locked -p tally-node --features byzantine --lib byzantine 2>&1 | tee -a "$log"

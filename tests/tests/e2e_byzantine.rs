@@ -50,8 +50,6 @@ const PORT_BASE: u16 = 31656;
 const WINDOW_SECS: u64 = 10;
 /// The byzantine validator.
 const BYZ: usize = 3;
-/// Its share index (the dealer deals node0.. in order, from 1).
-const BYZ_INDEX: u32 = 4;
 /// What the binary that carries the byzantine wrapper contains.
 const MARKER: &[u8] = b"TALLY_BYZANTINE_MODE";
 
@@ -96,6 +94,9 @@ struct Net {
     hub: Rpc,
     /// Validator 3's consensus address, lower-case hex.
     byz_address: String,
+    /// Validator 3's share index in the key the chain made (the on-chain
+    /// DKG orders players by consensus address).
+    byz_index: u32,
     /// What every provider must have been paid on the hub so far.
     paid: std::collections::BTreeMap<String, u64>,
 }
@@ -114,6 +115,17 @@ impl Net {
         let chain_id = net.rpc(0).status()?.chain_id;
         let hub = Rpc::new(&net.hub_rpc_url());
         let byz_address = tally_node::dealer::validator_address(&net.dir().join("node3"))?;
+        let dkg = query(&net.rpc(0), "/dkg")?;
+        let byz_index = dkg["signers"]
+            .as_array()
+            .and_then(|s| {
+                s.iter().position(|a| {
+                    a.as_str()
+                        .is_some_and(|a| a.eq_ignore_ascii_case(&byz_address))
+                })
+            })
+            .map(|i| i as u32 + 1)
+            .with_context(|| format!("validator {BYZ} holds no share: {dkg}"))?;
         Ok(Self {
             net,
             byzantine_bin,
@@ -121,6 +133,7 @@ impl Net {
             chain_id,
             hub,
             byz_address,
+            byz_index,
             paid: Default::default(),
         })
     }
@@ -281,7 +294,7 @@ fn byzantine_sent(net: &Localnet, mode: &str) -> bool {
 
 fn foreign_index_extensions_rejected_chain_commits(f: &mut Net) -> Result<()> {
     // The reason check_extension gives for a partial under another index.
-    let why = format!("the sender's index is {BYZ_INDEX}");
+    let why = format!("the sender's index is {}", f.byz_index);
     wait_rejections(f, &why, [0; 3], 3)?;
     ensure!(
         byzantine_sent(&f.net, "foreign-index"),
