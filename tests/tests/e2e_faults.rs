@@ -86,6 +86,10 @@ impl Net {
             "500ms",
             10,
             &[
+                // The proxy sits in front of the relay that submits first:
+                // the holder of share 1. A dealer deals share 1 to
+                // validator 0; the on-chain DKG orders shares by address.
+                ("TALLY_DEALER", "1"),
                 ("TALLY_HUB_ENDPOINTS_0", &endpoints),
                 ("TALLY_RELAY_STAGGER_SECS", "20"),
                 ("TALLY_HUB_CONFIRMATIONS", &confirmations),
