@@ -70,7 +70,7 @@ echo "== the test-only byzantine wrapper's unit tests"
 cargo test --release --locked -p tally-node --features byzantine --lib byzantine 2>&1 | tee -a "$log"
 byz_status=${PIPESTATUS[0]}
 [ "$status" -ne 0 ] || status=$byz_status
-echo "== wire format: settlement/src/proto.rs against proto/tally/v1/*.proto"
+echo "== wire format: settlement/src/proto.rs (+ proto/validators.rs) against proto/tally/v1/*.proto"
 cargo test --release --locked "${proto_check[@]}" 2>&1 | tee -a "$log"
 proto_status=${PIPESTATUS[0]}
 set -e

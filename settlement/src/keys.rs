@@ -8,6 +8,9 @@
 
 use crate::record::RouteId;
 
+mod validators;
+pub use validators::*;
+
 /// The value of an index or marker entry (`ip/`, `iu/`, `rexp/`, `hcp/`,
 /// `sret/`, `pexp/`): the single byte `0x01`. No key holds an empty value:
 /// ICS23 cannot prove one, nor the absence of a key next to one.
@@ -89,32 +92,6 @@ pub const HUB_CURSOR: &[u8] = b"hubcur/";
 pub const DEPOSIT_SEQ: &[u8] = b"depseq/";
 /// `meta/last_height`: the height of the last block.
 pub const LAST_HEIGHT: &[u8] = b"meta/last_height";
-/// `val/<address>`: a validator (consensus key, power, encryption key).
-pub const VALIDATOR: &[u8] = b"val/";
-/// `cer/cur`: the ceremony running now.
-pub const CEREMONY: &[u8] = b"cer/cur";
-/// `cer/last`: the last ceremony that made a key (its data is kept so a
-/// player can derive its share later).
-pub const LAST_CEREMONY: &[u8] = b"cer/last";
-/// `cer/d/<round><dealer>`: a dealing.
-pub const DEALING: &[u8] = b"cer/d/";
-/// `cer/a/<round><dealer><player>`: an ack.
-pub const ACK: &[u8] = b"cer/a/";
-/// `cer/r/<round><dealer><player>`: a revealed share.
-pub const REVEAL: &[u8] = b"cer/r/";
-/// `cer/round`: the last ceremony round number used.
-pub const CEREMONY_ROUND: &[u8] = b"cer/round";
-/// `cer/next`: the key a finished reshare made, until it activates.
-pub const NEXT_KEY: &[u8] = b"cer/next";
-/// `cer/vupd`: the validator updates of the current block.
-pub const VALIDATOR_UPDATES: &[u8] = b"cer/vupd";
-/// `prop/<id>`: a validator-set proposal.
-pub const PROPOSAL: &[u8] = b"prop/";
-/// `propopen/<id>`: open and accepted proposals (an index).
-pub const PROPOSAL_OPEN: &[u8] = b"propopen/";
-/// `meta/next_proposal`: the id of the next proposal.
-pub const NEXT_PROPOSAL: &[u8] = b"meta/next_proposal";
-
 /// Every prefix (or single key) of the state and what lives there: the
 /// layout in one table, in the order the docs list it.
 pub const LAYOUT: &[(&[u8], &str)] = &[
@@ -510,61 +487,6 @@ pub fn hub_cursor(chain: &str) -> Vec<u8> {
 /// `depseq/<chain>`.
 pub fn deposit_seq(chain: &str) -> Vec<u8> {
     cat(&[DEPOSIT_SEQ, chain.as_bytes()])
-}
-
-/// `val/<address>`.
-pub fn validator(address: &[u8]) -> Vec<u8> {
-    cat(&[VALIDATOR, address])
-}
-
-/// `cer/d/<round><dealer>`.
-pub fn dealing(round: u64, dealer: u32) -> Vec<u8> {
-    cat(&[DEALING, &round.to_be_bytes(), &dealer.to_be_bytes()])
-}
-
-/// `cer/d/<round>`: every dealing of a round.
-pub fn dealing_round(round: u64) -> Vec<u8> {
-    cat(&[DEALING, &round.to_be_bytes()])
-}
-
-/// `cer/a/<round><dealer><player>`.
-pub fn ack(round: u64, dealer: u32, player: u32) -> Vec<u8> {
-    cat(&[
-        ACK,
-        &round.to_be_bytes(),
-        &dealer.to_be_bytes(),
-        &player.to_be_bytes(),
-    ])
-}
-
-/// `cer/a/<round>`: every ack of a round.
-pub fn ack_round(round: u64) -> Vec<u8> {
-    cat(&[ACK, &round.to_be_bytes()])
-}
-
-/// `cer/r/<round><dealer><player>`.
-pub fn reveal(round: u64, dealer: u32, player: u32) -> Vec<u8> {
-    cat(&[
-        REVEAL,
-        &round.to_be_bytes(),
-        &dealer.to_be_bytes(),
-        &player.to_be_bytes(),
-    ])
-}
-
-/// `cer/r/<round>`: every reveal of a round.
-pub fn reveal_round(round: u64) -> Vec<u8> {
-    cat(&[REVEAL, &round.to_be_bytes()])
-}
-
-/// `prop/<id>`.
-pub fn proposal(id: u64) -> Vec<u8> {
-    cat(&[PROPOSAL, &id.to_be_bytes()])
-}
-
-/// `propopen/<id>`.
-pub fn proposal_open(id: u64) -> Vec<u8> {
-    cat(&[PROPOSAL_OPEN, &id.to_be_bytes()])
 }
 
 #[cfg(test)]

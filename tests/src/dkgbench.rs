@@ -28,11 +28,11 @@ pub struct Figures {
     pub n: usize,
     /// Threshold of the key made.
     pub t: u32,
-    /// Bytes of dealing, ack and reveal transactions.
+    /// Bytes of dealing transactions.
     pub deal_bytes: usize,
-    /// Ack bytes.
+    /// Bytes of ack transactions.
     pub ack_bytes: usize,
-    /// Reveal bytes.
+    /// Bytes of reveal transactions.
     pub reveal_bytes: usize,
     /// Transactions.
     pub txs: usize,

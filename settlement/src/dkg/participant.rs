@@ -11,7 +11,7 @@ use blst::min_pk::PublicKey;
 use num_bigint::BigUint;
 use tally_store::KvRead;
 
-use super::ceremony::{qualified, weights};
+use super::ceremony::weights;
 use super::crypto::{
     combine_shares, encrypt, scalar_from_bytes, scalar_to_bytes, verify_share, EncKey, Poly,
 };
@@ -283,9 +283,4 @@ pub fn derive_share(
         return Err(DeriveError::Mismatch(j));
     }
     Ok(Some((c.epoch, share)))
-}
-
-/// Whether dealing `d` would qualify as it stands (for tools and tests).
-pub fn is_qualified(kv: &impl KvRead, c: &Ceremony, d: u32) -> Result<bool, Fatal> {
-    Ok(qualified(kv, c)?.iter().any(|(x, _)| *x == d))
 }

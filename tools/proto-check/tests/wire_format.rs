@@ -10,6 +10,9 @@ use tally_proto_check::{compare, describe, generate, proto_files, report, Mismat
 const PACKAGE: &str = "tally.v1";
 const PROTO_DIR: &str = "proto/tally/v1";
 const RUST_FILE: &str = "settlement/src/proto.rs";
+/// Its submodule of validator messages, read after it as one source (it
+/// holds message items only).
+const RUST_PART: &str = "settlement/src/proto/validators.rs";
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -25,8 +28,11 @@ fn expected() -> Schema {
 }
 
 fn hand_source() -> String {
-    let p = repo_root().join(RUST_FILE);
-    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    let read = |f: &str| {
+        let p = repo_root().join(f);
+        std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    };
+    format!("{}\n{}", read(RUST_FILE), read(RUST_PART))
 }
 
 fn found(source: &str) -> Schema {

@@ -1,0 +1,289 @@
+// Validator messages and records (ADR 0015): see `mod validators` in
+// settlement/src/proto.rs.
+
+/// A current or incoming validator's message, signed with its CometBFT
+/// consensus key (ADR 0015).
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct SignedValidatorMsg {
+    /// Encoded [`ValidatorMsg`], exactly the signed bytes.
+    #[prost(bytes = "vec", tag = "1")]
+    pub body: Vec<u8>,
+    /// ed25519 consensus public key (32 bytes).
+    #[prost(bytes = "vec", tag = "2")]
+    pub pubkey: Vec<u8>,
+    /// ed25519 over `"tally/validator/v1" || 0x00 || body`.
+    #[prost(bytes = "vec", tag = "3")]
+    pub signature: Vec<u8>,
+}
+
+/// The body of a [`SignedValidatorMsg`].
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct ValidatorMsg {
+    /// Must equal the chain's id.
+    #[prost(string, tag = "1")]
+    pub chain_id: String,
+    /// What the message does.
+    #[prost(oneof = "validator_msg::Sum", tags = "2, 3, 4, 5, 6")]
+    pub sum: Option<validator_msg::Sum>,
+}
+
+/// The kinds of [`ValidatorMsg`].
+pub mod validator_msg {
+    /// The message's payload.
+    #[derive(Clone, PartialEq, Eq, prost::Oneof)]
+    pub enum Sum {
+        /// A dealer's dealing.
+        #[prost(message, tag = "2")]
+        Dealing(super::Dealing),
+        /// A player's ack of one dealing.
+        #[prost(message, tag = "3")]
+        Ack(super::DkgAck),
+        /// A dealer's reveal of shares not acked.
+        #[prost(message, tag = "4")]
+        Reveal(super::DkgReveal),
+        /// A validator-set change proposal.
+        #[prost(message, tag = "5")]
+        Propose(super::ValidatorProposal),
+        /// An approval of a proposal.
+        #[prost(message, tag = "6")]
+        Approve(super::ProposalApproval),
+    }
+}
+
+/// A dealer's commitment and encrypted shares.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct Dealing {
+    /// The ceremony round.
+    #[prost(uint64, tag = "1")]
+    pub round: u64,
+    /// `threshold` compressed G1 points (48 bytes each).
+    #[prost(bytes = "vec", repeated, tag = "2")]
+    pub commitment: Vec<Vec<u8>>,
+    /// One encrypted share per player, in the ceremony's player order.
+    #[prost(message, repeated, tag = "3")]
+    pub shares: Vec<EncryptedShare>,
+}
+
+/// One share, encrypted to a player's encryption key.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct EncryptedShare {
+    /// 48-byte compressed G1 ephemeral key.
+    #[prost(bytes = "vec", tag = "1")]
+    pub ephemeral: Vec<u8>,
+    /// 32-byte ciphertext.
+    #[prost(bytes = "vec", tag = "2")]
+    pub ciphertext: Vec<u8>,
+}
+
+/// A player's ack of dealings whose shares matched.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct DkgAck {
+    /// The ceremony round.
+    #[prost(uint64, tag = "1")]
+    pub round: u64,
+    /// 1-based positions of the dealers, ascending, none acked before.
+    #[prost(uint32, repeated, tag = "2")]
+    pub dealers: Vec<u32>,
+}
+
+/// A dealer's public reveal of shares.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct DkgReveal {
+    /// The ceremony round.
+    #[prost(uint64, tag = "1")]
+    pub round: u64,
+    /// The shares revealed.
+    #[prost(message, repeated, tag = "2")]
+    pub shares: Vec<RevealedShare>,
+}
+
+/// One revealed share.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct RevealedShare {
+    /// 1-based position of the player (its new share index).
+    #[prost(uint32, tag = "1")]
+    pub player: u32,
+    /// 32-byte big-endian scalar.
+    #[prost(bytes = "vec", tag = "2")]
+    pub share: Vec<u8>,
+}
+
+/// A proposal to change the validator set.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct ValidatorProposal {
+    /// 1 add, 2 remove, 3 update.
+    #[prost(uint32, tag = "1")]
+    pub action: u32,
+    /// The validator's ed25519 consensus key.
+    #[prost(bytes = "vec", tag = "2")]
+    pub pubkey: Vec<u8>,
+    /// Voting power (add, update).
+    #[prost(uint64, tag = "3")]
+    pub power: u64,
+    /// 48-byte encryption key (add: required; update: empty keeps it).
+    #[prost(bytes = "vec", tag = "4")]
+    pub enc_key: Vec<u8>,
+    /// 96-byte proof of possession of `enc_key`.
+    #[prost(bytes = "vec", tag = "5")]
+    pub enc_pop: Vec<u8>,
+}
+
+/// An approval of a proposal.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct ProposalApproval {
+    /// The proposal's id.
+    #[prost(uint64, tag = "1")]
+    pub proposal: u64,
+}
+
+/// A validator as the chain knows it (state).
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct ValidatorRecord {
+    /// ed25519 consensus key.
+    #[prost(bytes = "vec", tag = "1")]
+    pub pubkey: Vec<u8>,
+    /// Voting power.
+    #[prost(uint64, tag = "2")]
+    pub power: u64,
+    /// 48-byte encryption key; empty when none is registered.
+    #[prost(bytes = "vec", tag = "3")]
+    pub enc_key: Vec<u8>,
+}
+
+/// A DKG or resharing ceremony (state).
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct Ceremony {
+    /// Round number, from 1; a failed round retries as the next.
+    #[prost(uint64, tag = "1")]
+    pub round: u64,
+    /// 1 fresh key, 2 reshare of the current key.
+    #[prost(uint32, tag = "2")]
+    pub kind: u32,
+    /// First height of the dealing phase.
+    #[prost(uint64, tag = "3")]
+    pub start_height: u64,
+    /// Dealings at heights below this.
+    #[prost(uint64, tag = "4")]
+    pub deal_end: u64,
+    /// Acks at heights below this.
+    #[prost(uint64, tag = "5")]
+    pub ack_end: u64,
+    /// Reveals below this; finalised at the start of this block.
+    #[prost(uint64, tag = "6")]
+    pub end: u64,
+    /// Who deals.
+    #[prost(message, repeated, tag = "7")]
+    pub dealers: Vec<CeremonyDealer>,
+    /// Who receives shares (the next validator set).
+    #[prost(message, repeated, tag = "8")]
+    pub players: Vec<CeremonyPlayer>,
+    /// Threshold of the key being made.
+    #[prost(uint32, tag = "9")]
+    pub threshold: u32,
+    /// Reshare: qualified dealers needed (the current key's threshold).
+    #[prost(uint32, tag = "10")]
+    pub old_threshold: u32,
+    /// Reshare: the accepted proposal applied (0: none).
+    #[prost(uint64, tag = "11")]
+    pub proposal: u64,
+    /// Epoch of the key being made.
+    #[prost(uint64, tag = "12")]
+    pub epoch: u64,
+    /// Set when finalised: the qualified dealers' positions, ascending.
+    #[prost(uint32, repeated, tag = "13")]
+    pub qualified: Vec<u32>,
+    /// 0 for the ceremony's first round, then one more per retry.
+    #[prost(uint32, tag = "14")]
+    pub attempt: u32,
+}
+
+/// A ceremony's dealer.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct CeremonyDealer {
+    /// Consensus address.
+    #[prost(bytes = "vec", tag = "1")]
+    pub address: Vec<u8>,
+    /// Reshare: its index in the current key; fresh: 0.
+    #[prost(uint32, tag = "2")]
+    pub share_index: u32,
+}
+
+/// A ceremony's player.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct CeremonyPlayer {
+    /// Consensus address.
+    #[prost(bytes = "vec", tag = "1")]
+    pub address: Vec<u8>,
+    /// ed25519 consensus key.
+    #[prost(bytes = "vec", tag = "2")]
+    pub pubkey: Vec<u8>,
+    /// Voting power in the next set.
+    #[prost(uint64, tag = "3")]
+    pub power: u64,
+    /// 48-byte encryption key.
+    #[prost(bytes = "vec", tag = "4")]
+    pub enc_key: Vec<u8>,
+}
+
+/// A validator-set proposal (state).
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct Proposal {
+    /// Id, from 1.
+    #[prost(uint64, tag = "1")]
+    pub id: u64,
+    /// 1 add, 2 remove, 3 update.
+    #[prost(uint32, tag = "2")]
+    pub action: u32,
+    /// The validator's consensus key.
+    #[prost(bytes = "vec", tag = "3")]
+    pub pubkey: Vec<u8>,
+    /// Power (add, update).
+    #[prost(uint64, tag = "4")]
+    pub power: u64,
+    /// Encryption key (add; update when changed).
+    #[prost(bytes = "vec", tag = "5")]
+    pub enc_key: Vec<u8>,
+    /// Proposer's consensus address.
+    #[prost(bytes = "vec", tag = "6")]
+    pub proposer: Vec<u8>,
+    /// Height proposed at.
+    #[prost(uint64, tag = "7")]
+    pub height: u64,
+    /// 1 open, 2 accepted, 3 applied, 4 refused.
+    #[prost(uint32, tag = "8")]
+    pub status: u32,
+    /// Approvers' consensus addresses, in arrival order.
+    #[prost(bytes = "vec", repeated, tag = "9")]
+    pub approvals: Vec<Vec<u8>>,
+    /// Why it was refused.
+    #[prost(string, tag = "10")]
+    pub reason: String,
+    /// Height its reshare finished (applied).
+    #[prost(uint64, tag = "11")]
+    pub applied_height: u64,
+}
+
+/// The key a finished reshare made (state).
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct NextKey {
+    /// The key record, JSON as stored under `dkg`.
+    #[prost(bytes = "vec", tag = "1")]
+    pub key: Vec<u8>,
+    /// Height it becomes the active key.
+    #[prost(uint64, tag = "2")]
+    pub activate_height: u64,
+    /// The proposal it applies.
+    #[prost(uint64, tag = "3")]
+    pub proposal: u64,
+}
+
+/// Validator updates for one block (state).
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct ValidatorUpdates {
+    /// The block whose FinalizeBlock returns them.
+    #[prost(uint64, tag = "1")]
+    pub height: u64,
+    /// Updates; power 0 removes.
+    #[prost(message, repeated, tag = "2")]
+    pub updates: Vec<ValidatorRecord>,
+}
