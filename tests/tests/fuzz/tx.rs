@@ -186,7 +186,8 @@ fn check_tx_on_arbitrary_and_mutated_transactions() {
         }
         match decode_tx(&bytes).map(|t| t.sum) {
             Err(_) => prop_assert_eq!(r.code, Code::MalformedTx, "{}", r.log),
-            Ok(Some(tx::Sum::Report(_) | tx::Sum::Allowance(_))) => {
+            // Validator messages are user transactions too (ADR 0015).
+            Ok(Some(tx::Sum::Report(_) | tx::Sum::Allowance(_) | tx::Sum::Validator(_))) => {
                 prop_assert_ne!(r.code, Code::SystemTxFromMempool)
             }
             Ok(Some(_)) => prop_assert_eq!(r.code, Code::SystemTxFromMempool),
