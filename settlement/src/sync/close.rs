@@ -17,7 +17,8 @@ use crate::error::Fatal;
 use crate::genesis::Params;
 use crate::proto::HubCall;
 use crate::state::chain::{
-    clear_owed, clear_owed_through, delete_closing, oldest_closing, owed_page, put_closing, Closing,
+    clear_owed, clear_owed_through, delete_closing, oldest_closing, owed_page, put_closing,
+    Closing, Owed,
 };
 use crate::state::sync::{next_call_id, put_next_call_id, put_pending_call};
 use crate::types::Event;
@@ -55,32 +56,8 @@ pub fn convert_closed(
         let done = rows.len() <= left;
         let made = rows.len().min(left);
         if made > 0 {
-            let first = next_call_id(kv)?;
-            let mut next = first;
-            for o in rows.into_iter().take(made) {
-                let call = HubCall {
-                    id: next,
-                    provider: o.provider,
-                    user: o.user,
-                    amount: o.amount,
-                    window: c.window,
-                };
-                put_pending_call(kv, &p.hub_chain, &call);
-                next = next.saturating_add(1);
-                c.last = Some((call.provider, call.user));
-            }
-            put_next_call_id(kv, next);
+            events.push(make_calls(kv, p, &mut c, rows.into_iter().take(made))?);
             left -= made;
-            c.calls = c.calls.saturating_add(made as u64);
-            events.push(Event::new(
-                "hub_calls_made",
-                [
-                    ("window", c.window.to_string()),
-                    ("calls", made.to_string()),
-                    ("first_id", first.to_string()),
-                    ("last_id", (next - 1).to_string()),
-                ],
-            ));
         }
         if !done {
             if let Some((provider, user)) = &c.last {
@@ -111,6 +88,43 @@ pub fn convert_closed(
         }
     }
     Ok(events)
+}
+
+/// Turns `rows` (owed entries of window `c`, in owed-key order) into
+/// pending hub calls with consecutive ids, moving `c`'s cursor and count
+/// past them; returns the `hub_calls_made` event.
+fn make_calls(
+    kv: &mut impl Kv,
+    p: &Params,
+    c: &mut Closing,
+    rows: impl ExactSizeIterator<Item = Owed>,
+) -> Result<Event, Fatal> {
+    let made = rows.len();
+    let first = next_call_id(kv)?;
+    let mut next = first;
+    for o in rows {
+        let call = HubCall {
+            id: next,
+            provider: o.provider,
+            user: o.user,
+            amount: o.amount,
+            window: c.window,
+        };
+        put_pending_call(kv, &p.hub_chain, &call);
+        next = next.saturating_add(1);
+        c.last = Some((call.provider, call.user));
+    }
+    put_next_call_id(kv, next);
+    c.calls = c.calls.saturating_add(made as u64);
+    Ok(Event::new(
+        "hub_calls_made",
+        [
+            ("window", c.window.to_string()),
+            ("calls", made.to_string()),
+            ("first_id", first.to_string()),
+            ("last_id", (next - 1).to_string()),
+        ],
+    ))
 }
 
 #[cfg(test)]
