@@ -27,7 +27,9 @@
 //!    exactly, a `SubmitPartials` over its caps (all checked before any
 //!    pairing), a partial that is not awaited or already stored, and any
 //!    message whose partials fail one batched BLS check (logged as
-//!    `BadSystemTx`).
+//!    `BadSystemTx`). User transactions are only length-checked and
+//!    decoded, not run, and the adapter answers accept or reject, never
+//!    UNKNOWN.
 //! 3. ExtendVote and VerifyVoteExtension: [`crate::sync::vote_extension`].
 //! 4. FinalizeBlock: block-start work, then every transaction in order;
 //!    system transactions run through the same code as in ProcessProposal
