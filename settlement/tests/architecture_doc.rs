@@ -85,7 +85,8 @@ fn compare(what: &str, actual: &BTreeSet<String>, doc: &BTreeSet<String>) -> Res
         Ok(())
     } else {
         Err(format!(
-            "{what}: missing from the doc {missing:?}; in the doc but not in the code {stale:?}"
+            "{what}: missing from the second (the doc) {missing:?}; \
+             only in the second {stale:?}"
         ))
     }
 }
