@@ -226,10 +226,7 @@ fn check_settlement_table(doc: &str, declared: &BTreeSet<String>) -> Result<(), 
 #[test]
 fn crates_table_lists_the_workspace_members() {
     let members = workspace_members(WORKSPACE).unwrap();
-    assert!(
-        members.contains("settlement"),
-        "parsed members {members:?}"
-    );
+    assert!(members.contains("settlement"), "parsed members {members:?}");
     if let Err(e) = check_crates(ARCH, &members) {
         panic!("docs/ARCHITECTURE.md: {e}");
     }
@@ -282,8 +279,12 @@ fn a_missing_or_stale_name_is_reported() {
     assert!(e.contains("pipeline_x"), "{e}");
 
     let lib = LIB.replacen("pub mod calls;", "pub mod calls;\npub mod ghost;", 1);
-    let e = compare("lib", &declared_modules(&lib), &lib_doc_modules(&lib).unwrap())
-        .expect_err("module missing from lib.rs's list");
+    let e = compare(
+        "lib",
+        &declared_modules(&lib),
+        &lib_doc_modules(&lib).unwrap(),
+    )
+    .expect_err("module missing from lib.rs's list");
     assert!(e.contains("ghost"), "{e}");
 
     let members = workspace_members(WORKSPACE).unwrap();
