@@ -5,6 +5,9 @@
 //! - [`Reporter`]: buffers usage records and gets every one of them onto the
 //!   chain exactly once, through node restarts and network failures.
 //! - [`retry`]: the workspace's one transport retry policy.
+//! - [`breaker`]: a circuit breaker per endpoint (the relay's hub endpoints).
+//! - [`transport`]: talking to CometBFT nodes from async code
+//!   ([`HttpTransport`]).
 //! - [`rpc`]: the workspace's one CometBFT JSON-RPC client.
 //! - [`redact`]: endpoint URLs with their credentials hidden, for logs,
 //!   errors and metrics.

@@ -1,5 +1,5 @@
-//! Transport retry, the one implementation in the workspace (described in
-//! `docs/ARCHITECTURE.md`, "Relay"): retryable failures, one retry budget shared across every
+//! Transport retry, the one implementation in the workspace (its use by the
+//! relay: `docs/relay.md`): retryable failures, one retry budget shared across every
 //! endpoint of an attempt (worst case `endpoints + budget` calls), full
 //! jitter, a provider-requested delay as a floor (`Retry-After` in seconds
 //! or as an HTTP date, a body `RetryInfo.retryDelay`, or a delay stated in

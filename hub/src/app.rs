@@ -2,6 +2,13 @@
 //! Commit; no handler panics. A genesis it cannot apply or a store failure
 //! calls the [`Halt`] hook the binary gave [`HubApp::new`]; the app never
 //! exits the process itself.
+//!
+//! CheckTx only checks that the bytes decode; ProcessProposal and
+//! VerifyVoteExtension accept everything. A query at a height above the
+//! committed one is refused (code 21); an answer's height is the committed
+//! height, read before the state. The binary keeps the store in RocksDB at
+//! `<home>/data/hub.db`, with the same change-set commit and Merkle-root
+//! app hash as Tally's.
 
 use std::sync::{Arc, Mutex, RwLock};
 

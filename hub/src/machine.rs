@@ -2,6 +2,31 @@
 //! from the block). A reference main chain: users deposit credits into
 //! escrow, and the settlement chain's batches, threshold-signed by its
 //! validators, pay providers out of that escrow, once per nonce.
+//!
+//! Genesis `app_state` is [`HubGenesis`] `{settlement_chain_id, name,
+//! group_key, escrow}` (`tally-hub genesis` writes it from Tally's key).
+//!
+//! - `Deposit {user, amount}` adds to `escrow/<user>`, takes the next number
+//!   from `meta/deposit_seq` and records `{seq, user, amount, height}` under
+//!   `dep/<height><seq>`, so `/deposits/{from}/{to}` lists a height range in
+//!   sequence order. There is no authentication: it is a faucet.
+//! - `SubmitBatch {chain, nonce, calls, signature}` is checked in this
+//!   order: the chain name (code 6), a nonce at or below
+//!   `last_nonce/<chain>` (code 4 `AlreadySettled`, nothing paid), a nonce
+//!   other than the next (3), calls non-empty and ascending by id (5), the
+//!   group signature over the batch digest in Tally's message format for
+//!   `settlement_chain_id` (2). Then, if any user's escrow is below that
+//!   user's total in the batch, the batch is refused whole (code 8, nothing
+//!   written, the nonce still open); otherwise every call is paid in full
+//!   from escrow to `payout/<provider>`. The result `{chain, nonce,
+//!   settled, height, calls, paid, shortfall}` (`shortfall` always 0) is
+//!   stored under `result/<chain>/<nonce>` and `last_nonce/<chain>`
+//!   advances.
+//! - Queries ([`query_at`]): `/batch/{chain}/{nonce}` (code 22 until
+//!   settled), `/last_nonce/{chain}`, `/escrow/{user}`,
+//!   `/payout/{provider}`, `/deposits/{from}/{to}` (at most 10,000 heights,
+//!   with `deposit_count`, the deposits made through `to`; refused if `to`
+//!   is above the committed height), `/genesis`.
 
 use std::collections::BTreeMap;
 

@@ -151,7 +151,7 @@ impl Submission {
                 tracing::error!(
                     nonce = n,
                     "cannot re-submit a batch the hub forgot: its body is no longer kept \
-                     (settled_retention_windows passed); see docs/ARCHITECTURE.md, recovery"
+                     (settled_retention_windows passed); see docs/relay.md, recovery"
                 );
                 return;
             };

@@ -3,8 +3,20 @@
 //! the block time has left (its totals freeze), turn a bounded number of
 //! closed windows' debts into escrowed hub calls (see [`crate::sync::close`]),
 //! record the block's window and time, expire partial signatures that
-//! never reached the threshold, and prune the kept calls of batches settled
-//! more than `settled_retention_windows` ago.
+//! never reached the threshold, prune the kept calls of batches settled
+//! more than `settled_retention_windows` ago, and run the DKG's block work
+//! (phases of the running ceremony, key activation: [`crate::dkg`]).
+//!
+//! The window of a block is `block_time / settlement_window_secs` (integer
+//! division of unix seconds), so windows are aligned to the epoch, not to
+//! genesis, and records always land in the window of the block that
+//! executes them. The first block whose window is later than the stored
+//! `meta/cur_window` marks that window closed and emits `window_closed`
+//! with its route count, requests and amount (its hub calls are counted by
+//! the conversion events of [`crate::sync::close`]). Block time never goes
+//! backwards, so nothing can be added to a closed window: it is frozen by
+//! construction. A window in which no record was written has no `win/`
+//! entry and no event.
 
 use tally_store::Kv;
 

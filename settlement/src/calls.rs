@@ -14,6 +14,12 @@
 //! summing a group before adding it gives the counters and the overflow
 //! verdict that per-call adding gives.
 //!
+//! `max_report_records` counts the calls of both forms together. Packed is
+//! the only canonical encoding of a group's lists (unpacked lists are
+//! refused as non-canonical, code 19, when the report's bytes are checked);
+//! an empty group is code 9, lists of different lengths code 1. Sizes and
+//! reasons: ADR 0014 (`docs/adr/0014-compact-reports.md`).
+//!
 //! [`group_records`] turns records into the compact form (what the SDK's
 //! reporter sends) and [`expand`] turns a report back into records (for
 //! tools and tests).

@@ -8,7 +8,8 @@
 //! [`query::query`].
 //!
 //! Modules, leaves first (a module imports only modules above it in this
-//! list, so there are no cycles):
+//! list, so there are no cycles; a name in backticks in this list is a
+//! module, and every module has one: `settlement/tests/architecture_doc.rs`):
 //!
 //! - leaves: [`codes`] (result codes), [`error`] (invalid input vs broken
 //!   node), [`ident`], [`time`], [`proto`], [`bls`], `record` (route
@@ -21,9 +22,12 @@
 //! - [`sync`]: settlement sync, one submodule per concern;
 //! - [`calls`]: a report's calls in either encoding (records or the
 //!   compact per-route form), checked and summed;
+//! - [`allowance`]: users' allowances for gateways, changed by signed
+//!   transactions and spent by reports;
 //! - [`report`]: usage reports, planned then applied;
 //! - [`dkg`]: the threshold key and validator set made and changed on
 //!   chain (ceremonies, resharing, proposals), above `state`;
+//!   [`query_validators`]: its queries;
 //! - [`block`]: start-of-block work;
 //! - [`system`]: the proposer's system transactions;
 //! - [`machine`]: the entry points, dispatching to the above;

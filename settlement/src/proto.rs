@@ -161,8 +161,8 @@ pub struct UsageRecord {
     pub amount: u64,
 }
 
-/// Outcome classes of an upstream call (`docs/ARCHITECTURE.md`, "Outcome
-/// classes and FailCount").
+/// Outcome classes of an upstream call (which count in FailCount: the
+/// module doc of `record`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
 #[repr(i32)]
 pub enum Outcome {

@@ -1,5 +1,16 @@
 //! Route records: per-class counters of one (user, provider, model, route)
 //! in one settlement window.
+//!
+//! Each call carries one outcome class chosen by the gateway: `ok`,
+//! `cancel`, `rate_limit`, `auth`, `transient`, `client` or `unknown`
+//! (`unspecified`, the protobuf zero, and unknown values are refused with
+//! code 12). A record counts each class separately, next to `requests`,
+//! `units` and `amount`; every call adds one to `requests` and to exactly
+//! one class, so the classes always sum to `requests`. `fail_count` is not
+//! stored: it is `rate_limit + auth + transient + unknown`. Cancelled calls
+//! (the end user gave up) and client errors (a bad request) are counted in
+//! their own fields but never in `fail_count`, so they cannot hurt a
+//! provider's record.
 
 use serde::Serialize;
 

@@ -3,6 +3,40 @@
 //! ProcessProposal checks a proposal's against committed state
 //! ([`verify_system`]). Both run on a throwaway overlay of committed state
 //! (`sim`), starting with the block's own start-of-block work.
+//!
+//! Two kinds exist: `SyncTxStart {chain, batch_nonce, call_ids, digest}`
+//! and `SubmitPartials {partials, hub_results, hub_blocks}`. CheckTx
+//! refuses both (code 18), so they never come from the mempool. One height
+//! `h`:
+//!
+//! 1. PrepareProposal (the proposer): on the overlay, the block-start work,
+//!    a `SyncTxStart` if one is due (applied to the overlay), then one
+//!    `SubmitPartials` with the partials of the last commit's vote
+//!    extensions (from `h - 1`) that the chain still needs: each extension
+//!    checked as VerifyVoteExtension does, each message's candidates
+//!    verified first and de-duplicated per signer after (so a bad partial
+//!    cannot displace a good one), at most `max_block_messages` messages
+//!    (batches first, then those with most signers). Their bytes are taken
+//!    from `max_tx_bytes` before any user transaction.
+//! 2. ProcessProposal (every validator): by length alone, before decoding,
+//!    any transaction over `max_tx_bytes` and any system transaction larger
+//!    than an honest one can be (`tx::system_tx_bound`) is refused; then
+//!    system transactions out of order (at most one `SyncTxStart`, then at
+//!    most one `SubmitPartials`, both before any user transaction), a
+//!    `SyncTxStart` that committed state and block time do not call for
+//!    exactly, a `SubmitPartials` over its caps (all checked before any
+//!    pairing), a partial that is not awaited or already stored, and any
+//!    message whose partials fail one batched BLS check (logged as
+//!    `BadSystemTx`). User transactions are only length-checked and
+//!    decoded, not run, and the adapter answers accept or reject, never
+//!    UNKNOWN.
+//! 3. ExtendVote and VerifyVoteExtension: [`crate::sync::vote_extension`].
+//! 4. FinalizeBlock: block-start work, then every transaction in order;
+//!    system transactions run through the same code as in ProcessProposal
+//!    but skip (rather than refuse) stale or bad partials, verifying before
+//!    de-duplicating.
+//!
+//! So a batch started at height `h` is normally signed at `h + 1`.
 
 use tally_store::Kv;
 

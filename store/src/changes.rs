@@ -1,4 +1,24 @@
 //! A block's buffered writes and the reads that see through them.
+//!
+//! [`Pending`] is the state the consensus connection works on: the
+//! committed backend plus a [`ChangeSet`] of the current block, made of
+//! range deletes (in the order issued) and point writes (puts and deletes,
+//! sorted by key). Reads look at the change set first and merge it with
+//! the backend during scans; a range delete drops the earlier buffered
+//! writes it covers, and later writes inside the range survive.
+//!
+//! FinalizeBlock asks for the app hash ([`Pending::app_hash_at`]): the
+//! change set is expanded into point updates (a range delete becomes
+//! deletes of the committed keys it covers) and the tree's next version
+//! computed ([`crate::merkle`]); that version is kept until Commit and
+//! dropped by any further write. [`Pending::commit`] writes the change set,
+//! the tree's new nodes, versioned values and stale index, and the
+//! metadata in one atomic batch (RocksDB: one `WriteBatch` with a synced
+//! WAL, range deletes of the flat state as range tombstones), so a block
+//! is either fully durable or absent, tree included; it also prunes, in
+//! that batch, what the kept versions no longer use (pruning is node-local
+//! and never changes a root). Genesis writes from InitChain are part of
+//! block 1's version.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

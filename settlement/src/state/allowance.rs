@@ -1,6 +1,21 @@
 //! Users' keys and the allowances users give gateways: what a gateway may
 //! charge a user per settlement window, and what it charged in the current
 //! one.
+//!
+//! The rules these records serve (ADR 0011, `docs/adr/0011-money-at-the-edges.md`):
+//! every user named in a report must have given the reporting gateway an
+//! allowance that holds at the block's time, whatever the record's amount
+//! (code 24 `no_allowance`), and the report's charges plus what the gateway
+//! already charged that user in the current window must stay within
+//! `max_per_window` (code 25 `allowance_exceeded`). A user's ed25519 key
+//! (`ukey/`) comes from genesis `users`; with it the user signs
+//! `AllowanceChange {chain_id, user, gateway, max_per_window, expires_at,
+//! sequence}` (transaction payload field 4, domain `tally/allowance/v1\0`);
+//! a sequence not above the user's last (`useq/`) or a user without a key
+//! gives code 27 `bad_allowance` (a signature fault gets the code the
+//! transaction's signature check gives, see `crate::codes`). Both limits 0
+//! revoke.
+//! Genesis `allowances` are in force from the first block.
 
 use tally_store::{prefix_end, Kv, KvRead};
 

@@ -1,5 +1,19 @@
 //! Chain metadata, gateways, balances, report ids, windows and route
 //! records: the state usage reports read and write.
+//!
+//! Replay protection without sequence numbers: a report id belongs to the
+//! gateway that used it, and a report is accepted at most once per
+//! (gateway key, `report_id`). Acceptance stores `rid/<gateway key><id>` =
+//! `expires_at || sha256(body)` and an expiry-index entry
+//! `rexp/<expires_at><gateway key><id>`. At the start of every block the
+//! index entries with `expires_at <= block time` are read, their `rid/`
+//! keys deleted and the index range removed with one range delete
+//! ([`forget_reports_through`]). A report that comes back before its expiry
+//! gets code 7 (`duplicate_report`) and changes nothing; its result's
+//! `data` is the SHA-256 of the body the chain accepted under that id, so a
+//! gateway counts the report as landed only when that is its own body's
+//! hash. After the expiry it would be refused as expired (code 5) anyway.
+//! Another gateway's report with the same 16 bytes is a different report.
 
 use tally_store::{prefix_end, Kv, KvRead};
 

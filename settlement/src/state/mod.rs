@@ -8,6 +8,7 @@
 //!
 //! - [`chain`]: chain metadata, gateways, balances, report ids, windows and
 //!   route records.
+//! - [`allowance`]: users' keys and the allowances they give gateways.
 //! - [`sync`]: the threshold key, hub calls, batches, sync state, deposit
 //!   cursors and stored partial signatures.
 //!

@@ -6,6 +6,17 @@
 //! "runs" for `sync_window_secs` after `last_sync`, and a failure backdates
 //! `last_sync` (see [`super::results`]) so the next attempt waits only the
 //! cooldown.
+//!
+//! Per hub chain, `sync/<chain>` holds `last_sync`, `attempt`, the current
+//! and next batch nonce, the last failed attempt, counters and the last
+//! error. When no sync runs and there is work, the next block begins with
+//! a `SyncTxStart`: a new attempt for the current, unsettled batch, or else
+//! a new batch of the oldest pending calls (at most `max_batch_calls`, with
+//! nonce `next_nonce`). A batch never changes once formed, so every attempt
+//! after the first reuses its signature and no call can be paid under two
+//! nonces. Its status goes `pending` (waiting for `t` partials), `signed`
+//! (group signature stored), `settled`. Until a threshold key exists no
+//! sync starts (hub calls still accumulate).
 
 use tally_store::{Kv, KvRead};
 

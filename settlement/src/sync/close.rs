@@ -1,6 +1,12 @@
 //! Window close, incrementally: a closed window's owed entries become
 //! escrowed hub calls, at most `max_close_per_block` of them per block.
 //!
+//! Each `owed/<window>/<provider>\0<user>` entry becomes one call `{id,
+//! user, provider, amount, window}` with the next id from
+//! `meta/next_call_id`, pending for the hub chain named by `hub_chain`. The
+//! credits already left the user's balance when the report was accepted,
+//! so they are escrowed: nothing later on Tally can spend them.
+//!
 //! A window that closes joins the closing queue (`closing/<window>`, oldest
 //! window first) unless the block converts all of it at once. Every block
 //! converts owed entries from the front of the queue, in owed-key order,
@@ -8,8 +14,15 @@
 //! the queue entry keeps the last entry converted as its cursor, so a
 //! block's work is one bounded scan whatever was converted before. Call
 //! ids are therefore the same as if each window were converted whole when
-//! it closed, only spread over blocks. A block with an empty queue and no
-//! window closing reads one key range and writes nothing.
+//! it closed, only spread over blocks. The block that closes a window
+//! converts it at once, without touching the queue, when the queue is
+//! empty and the window fits the budget. A block with an empty queue and
+//! no window closing reads one key range and writes nothing.
+//!
+//! Each block that converts emits `hub_calls_made {window, calls,
+//! first_id, last_id}` per window, and `window_converted {window,
+//! hub_calls}` when a window's last entry is converted; `/windows` reports
+//! a window `converting` until then.
 
 use tally_store::Kv;
 

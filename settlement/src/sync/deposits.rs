@@ -11,6 +11,19 @@
 //! never a bigger one. Each message also carries the hub's cumulative
 //! deposit count through the range's end ([`check_count`]): a hub answer
 //! that left deposits out of the range is refused, not credited short.
+//!
+//! Per hub chain the state keeps a cursor `hubcur/<chain>` (first hub
+//! height not yet covered; absent: 1) and `depseq/<chain>` (next deposit
+//! number expected; absent: 1). A `HubBlock {chain, from_height,
+//! to_height, deposits}` is recognised only if it covers exactly `[cursor,
+//! cursor + hub_block_range - 1]` and its deposits are numbered `next_seq,
+//! next_seq + 1, ...` with valid users and non-zero amounts. When `t`
+//! validators have signed one, each deposit is added to its user's
+//! balance, the sequence moves past the last deposit, the cursor moves to
+//! `to_height + 1` unless `more` is set, and a `hub_deposits` event is
+//! emitted. A range without deposits is signed too and just moves the
+//! cursor. `/sync/{chain}` shows `hub_cursor` and `next_deposit_seq`.
+//! Digest layout: `docs/signing.md` 3.3.
 
 use tally_store::{Kv, KvRead};
 

@@ -4,6 +4,18 @@
 //! calls are kept for `settled_retention_windows`, then pruned at a block
 //! start); failed backdates `last_sync` so the next attempt waits only the
 //! cooldown.
+//!
+//! Settled: the sync is idle and the next batch may start at once; a
+//! `settled` is accepted for any attempt up to the current one, so a late
+//! settlement of an earlier submission still counts. Failed (only for the
+//! current attempt, once): `last_sync` moves back by
+//! `failure_backdate_secs`, so a new attempt for the same batch starts
+//! about `sync_window_secs - failure_backdate_secs` (60 s by default) later.
+//! No result: the attempt expires after `sync_window_secs` (360 s) and a
+//! new one starts. There is no retry limit. Results reach a validator's
+//! signer from its relay (`TallyApp::hand_in`), so with the hub down an
+//! attempt is reported failed within `attempt_deadline_secs` and the next
+//! one comes roughly every 65 s instead of every 360 s.
 
 use tally_store::Kv;
 

@@ -11,6 +11,20 @@
 //! messages. So an extension's size does not depend on how many deposits
 //! a hub range holds, and is capped by `max_extension_partials` and
 //! `max_vote_extension_bytes` before anything is decoded.
+//!
+//! ExtendVote (validators with a share) re-derives the block's
+//! `SyncTxStart` from this node's own state and signs its batch only if it
+//! is exactly the proposed one; it signs the current batch while unsigned,
+//! and the hub blocks and hub results the relay handed in that the chain
+//! would act on, skipping what is already stored. VerifyVoteExtension
+//! checks the size first (before decoding), then the structure: at most
+//! `max_extension_partials` partials, each under the sender's own share
+//! index (from the key's `signers`) and of the active key's epoch, a known
+//! kind, a 32-byte digest, no message twice, a signature that parses as a
+//! subgroup point. No other state is read and no pairing is computed, so
+//! an honest extension is never refused; a bad signature counts only
+//! against its sender. Partials of another epoch are also ignored in
+//! SubmitPartials.
 
 use std::collections::BTreeMap;
 
