@@ -2,7 +2,7 @@
 
 use anyhow::{bail, Context as _};
 use clap::Args;
-use tally_node::config::AppConfig;
+use crate::config::AppConfig;
 
 use super::{Command, Context};
 

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
-use tally_node::keyfile;
+use crate::keyfile;
 
 use super::args::{Output, OutputArgs};
 use super::{Command, Context};

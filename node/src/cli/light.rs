@@ -1,13 +1,13 @@
 //! `tallyd light init|show`: the trust root the light client verifies
-//! headers from (`<home>/light/trust.json`, [`tally_node::light::trust`]).
+//! headers from (`<home>/light/trust.json`, [`tally_light::trust`]).
 //! Queries with `--verify` read it; a successful verification advances it
 //! to the header it verified.
 
 use anyhow::bail;
 use clap::{Args, Subcommand};
 use serde_json::json;
-use tally_node::light::{trust, LightError, RpcSource, Source, TrustRoot};
-use tally_node::rpc::Rpc;
+use tally_light::{trust, LightError, RpcSource, Source, TrustRoot};
+use crate::rpc::Rpc;
 
 use super::args::{NodeArgs, Output, OutputArgs};
 use super::{table, Command, Context};

@@ -2,7 +2,7 @@
 //! status.
 
 use clap::Args;
-use tally_node::rpc::Rpc;
+use crate::rpc::Rpc;
 
 use super::query_json;
 use crate::cli::args::{Output, QueryOpts};
