@@ -172,16 +172,7 @@ impl Relay {
             return;
         }
         let batch = sync::batch(kv, &chain, nonce).ok().flatten();
-        // Observe the hub: has it settled this nonce, and how deep?
-        let view = match tip {
-            Some(tip) => {
-                let c = chain.clone();
-                read_hub("settlement", &self.hub, move |h| h.settled_at(&c, nonce))
-                    .await
-                    .map(|settled_at| decide::HubView { settled_at, tip })
-            }
-            None => None,
-        };
+        let view = self.hub_view(tip, &chain, nonce).await;
         let since_signed = self.since_signed(batch.as_ref(), key);
         let step = decide::decide(&decide::Inputs {
             state: &st,
@@ -224,6 +215,16 @@ impl Relay {
             (decide::Step::Submit, Some(b)) => self.submit(kv, chain, key, &b),
             (decide::Step::Submit, None) => {}
         }
+    }
+
+    /// Observes the hub: has it settled `nonce` on `chain`, and how deep
+    /// below `tip` (`None`: no tip, or the hub could not be read)?
+    async fn hub_view(&self, tip: Option<u64>, chain: &str, nonce: u64) -> Option<decide::HubView> {
+        let tip = tip?;
+        let c = chain.to_string();
+        read_hub("settlement", &self.hub, move |h| h.settled_at(&c, nonce))
+            .await
+            .map(|settled_at| decide::HubView { settled_at, tip })
     }
 
     /// Deposits: the next fixed range of hub heights, once it is

@@ -153,17 +153,25 @@ fn start_participant(
         tracing::info!(file = %enc_path.display(), "no DKG encryption key: this node takes no part in ceremonies");
         return None;
     }
-    let started = (|| -> anyhow::Result<_> {
-        let enc = dkgkey::load_enc_key(&enc_path)?;
-        let key = dkgkey::load_consensus_key(home)?;
-        let url = participant::rpc_url(home, &cfg.cometbft_rpc);
-        let p = participant::Participant::new(app.clone(), home, &url, key, enc, shares);
-        tracing::info!(participant = ?p, "DKG participant started");
-        Ok(p.spawn()?)
-    })();
-    started
+    spawn_participant(app, home, cfg, &enc_path, shares)
         .map_err(|e| tracing::error!(error = %format!("{e:#}"), "DKG participant not started"))
         .ok()
+}
+
+/// The participant of [`start_participant`], from the key files.
+fn spawn_participant(
+    app: &TallyApp,
+    home: &Path,
+    cfg: &AppConfig,
+    enc_path: &Path,
+    shares: Vec<(u64, SecretShare)>,
+) -> anyhow::Result<std::thread::JoinHandle<()>> {
+    let enc = dkgkey::load_enc_key(enc_path)?;
+    let key = dkgkey::load_consensus_key(home)?;
+    let url = participant::rpc_url(home, &cfg.cometbft_rpc);
+    let p = participant::Participant::new(app.clone(), home, &url, key, enc, shares);
+    tracing::info!(participant = ?p, "DKG participant started");
+    Ok(p.spawn()?)
 }
 
 /// The node's registry with the app's families, and the relay's when a

@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use clap::{Parser, Subcommand};
 
 pub mod allowance;
-mod args;
+pub mod args;
 pub mod dkg;
 pub mod explorer;
 pub mod genesis;
