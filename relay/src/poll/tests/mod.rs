@@ -5,7 +5,6 @@
 //! from the state and the hub's script.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
