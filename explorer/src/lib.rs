@@ -170,8 +170,15 @@ fn query(node: &dyn Node, path: &str) -> Reply {
 /// Serves the explorer at `addr` on [`WORKERS`] threads; dropping the
 /// [`Server`] stops it.
 pub fn serve(addr: &str, node: Arc<dyn Node>, cfg: Config) -> Result<Server, ServeError> {
-    let handler = move |method: &str, target: &str| answer(handle(node.as_ref(), &cfg, method, target));
-    http::serve("explorer on", "tally-explorer", addr, WORKERS, Arc::new(handler))
+    let handler =
+        move |method: &str, target: &str| answer(handle(node.as_ref(), &cfg, method, target));
+    http::serve(
+        "explorer on",
+        "tally-explorer",
+        addr,
+        WORKERS,
+        Arc::new(handler),
+    )
 }
 
 /// Headers every answer carries: no caching, no sniffing, no framing, and

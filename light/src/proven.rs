@@ -56,7 +56,12 @@ struct RawAnswer {
 
 /// Asks `rpc` for `key` at `height` (0: the latest), with its proof if
 /// `prove`. Only checks the answer's shape.
-pub fn query_key(rpc: &RpcClient, key: &[u8], height: u64, prove: bool) -> Result<KeyAnswer, LightError> {
+pub fn query_key(
+    rpc: &RpcClient,
+    key: &[u8],
+    height: u64,
+    prove: bool,
+) -> Result<KeyAnswer, LightError> {
     let r = rpc.call(
         "abci_query",
         json!({"path": "/key", "data": hex::encode(key), "height": height.to_string(), "prove": prove}),

@@ -79,7 +79,10 @@ mod tests {
         assert_eq!(e.path, missing);
         assert_eq!(e.op, FsOp::Read);
         let text = e.to_string();
-        assert!(text.starts_with(&format!("{}: reading failed: ", missing.display())), "{text}");
+        assert!(
+            text.starts_with(&format!("{}: reading failed: ", missing.display())),
+            "{text}"
+        );
         assert_eq!(e.source.kind(), std::io::ErrorKind::NotFound);
     }
 }

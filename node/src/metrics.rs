@@ -44,7 +44,13 @@ impl Metrics {
 /// Serves `metrics` at `http://addr/metrics` on a thread of its own.
 pub fn serve(addr: &str, metrics: Arc<Metrics>) -> Result<Server, ServeError> {
     let handler = move |method: &str, target: &str| page(&metrics, method, target);
-    http::serve("metrics endpoint", "tally-metrics", addr, 1, Arc::new(handler))
+    http::serve(
+        "metrics endpoint",
+        "tally-metrics",
+        addr,
+        1,
+        Arc::new(handler),
+    )
 }
 
 /// The answer to `method` on `target`: the metrics at `/metrics` (a query

@@ -482,7 +482,10 @@ fn command_table(md: &str) -> Result<Vec<(usize, Vec<String>)>> {
             continue;
         };
         let cell = cell.trim();
-        let Some(cmd) = cell.strip_prefix("`tallyd ").and_then(|c| c.strip_suffix('`')) else {
+        let Some(cmd) = cell
+            .strip_prefix("`tallyd ")
+            .and_then(|c| c.strip_suffix('`'))
+        else {
             continue; // the header and its rule
         };
         rows.push((i + 1, cmd.split_whitespace().map(String::from).collect()));
@@ -527,7 +530,11 @@ fn the_command_table_is_tallyds_command_tree(f: &mut Fixture) -> Result<()> {
     );
     let rows = command_table(&f.doc)?;
     let errors = compare_table(&rows, &tree);
-    println!("{} commands in tallyd, {} rows in the table", tree.len(), rows.len());
+    println!(
+        "{} commands in tallyd, {} rows in the table",
+        tree.len(),
+        rows.len()
+    );
     ensure!(errors.is_empty(), "{}", errors.join("\n"));
     Ok(())
 }
@@ -541,7 +548,9 @@ fn a_table_row_short_or_extra_is_caught(f: &mut Fixture) -> Result<()> {
     let short = &rows[1..];
     let errors = compare_table(short, &tree);
     ensure!(
-        errors.iter().any(|e| e.contains("is missing from the table")),
+        errors
+            .iter()
+            .any(|e| e.contains("is missing from the table")),
         "a missing row was not caught: {errors:?}"
     );
     let mut extra = rows.clone();

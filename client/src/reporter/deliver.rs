@@ -194,11 +194,7 @@ async fn lookup<T: Transport>(ctx: &Context<T>, hash: [u8; 32]) -> Option<Includ
 
 /// The height of a report known to have landed (CheckTx said code 7): the
 /// follower's, else a node's index, else 0.
-async fn known_height<T: Transport>(
-    ctx: &Context<T>,
-    watch: &mut Watch,
-    hash: [u8; 32],
-) -> u64 {
+async fn known_height<T: Transport>(ctx: &Context<T>, watch: &mut Watch, hash: [u8; 32]) -> u64 {
     if let Some(s) = watch.seen() {
         return s.height;
     }

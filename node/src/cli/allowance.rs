@@ -3,10 +3,10 @@
 //! signing with its own key (`tallyd query allowances` reads what a user
 //! allowed: [`super::query::allowances`]).
 
-use anyhow::{bail, Context as _};
-use clap::{Args, Subcommand};
 use crate::keyfile;
 use crate::rpc::Rpc;
+use anyhow::{bail, Context as _};
+use clap::{Args, Subcommand};
 use tally_settlement::proto::AllowanceChange;
 use tally_settlement::{query_path, sign_allowance, Code};
 

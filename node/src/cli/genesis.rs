@@ -3,10 +3,10 @@
 
 use std::path::Path;
 
+use crate::keyfile;
 use anyhow::{bail, Context as _};
 use clap::{Args, Subcommand};
 use serde_json::Value;
-use crate::keyfile;
 use tally_settlement::{
     AllowanceEntry, BalanceEntry, EncryptionKeyEntry, GatewayEntry, Genesis, UserEntry,
 };

@@ -2,8 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
-use clap::{Args, Subcommand};
 use crate::keyfile;
+use clap::{Args, Subcommand};
 
 use super::args::{Output, OutputArgs};
 use super::{Command, Context};

@@ -228,7 +228,11 @@ fn start_relay(
             .and_then(|a| hex::decode(a).ok())
             .and_then(|b| b.try_into().ok());
     }
-    Ok(Some(tally_relay::spawn(Arc::new(app.clone()), rc, metrics)?))
+    Ok(Some(tally_relay::spawn(
+        Arc::new(app.clone()),
+        rc,
+        metrics,
+    )?))
 }
 
 /// Serves `wrap(app)` over ABCI at `abci_listen` until the server stops.

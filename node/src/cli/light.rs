@@ -3,11 +3,11 @@
 //! Queries with `--verify` read it; a successful verification advances it
 //! to the header it verified.
 
+use crate::rpc::Rpc;
 use anyhow::bail;
 use clap::{Args, Subcommand};
 use serde_json::json;
 use tally_light::{trust, LightError, RpcSource, Source, TrustRoot};
-use crate::rpc::Rpc;
 
 use super::args::{NodeArgs, Output, OutputArgs};
 use super::{table, Command, Context};

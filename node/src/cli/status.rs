@@ -7,12 +7,12 @@
 use std::io::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::config::AppConfig;
+use crate::health::{self, CometStatus, Limits, Observed, Settlement};
 use anyhow::Context as _;
 use clap::Args;
 use serde_json::{json, Value};
 use tally_client::rpc::RpcClient;
-use crate::config::AppConfig;
-use crate::health::{self, CometStatus, Limits, Observed, Settlement};
 
 use super::args::{parse_duration, NodeArgs};
 use super::{Command, Context};

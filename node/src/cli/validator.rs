@@ -6,10 +6,10 @@
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Context as _};
-use clap::{ArgGroup, Args, Subcommand};
 use crate::dkgkey;
 use crate::rpc::Rpc;
+use anyhow::{bail, Context as _};
+use clap::{ArgGroup, Args, Subcommand};
 use tally_settlement::dkg::tx::{ADD, REMOVE, UPDATE};
 use tally_settlement::proto::{
     validator_msg::Sum, ProposalApproval, ValidatorMsg, ValidatorProposal,

@@ -12,10 +12,10 @@
 
 use std::io::Write;
 
+use crate::rpc::Rpc;
 use anyhow::{bail, Context as _};
 use clap::Subcommand;
 use serde_json::Value;
-use crate::rpc::Rpc;
 use tally_settlement::query_path::QueryPath;
 use tally_settlement::{Code, RouteRecordView, WindowView};
 

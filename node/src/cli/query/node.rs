@@ -1,8 +1,8 @@
 //! `tallyd query raw|status`: any query path as JSON, and the node's own
 //! status.
 
-use clap::Args;
 use crate::rpc::Rpc;
+use clap::Args;
 
 use super::query_json;
 use crate::cli::args::{Output, QueryOpts};

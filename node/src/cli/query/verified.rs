@@ -14,9 +14,9 @@ use tally_light::verified::Read;
 use tally_light::{trust, LightClient, Options, RpcSource, TrustRoot};
 
 use super::{render, Shape};
-use crate::rpc::Rpc;
 use crate::cli::args::{Output, QueryOpts, VerifyArgs};
 use crate::cli::Context;
+use crate::rpc::Rpc;
 
 /// The trust root `--verify` uses: the flags, else the trust file in the
 /// home directory. The second value is the file, when that is where it came
