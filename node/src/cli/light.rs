@@ -63,7 +63,7 @@ impl Command for InitCommand {
             );
         }
         let url = self.node.primary();
-        let source = RpcSource::new(Rpc::new(&url));
+        let source = RpcSource::new(Rpc::new(&url).client().clone());
         let root = match (self.height, &self.hash) {
             (Some(h), Some(hash)) => {
                 let given = TrustRoot::new(None, h, hash).map_err(anyhow::Error::msg)?;

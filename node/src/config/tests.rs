@@ -57,7 +57,8 @@ fn the_relay_section_roundtrips_and_defaults_to_the_old_constants() {
     assert_eq!(rc.hub_timeouts, HubTimeouts::default());
     assert_eq!(rc.hub_timeouts.read, Duration::from_secs(5));
 
-    // Every key written by save() is read back, and reaches the relay.
+    // Every key written by save() is read back; the [relay] keys reach the
+    // relay.
     let cfg = AppConfig {
         metrics_listen: "127.0.0.1:9".into(),
         relay: RelaySettings {
