@@ -47,7 +47,7 @@ pub(crate) struct Inner {
     /// Gateway signatures this node verified (mempool and blocks).
     pub(crate) signatures: crate::sigcache::SignatureCache,
     /// Where this node's snapshots are kept, if it serves any.
-    pub(crate) snapshots: RwLock<Option<Arc<dyn crate::snapshot::SnapshotStore>>>,
+    pub(crate) snapshots: RwLock<Option<Arc<dyn crate::snapshot_store::SnapshotStore>>>,
     /// The state-sync restore under way, if any.
     pub(crate) restore: Mutex<Option<tally_store::restore::Restore>>,
     /// The app's metric values (atomics; see `metrics`).
@@ -209,8 +209,8 @@ impl TallyApp {
         &self.inner.metrics
     }
 
-    /// Registers the app's metrics in `registry` (the relay's, so one
-    /// `/metrics` page serves both): the handlers' counters and histograms,
+    /// Registers the app's metrics in `registry` (the node's, where the
+    /// relay's are too, so one `/metrics` page serves both): the handlers' counters and histograms,
     /// and gauges read from committed state at scrape time.
     pub fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
         self.inner

@@ -43,12 +43,13 @@ pub mod metrics;
 mod proposal;
 pub mod sigcache;
 pub mod snapshot;
+pub mod snapshot_store;
 mod vote_extension;
 
 pub use app::{AbciError, Committed, TallyApp};
 pub use inbox::{HandIn, Inbox};
 pub use metrics::AppMetrics;
-pub use snapshot::{SnapshotInfo, SnapshotStore};
+pub use snapshot_store::{SnapshotInfo, SnapshotStore};
 pub use tally_store::halt::{Halt, HaltEvent, HaltLog, HaltReason};
 
 /// The app's protocol version: answered by Info and set in the chain's

@@ -2,6 +2,7 @@
 //! ApplySnapshotChunk.
 //!
 //! Serving side: the node gives the app a [`SnapshotStore`]
+//! (`crate::snapshot_store`)
 //! ([`TallyApp::set_snapshots`]); the app tells it of every commit (it
 //! decides when to take a snapshot and writes it off the ABCI path) and
 //! answers CometBFT's list and chunk requests from it.
@@ -15,7 +16,6 @@
 //! snapshot whose content is wrong is rejected and the store wiped; only a
 //! failure of the local store aborts state sync.
 
-use std::fmt::Debug;
 use std::sync::{Arc, MutexGuard};
 
 use bytes::Bytes;
@@ -31,26 +31,7 @@ use tendermint_proto::v0_38::abci::{
 use tracing::{error, info, warn};
 
 use crate::app::TallyApp;
-
-/// A snapshot a node holds, as CometBFT lists it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SnapshotInfo {
-    /// Its metadata (height, app hash, chunk hashes).
-    pub metadata: Metadata,
-}
-
-/// Where a node keeps the snapshots it serves. Implemented by the binary
-/// (files on disk); every method is called on an ABCI connection and must
-/// return quickly.
-pub trait SnapshotStore: Send + Sync + Debug {
-    /// The snapshots ready to serve, newest first.
-    fn list(&self) -> Vec<SnapshotInfo>;
-    /// Chunk `chunk` of the snapshot at `height` in `format`, if held.
-    fn load_chunk(&self, height: u64, format: u32, chunk: u32) -> Option<Vec<u8>>;
-    /// `height` was committed durably; take a snapshot of it if due (off
-    /// the calling thread).
-    fn committed(&self, height: u64);
-}
+use crate::snapshot_store::SnapshotStore;
 
 pub(crate) fn list_snapshots(app: &TallyApp) -> ResponseListSnapshots {
     let snapshots = app

@@ -48,10 +48,14 @@ use crate::retry::RetryPolicy;
 use crate::transport::Transport;
 
 mod confirm;
+mod context;
 mod deliver;
+mod seal;
 mod submit;
 use confirm::Confirmations;
-use submit::{seal, Context, SlotGuard, Submission};
+use context::Context;
+use seal::seal;
+use submit::{SlotGuard, Submission};
 
 /// How a reporter behaves.
 #[derive(Clone, Debug)]

@@ -7,17 +7,14 @@ use serde::{Deserialize, Serialize};
 use tally_client::RetryPolicy;
 use tally_relay::{BreakerConfig, HubTimeouts, RelayConfig};
 
+use crate::fs::{FsOp, FsPathError};
+
 /// Errors reading or writing the home directory.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// A file could not be read or written.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] FsPathError),
     /// app.toml is not valid.
     #[error("{path}: {msg}")]
     Invalid {
@@ -195,7 +192,7 @@ impl AppConfig {
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
-            Err(source) => return Err(ConfigError::Io { path, source }),
+            Err(source) => return Err(FsPathError::new(FsOp::Read, path, source).into()),
         };
         let cfg: AppConfig = toml::from_str(&text).map_err(|e| ConfigError::Invalid {
             path: path.clone(),
@@ -307,15 +304,12 @@ impl AppConfig {
             self.relay.submit_max_elapsed_secs,
         );
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|source| ConfigError::Io {
-                path: dir.to_path_buf(),
-                source,
-            })?;
+            std::fs::create_dir_all(dir).map_err(FsPathError::of(FsOp::CreateDir, dir))?;
         }
         // Hub endpoint URLs often carry API keys: the file is a secret (0600,
         // written atomically).
         crate::secret::write_secret(&path, body.as_bytes(), crate::secret::Existing::Replace)
-            .map_err(|source| ConfigError::Io { path, source })
+            .map_err(|source| FsPathError::new(FsOp::Write, path, source).into())
     }
 
     /// The share file, resolved against `home`.
@@ -352,8 +346,6 @@ impl AppConfig {
             connect: Duration::from_secs(r.hub_connect_timeout_secs),
             read: Duration::from_secs(r.hub_read_timeout_secs),
         };
-        c.metrics_listen = (!self.metrics_listen.is_empty()).then(|| self.metrics_listen.clone());
-        c.metrics_prefix = self.metrics_prefix.clone();
         c
     }
 
@@ -379,155 +371,4 @@ impl AppConfig {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn save_then_load_roundtrips_and_bad_values_are_named() {
-        let dir = tempfile::tempdir().unwrap();
-        let cfg = AppConfig {
-            abci_listen: "127.0.0.1:1".into(),
-            ..AppConfig::default()
-        };
-        cfg.save(dir.path()).unwrap();
-        assert_eq!(AppConfig::load(dir.path()).unwrap(), cfg);
-        {
-            use std::os::unix::fs::PermissionsExt;
-            let mode = std::fs::metadata(AppConfig::path(dir.path()))
-                .unwrap()
-                .permissions()
-                .mode();
-            assert_eq!(mode & 0o777, 0o600, "app.toml may hold hub API keys");
-        }
-        std::fs::write(AppConfig::path(dir.path()), "log_format = \"xml\"\n").unwrap();
-        let e = AppConfig::load(dir.path()).unwrap_err().to_string();
-        assert!(e.contains("log_format"), "{e}");
-        std::fs::write(AppConfig::path(dir.path()), "nope = 1\n").unwrap();
-        assert!(AppConfig::load(dir.path()).is_err());
-    }
-
-    #[test]
-    fn the_relay_section_roundtrips_and_defaults_to_the_old_constants() {
-        let dir = tempfile::tempdir().unwrap();
-        // A file from before the section existed loads with the defaults.
-        std::fs::create_dir_all(dir.path().join("config")).unwrap();
-        std::fs::write(
-            AppConfig::path(dir.path()),
-            "hub_endpoints = [\"http://127.0.0.1:26757\"]\nrelay_stagger_secs = 3\n",
-        )
-        .unwrap();
-        let cfg = AppConfig::load(dir.path()).unwrap();
-        assert_eq!(cfg.relay, RelaySettings::default());
-        let rc = cfg.relay_config(Some(2));
-        assert_eq!(rc.hub_endpoints, ["http://127.0.0.1:26757"]);
-        assert_eq!((rc.rank, rc.confirmations), (Some(2), 1));
-        assert_eq!(rc.stagger, Duration::from_secs(3));
-        assert_eq!(rc.poll, Duration::from_millis(500));
-        assert_eq!(rc.policy, RetryPolicy::default());
-        assert_eq!(rc.breaker, BreakerConfig::default());
-        assert_eq!(
-            (
-                rc.breaker.failure_threshold,
-                rc.breaker.open_for,
-                rc.breaker.probes
-            ),
-            (3, Duration::from_secs(10), 1)
-        );
-        assert_eq!(rc.hub_timeouts, HubTimeouts::default());
-        assert_eq!(rc.hub_timeouts.read, Duration::from_secs(5));
-        assert_eq!(
-            (rc.metrics_listen, rc.metrics_prefix.as_str()),
-            (None, "tally")
-        );
-
-        // Every key written by save() is read back, and reaches the relay.
-        let cfg = AppConfig {
-            metrics_listen: "127.0.0.1:9".into(),
-            relay: RelaySettings {
-                poll_interval_ms: 250,
-                breaker_failures: 5,
-                breaker_open_secs: 30,
-                breaker_probes: 2,
-                hub_connect_timeout_secs: 4,
-                hub_read_timeout_secs: 9,
-                submit_retry_budget: 0,
-                submit_try_timeout_secs: 20,
-                submit_max_elapsed_secs: 120,
-            },
-            ..AppConfig::default()
-        };
-        cfg.save(dir.path()).unwrap();
-        let text = std::fs::read_to_string(AppConfig::path(dir.path())).unwrap();
-        assert!(text.contains("\n[relay]\n"), "{text}");
-        assert_eq!(AppConfig::load(dir.path()).unwrap(), cfg);
-        let rc = cfg.relay_config(None);
-        assert_eq!(rc.poll, Duration::from_millis(250));
-        assert_eq!(
-            rc.breaker,
-            BreakerConfig {
-                failure_threshold: 5,
-                open_for: Duration::from_secs(30),
-                probes: 2
-            }
-        );
-        assert_eq!(
-            rc.hub_timeouts,
-            HubTimeouts {
-                connect: Duration::from_secs(4),
-                read: Duration::from_secs(9)
-            }
-        );
-        assert_eq!(
-            (
-                rc.policy.budget,
-                rc.policy.per_try_timeout,
-                rc.policy.max_elapsed
-            ),
-            (0, Duration::from_secs(20), Duration::from_secs(120))
-        );
-        assert_eq!(rc.policy.base, RetryPolicy::default().base);
-        assert_eq!(rc.metrics_listen.as_deref(), Some("127.0.0.1:9"));
-    }
-
-    #[test]
-    fn each_relay_key_is_checked_against_its_range_at_load() {
-        let dir = tempfile::tempdir().unwrap();
-        AppConfig::default().save(dir.path()).unwrap();
-        for (key, lo, hi) in RelaySettings::RANGES {
-            let mut bad = vec![hi + 1];
-            if lo > 0 {
-                bad.push(lo - 1);
-            }
-            for v in bad {
-                std::fs::write(
-                    AppConfig::path(dir.path()),
-                    format!("[relay]\n{key} = {v}\n"),
-                )
-                .unwrap();
-                let e = AppConfig::load(dir.path()).unwrap_err().to_string();
-                let want = format!("relay.{key} must be between {lo} and {hi}, got {v}");
-                assert!(e.contains(&want), "{key} = {v}: {e}");
-                assert!(e.contains("app.toml"), "{e}");
-            }
-            for v in [lo, hi] {
-                std::fs::write(
-                    AppConfig::path(dir.path()),
-                    format!("[relay]\n{key} = {v}\n"),
-                )
-                .unwrap();
-                assert!(AppConfig::load(dir.path()).is_ok(), "{key} = {v}");
-            }
-        }
-        // Unknown keys in the section are refused, by name.
-        std::fs::write(AppConfig::path(dir.path()), "[relay]\npoll_ms = 500\n").unwrap();
-        let e = AppConfig::load(dir.path()).unwrap_err().to_string();
-        assert!(e.contains("poll_ms"), "{e}");
-        // So are values of the wrong type.
-        std::fs::write(
-            AppConfig::path(dir.path()),
-            "[relay]\nbreaker_probes = -1\n",
-        )
-        .unwrap();
-        assert!(AppConfig::load(dir.path()).is_err());
-    }
-}
+mod tests;

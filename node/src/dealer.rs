@@ -8,17 +8,14 @@ use serde::{Deserialize, Serialize};
 use tally_settlement::bls::{self, SecretShare};
 use tally_settlement::DkgGenesis;
 
+use crate::fs::{FsOp, FsPathError};
+
 /// Errors of the dealer and of share files.
 #[derive(Debug, thiserror::Error)]
 pub enum DealerError {
     /// A file could not be read or written.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] FsPathError),
     /// Bad arguments or file contents.
     #[error("{0}")]
     Invalid(String),
@@ -96,10 +93,7 @@ pub fn validator_key_path(home: &Path) -> PathBuf {
 /// `priv_validator_key.json`: the validator a share index is bound to.
 pub fn validator_address(home: &Path) -> Result<String, DealerError> {
     let path = validator_key_path(home);
-    let text = std::fs::read_to_string(&path).map_err(|source| DealerError::Io {
-        path: path.clone(),
-        source,
-    })?;
+    let text = crate::fs::read_to_string(&path)?;
     let bad = |m: &str| DealerError::Invalid(format!("{}: {m}", path.display()));
     let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(&e.to_string()))?;
     let addr = v["address"]
@@ -134,10 +128,6 @@ pub fn share_path(home: &Path) -> PathBuf {
 }
 
 fn write_share(path: &Path, file: &ShareFile) -> Result<(), DealerError> {
-    let io = |source| DealerError::Io {
-        path: path.into(),
-        source,
-    };
     let text =
         serde_json::to_string_pretty(file).map_err(|e| DealerError::Invalid(e.to_string()))?;
     // A fresh deal replaces every home's share (the genesis entry changes
@@ -147,16 +137,13 @@ fn write_share(path: &Path, file: &ShareFile) -> Result<(), DealerError> {
         (text + "\n").as_bytes(),
         crate::secret::Existing::Replace,
     )
-    .map_err(io)
+    .map_err(|e| FsPathError::new(FsOp::Write, path, e).into())
 }
 
 /// Loads a share file; checks the secret matches its public share and, if
 /// given, the genesis entry.
 pub fn load_share(path: &Path, genesis: Option<&DkgGenesis>) -> Result<SecretShare, DealerError> {
-    let text = std::fs::read_to_string(path).map_err(|source| DealerError::Io {
-        path: path.into(),
-        source,
-    })?;
+    let text = crate::fs::read_to_string(path)?;
     let bad = |m: String| DealerError::Invalid(format!("{}: {m}", path.display()));
     let f: ShareFile = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
     let secret = hex::decode(&f.secret).map_err(|_| bad("secret is not hex".into()))?;

@@ -19,19 +19,15 @@ use tally_settlement::bls::SecretShare;
 use tally_settlement::dkg::crypto::{verify_pop, EncKey};
 use tally_settlement::dkg::msg::pop_context;
 
+use crate::fs::{FsOp, FsPathError};
 use crate::secret::{write_secret, Existing};
 
 /// Errors of the DKG files.
 #[derive(Debug, thiserror::Error)]
 pub enum DkgFileError {
     /// A file could not be read or written.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] FsPathError),
     /// A file's content is not what it should be.
     #[error("{path}: {msg}")]
     Invalid {
@@ -40,6 +36,17 @@ pub enum DkgFileError {
         /// What is wrong.
         msg: String,
     },
+    /// The home has no encryption key (`tallyd dkg keygen` makes one).
+    #[error("{path} does not exist; make it with `tallyd dkg keygen --home {home}`")]
+    NoEncKey {
+        /// The missing file.
+        path: PathBuf,
+        /// The home it is missing from.
+        home: String,
+    },
+    /// An encryption-key proof was asked for no chain.
+    #[error("the chain id is empty")]
+    NoChainId,
     /// `keygen` would replace an encryption key.
     #[error("{0} already exists; pass --force to replace it (a validator registered with the old key can no longer decrypt its shares)")]
     Exists(PathBuf),
@@ -53,10 +60,7 @@ fn invalid(path: &Path, msg: impl Into<String>) -> DkgFileError {
 }
 
 fn read(path: &Path) -> Result<String, DkgFileError> {
-    std::fs::read_to_string(path).map_err(|source| DkgFileError::Io {
-        path: path.to_path_buf(),
-        source,
-    })
+    Ok(crate::fs::read_to_string(path)?)
 }
 
 /// What `<home>/config/dkg_key.json` holds.
@@ -98,10 +102,7 @@ pub fn generate_enc_key(path: &Path, force: bool) -> Result<EncKey, DkgFileError
         if source.kind() == std::io::ErrorKind::AlreadyExists {
             DkgFileError::Exists(path.to_path_buf())
         } else {
-            DkgFileError::Io {
-                path: path.to_path_buf(),
-                source,
-            }
+            FsPathError::new(FsOp::Write, path, source).into()
         }
     })?;
     Ok(key)
@@ -188,12 +189,30 @@ pub struct EncProof {
 
 /// The proof that the holder of `enc` registers it for the validator with
 /// consensus key `consensus` on `chain_id`.
-pub fn enc_proof(enc: &EncKey, chain_id: &str, consensus: &[u8; 32]) -> EncProof {
+fn enc_proof(enc: &EncKey, chain_id: &str, consensus: &[u8; 32]) -> EncProof {
     EncProof {
         validator: hex::encode(consensus),
         key: hex::encode(enc.public().compress()),
         pop: hex::encode(enc.prove(&pop_context(chain_id, consensus)).compress()),
     }
+}
+
+/// The encryption-key entry of the validator of `home` for `chain_id`:
+/// its consensus key, `config/dkg_key.json`'s public key and the proof.
+pub fn enc_proof_of(home: &Path, chain_id: &str) -> Result<EncProof, DkgFileError> {
+    if chain_id.is_empty() {
+        return Err(DkgFileError::NoChainId);
+    }
+    let enc_path = enc_key_path(home);
+    if !enc_path.exists() {
+        return Err(DkgFileError::NoEncKey {
+            path: enc_path,
+            home: home.display().to_string(),
+        });
+    }
+    let enc = load_enc_key(&enc_path)?;
+    let consensus = consensus_pubkey(home)?;
+    Ok(enc_proof(&enc, chain_id, &consensus))
 }
 
 impl EncProof {
@@ -233,7 +252,7 @@ pub struct EpochShareFile {
 }
 
 /// `<home>/data/bls_share_epoch_<epoch>.json`.
-pub fn epoch_share_path(home: &Path, epoch: u64) -> PathBuf {
+fn epoch_share_path(home: &Path, epoch: u64) -> PathBuf {
     home.join("data")
         .join(format!("bls_share_epoch_{epoch}.json"))
 }
@@ -257,12 +276,8 @@ pub fn write_epoch_share(
         threshold,
     };
     let text = serde_json::to_string_pretty(&file).map_err(|e| invalid(&path, e.to_string()))?;
-    write_secret(&path, (text + "\n").as_bytes(), Existing::Replace).map_err(|source| {
-        DkgFileError::Io {
-            path: path.clone(),
-            source,
-        }
-    })?;
+    write_secret(&path, (text + "\n").as_bytes(), Existing::Replace)
+        .map_err(FsPathError::of(FsOp::Write, &path))?;
     Ok(path)
 }
 

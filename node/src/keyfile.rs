@@ -7,19 +7,15 @@ use std::path::{Path, PathBuf};
 use ed25519_dalek::SigningKey;
 use serde::{Deserialize, Serialize};
 
+use crate::fs::{FsOp, FsPathError};
 use crate::secret::{write_secret, Existing};
 
 /// Errors of key files.
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
     /// The file could not be read or written.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] FsPathError),
     /// The file is not a Tally key file.
     #[error("{path}: not a Tally key file: {msg}")]
     Invalid {
@@ -112,10 +108,6 @@ pub fn write_new(path: &Path, name: &str, key: &SigningKey) -> Result<(), KeyErr
 }
 
 fn write_as(path: &Path, name: &str, key: &SigningKey, existing: Existing) -> Result<(), KeyError> {
-    let io = |source| KeyError::Io {
-        path: path.into(),
-        source,
-    };
     let file = KeyFile {
         name: name.into(),
         kind: "ed25519".into(),
@@ -130,16 +122,13 @@ fn write_as(path: &Path, name: &str, key: &SigningKey, existing: Existing) -> Re
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
             Err(KeyError::Exists(path.into()))
         }
-        r => r.map_err(io),
+        r => r.map_err(|e| FsPathError::new(FsOp::Write, path, e).into()),
     }
 }
 
 /// Loads a key file and checks its public key matches its secret.
 pub fn load(path: &Path) -> Result<(String, SigningKey), KeyError> {
-    let text = std::fs::read_to_string(path).map_err(|source| KeyError::Io {
-        path: path.into(),
-        source,
-    })?;
+    let text = crate::fs::read_to_string(path)?;
     let invalid = |msg: String| KeyError::Invalid {
         path: path.into(),
         msg,

@@ -1,8 +1,8 @@
-//! `tallyd`: run a Tally node and talk to one. The commands are in [`cli`].
+//! `tallyd`: run a Tally node and talk to one. The commands are in
+//! [`tally_node::cli`].
 
 use clap::Parser;
-
-mod cli;
+use tally_node::cli;
 
 fn main() {
     let cli = cli::Cli::parse();

@@ -243,7 +243,7 @@ pub fn rpc_url(home: &Path, configured: &str) -> String {
 }
 
 /// `tcp://0.0.0.0:26657` -> `http://127.0.0.1:26657`.
-pub fn laddr_to_url(laddr: &str) -> String {
+fn laddr_to_url(laddr: &str) -> String {
     let rest = laddr
         .strip_prefix("tcp://")
         .or_else(|| laddr.strip_prefix("http://"))

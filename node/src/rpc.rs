@@ -29,6 +29,12 @@ impl Rpc {
         }
     }
 
+    /// The workspace client underneath, with the CLI's timeouts (what
+    /// `tally_light` and `tally_explorer` read through).
+    pub fn client(&self) -> &RpcClient {
+        &self.client
+    }
+
     /// The endpoint.
     pub fn url(&self) -> &str {
         self.client.url()

@@ -29,6 +29,8 @@ use tally_store::snapshot::{self, Metadata};
 use tally_store::RocksBackend;
 use tracing::{error, info, warn};
 
+use crate::fs::{FsOp, FsPathError};
+
 /// Snapshots on disk; see the module docs. Cheap to clone: clones share
 /// the directory and its list.
 #[derive(Debug, Clone)]
@@ -50,13 +52,8 @@ struct Shared {
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotDirError {
     /// Reading or cleaning the directory failed.
-    #[error("snapshot directory {path}: {source}")]
-    Io {
-        /// The path.
-        path: PathBuf,
-        /// The error.
-        source: std::io::Error,
-    },
+    #[error("snapshot directory {0}")]
+    Io(#[from] FsPathError),
 }
 
 impl DiskSnapshots {
@@ -69,17 +66,15 @@ impl DiskSnapshots {
         keep_recent: usize,
         db: Arc<RocksBackend>,
     ) -> Result<Self, SnapshotDirError> {
-        let io = |source| SnapshotDirError::Io {
-            path: dir.to_path_buf(),
-            source,
-        };
-        fs::create_dir_all(dir).map_err(io)?;
+        fs::create_dir_all(dir).map_err(FsPathError::of(FsOp::CreateDir, dir))?;
         let mut ready = Vec::new();
-        for entry in fs::read_dir(dir).map_err(io)? {
-            let entry = entry.map_err(io)?;
+        let list = FsPathError::of(FsOp::ReadDir, dir);
+        for entry in fs::read_dir(dir).map_err(&list)? {
+            let entry = entry.map_err(&list)?;
             let name = entry.file_name().to_string_lossy().into_owned();
             if name.ends_with(".checkpoint") || name.ends_with(".partial") {
-                fs::remove_dir_all(entry.path()).map_err(io)?;
+                let path = entry.path();
+                fs::remove_dir_all(&path).map_err(FsPathError::of(FsOp::Remove, &path))?;
                 continue;
             }
             let Ok(height) = name.parse::<u64>() else {

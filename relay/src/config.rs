@@ -83,10 +83,6 @@ pub struct RelayConfig {
     pub breaker: BreakerConfig,
     /// Timeouts of hub reads.
     pub hub_timeouts: HubTimeouts,
-    /// Where to serve Prometheus metrics (`None`: not served).
-    pub metrics_listen: Option<String>,
-    /// Metric name prefix.
-    pub metrics_prefix: String,
 }
 
 impl RelayConfig {
@@ -101,7 +97,7 @@ impl RelayConfig {
     /// A relay of `hub_endpoints` with every other setting at its default:
     /// one confirmation, no key share (observes, never submits), 2 s
     /// stagger, [`DEFAULT_POLL`], the SDK's retry policy, default breakers
-    /// and hub timeouts, no metrics endpoint, prefix `tally`.
+    /// and hub timeouts.
     pub fn new(hub_endpoints: Vec<String>) -> Self {
         Self {
             hub_endpoints,
@@ -113,8 +109,6 @@ impl RelayConfig {
             policy: RetryPolicy::default(),
             breaker: BreakerConfig::default(),
             hub_timeouts: HubTimeouts::default(),
-            metrics_listen: None,
-            metrics_prefix: "tally".into(),
         }
     }
 }

@@ -10,19 +10,21 @@
 //! it.
 //!
 //! Modules, top-down:
+//! - [`chain`]: [`Chain`], what the relay reads of the application and
+//!   hands to it (implemented for `tally_abci::TallyApp`).
 //! - [`config`]: [`RelayConfig`] and its defaults.
 //! - `poll`: the loop, I/O only; its decisions are [`decide`]'s pure
 //!   functions.
 //! - `submission`: one submission as a task (retry policy, breakers).
 //! - `hub`: reads from the hub over `tally_client::rpc`, behind the
 //!   endpoints' circuit breakers.
-//! - [`metrics`]: the Prometheus registry and its HTTP endpoint.
+//! - [`metrics`]: the relay's metric families ([`RelayMetrics`]), which
+//!   it registers in the registry the node owns and serves
+//!   (`tally_node::metrics`).
 
-use std::sync::Arc;
-
-use tally_abci::TallyApp;
 use tokio::sync::watch;
 
+pub mod chain;
 pub mod config;
 pub mod decide;
 mod hub;
@@ -30,65 +32,23 @@ pub mod metrics;
 mod poll;
 mod submission;
 
+pub use chain::{Chain, SharedChain};
 pub use config::{BreakerConfig, HubTimeouts, RelayConfig};
 pub use hub::HubError;
-pub use metrics::{Metrics, RelayMetrics};
+pub use metrics::RelayMetrics;
 
-/// Starts the relay on its own thread, with its metrics served at
-/// `metrics_listen` if set; returns the sender that stops it.
-pub fn spawn(app: TallyApp, cfg: RelayConfig) -> std::io::Result<watch::Sender<bool>> {
-    let metrics = Metrics::new(&cfg.metrics_prefix);
-    spawn_with_metrics(app, cfg, metrics)
-}
-
-/// [`spawn`] with a registry the caller made (and may have registered its
-/// own families in); names keep the registry's prefix. The registry is
-/// served at `metrics_listen` (if set) until the relay stops.
-pub fn spawn_with_metrics(
-    app: TallyApp,
-    cfg: RelayConfig,
-    metrics: Metrics,
-) -> std::io::Result<watch::Sender<bool>> {
-    let relay_metrics = metrics.relay().clone();
-    let metrics = Arc::new(metrics);
-    let endpoint = cfg.metrics_listen.as_deref().and_then(|addr| {
-        match metrics::serve(addr, metrics.clone()) {
-            Ok(s) => {
-                tracing::info!(addr, "Prometheus metrics at /metrics");
-                Some(s)
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "metrics endpoint not served");
-                None
-            }
-        }
-    });
-    spawn_inner(app, cfg, relay_metrics, endpoint)
-}
-
-/// Starts the relay updating `metrics`, handles of a registry the caller
-/// serves (`tallyd start` serves one page for the app and the relay);
-/// `cfg.metrics_listen` is ignored.
-pub fn spawn_with_handles(
-    app: TallyApp,
+/// Starts the relay on its own thread, reading and handing in through
+/// `app` and updating `metrics` (families the node registered in the
+/// registry it serves); returns the sender that stops it.
+pub fn spawn(
+    app: SharedChain,
     cfg: RelayConfig,
     metrics: RelayMetrics,
-) -> std::io::Result<watch::Sender<bool>> {
-    spawn_inner(app, cfg, metrics, None)
-}
-
-fn spawn_inner(
-    app: TallyApp,
-    cfg: RelayConfig,
-    relay_metrics: RelayMetrics,
-    endpoint: Option<metrics::MetricsServer>,
 ) -> std::io::Result<watch::Sender<bool>> {
     let (stop, rx) = watch::channel(false);
     std::thread::Builder::new()
         .name("tally-relay".into())
         .spawn(move || {
-            // Served until the relay stops (the guard is dropped then).
-            let _endpoint = endpoint;
             let rt = match tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
@@ -99,7 +59,7 @@ fn spawn_inner(
                     return;
                 }
             };
-            rt.block_on(poll::run(app, cfg, relay_metrics, rx));
+            rt.block_on(poll::run(app, cfg, metrics, rx));
         })?;
     Ok(stop)
 }

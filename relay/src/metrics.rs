@@ -1,13 +1,8 @@
-//! Prometheus metrics through `prometheus-client`.
-//!
-//! [`Metrics`] owns the registry, whose names all carry `metrics_prefix`.
-//! The relay registers its families there ([`RelayMetrics`]); `tallyd
-//! start` registers the state machine's (`tally_abci::metrics`, listed in
-//! that module) through [`Metrics::registry_mut`] and serves the registry
-//! itself, also when no relay runs ([`Metrics::without_relay`]).
-//! [`serve`] answers `GET /metrics` over HTTP (`tiny_http`) in the
-//! Prometheus text format (version 0.0.4) until its [`MetricsServer`] is
-//! dropped.
+//! The relay's Prometheus metric families (`prometheus-client`):
+//! [`RelayMetrics::register`] adds them to a registry the node owns and
+//! serves (`tally_node::metrics`, with the state machine's families beside
+//! them); the relay keeps the handles. Names below are after the
+//! registry's prefix (`metrics_prefix`).
 //!
 //! | name (after the prefix) | kind | meaning |
 //! |---|---|---|
@@ -21,8 +16,7 @@
 //! | `hub_cursor_lag_blocks` | gauge | hub blocks whose deposits are not credited on Tally yet |
 //! | `hub_deposit_answers_refused_total{reason}` | counter | hub deposit answers this relay refused to hand in, by [`Refusal`] |
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
@@ -300,147 +294,6 @@ impl RelayMetrics {
 
 fn saturating_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
-}
-
-/// The registry and the relay's handles.
-#[derive(Debug)]
-pub struct Metrics {
-    registry: Registry,
-    relay: RelayMetrics,
-}
-
-impl Metrics {
-    /// A registry whose names start with `prefix_`, with the relay's
-    /// families registered.
-    pub fn new(prefix: &str) -> Self {
-        let mut registry = Registry::with_prefix(prefix);
-        let relay = RelayMetrics::register(&mut registry);
-        Self { registry, relay }
-    }
-
-    /// A registry whose names start with `prefix_` without the relay's
-    /// families (a node that runs no relay); [`Metrics::relay`] then
-    /// returns handles nothing serves.
-    pub fn without_relay(prefix: &str) -> Self {
-        let registry = Registry::with_prefix(prefix);
-        let relay = RelayMetrics::register(&mut Registry::default());
-        Self { registry, relay }
-    }
-
-    /// The registry, for more families (register before serving).
-    pub fn registry_mut(&mut self) -> &mut Registry {
-        &mut self.registry
-    }
-
-    /// The relay's handles.
-    pub fn relay(&self) -> &RelayMetrics {
-        &self.relay
-    }
-
-    /// Everything registered, in the Prometheus text format (0.0.4).
-    pub fn encode(&self) -> String {
-        let mut out = String::new();
-        // Writing into a String cannot fail.
-        let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry);
-        out
-    }
-}
-
-/// Why the metrics endpoint could not be served.
-#[derive(Debug, thiserror::Error)]
-#[error("metrics endpoint {addr}: {msg}")]
-pub struct ServeError {
-    addr: String,
-    msg: String,
-}
-
-/// The metrics endpoint; dropping it stops serving and closes the port.
-pub struct MetricsServer {
-    server: Arc<tiny_http::Server>,
-    stopping: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl std::fmt::Debug for MetricsServer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MetricsServer")
-            .field("addr", &self.local_addr())
-            .finish_non_exhaustive()
-    }
-}
-
-impl MetricsServer {
-    /// The address it listens on (useful when asked for port 0).
-    pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
-        self.server.server_addr().to_ip()
-    }
-}
-
-impl Drop for MetricsServer {
-    fn drop(&mut self) {
-        self.stopping.store(true, Ordering::SeqCst);
-        self.server.unblock();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// Serves `metrics` at `http://addr/metrics` on a thread of its own; any
-/// other path is 404.
-pub fn serve(addr: &str, metrics: Arc<Metrics>) -> Result<MetricsServer, ServeError> {
-    let server = tiny_http::Server::http(addr).map_err(|e| ServeError {
-        addr: addr.into(),
-        msg: e.to_string(),
-    })?;
-    let server = Arc::new(server);
-    let stopping = Arc::new(AtomicBool::new(false));
-    let (s, stop) = (server.clone(), stopping.clone());
-    let thread = std::thread::Builder::new()
-        .name("tally-metrics".into())
-        .spawn(move || answer_requests(&s, &stop, &metrics))
-        .map_err(|e| ServeError {
-            addr: addr.into(),
-            msg: e.to_string(),
-        })?;
-    Ok(MetricsServer {
-        server,
-        stopping,
-        thread: Some(thread),
-    })
-}
-
-fn answer_requests(server: &tiny_http::Server, stopping: &AtomicBool, metrics: &Metrics) {
-    const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
-    loop {
-        let rq = match server.recv() {
-            Ok(rq) => rq,
-            Err(_) if stopping.load(Ordering::SeqCst) => return,
-            Err(e) => {
-                tracing::debug!(error = %e, "metrics endpoint: accept failed");
-                std::thread::sleep(std::time::Duration::from_millis(50));
-                continue;
-            }
-        };
-        let path = rq.url().split('?').next().unwrap_or("");
-        let get = matches!(
-            rq.method(),
-            tiny_http::Method::Get | tiny_http::Method::Head
-        );
-        let resp = if get && path == "/metrics" {
-            let mut r = tiny_http::Response::from_string(metrics.encode());
-            if let Ok(h) = tiny_http::Header::from_bytes("Content-Type", CONTENT_TYPE) {
-                r.add_header(h);
-            }
-            r
-        } else {
-            tiny_http::Response::from_string("not found; metrics are at /metrics\n")
-                .with_status_code(404)
-        };
-        if let Err(e) = rq.respond(resp) {
-            tracing::debug!(error = %e, "metrics endpoint: answer not sent");
-        }
-    }
 }
 
 #[cfg(test)]

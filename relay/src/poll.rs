@@ -6,13 +6,13 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tally_abci::TallyApp;
 use tally_client::HttpTransport;
 use tally_settlement::proto::{BatchRecord, HubResult, SyncState};
 use tally_settlement::sync;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::chain::SharedChain;
 use crate::config::RelayConfig;
 use crate::decide;
 use crate::hub::{Hub, HubError, Tip};
@@ -49,7 +49,7 @@ async fn read_hub<T: Send + 'static>(
 
 /// The loop's state between polls.
 struct Relay {
-    app: TallyApp,
+    app: SharedChain,
     cfg: RelayConfig,
     hub: Hub,
     metrics: RelayMetrics,
@@ -81,7 +81,7 @@ impl Relay {
 
 /// Polls until `stop` turns true.
 pub(crate) async fn run(
-    app: TallyApp,
+    app: SharedChain,
     cfg: RelayConfig,
     metrics: RelayMetrics,
     mut stop: watch::Receiver<bool>,
@@ -172,16 +172,7 @@ impl Relay {
             return;
         }
         let batch = sync::batch(kv, &chain, nonce).ok().flatten();
-        // Observe the hub: has it settled this nonce, and how deep?
-        let view = match tip {
-            Some(tip) => {
-                let c = chain.clone();
-                read_hub("settlement", &self.hub, move |h| h.settled_at(&c, nonce))
-                    .await
-                    .map(|settled_at| decide::HubView { settled_at, tip })
-            }
-            None => None,
-        };
+        let view = self.hub_view(tip, &chain, nonce).await;
         let since_signed = self.since_signed(batch.as_ref(), key);
         let step = decide::decide(&decide::Inputs {
             state: &st,
@@ -207,7 +198,7 @@ impl Relay {
                 // Whatever this relay still had in flight is moot.
                 self.cancel_in_flight();
                 if step == decide::Step::Settled {
-                    self.app.hand_in(result(true));
+                    self.app.hand_in_result(result(true));
                 }
             }
             (decide::Step::DeadlinePassed { elapsed }, _) => {
@@ -219,11 +210,21 @@ impl Relay {
                     layer = "settlement",
                     "attempt deadline passed without settlement; signing failed"
                 );
-                self.app.hand_in(result(false));
+                self.app.hand_in_result(result(false));
             }
             (decide::Step::Submit, Some(b)) => self.submit(kv, chain, key, &b),
             (decide::Step::Submit, None) => {}
         }
+    }
+
+    /// Observes the hub: has it settled `nonce` on `chain`, and how deep
+    /// below `tip` (`None`: no tip, or the hub could not be read)?
+    async fn hub_view(&self, tip: Option<u64>, chain: &str, nonce: u64) -> Option<decide::HubView> {
+        let tip = tip?;
+        let c = chain.to_string();
+        read_hub("settlement", &self.hub, move |h| h.settled_at(&c, nonce))
+            .await
+            .map(|settled_at| decide::HubView { settled_at, tip })
     }
 
     /// Deposits: the next fixed range of hub heights, once it is
@@ -282,7 +283,7 @@ impl Relay {
             p.max_block_deposits as usize,
         );
         match sync::deposits::check_block(kv, p, &block) {
-            Ok(Ok(())) => self.app.hand_in(block),
+            Ok(Ok(())) => self.app.hand_in_block(block),
             Ok(Err(why)) => {
                 self.metrics.refused_answer(Refusal::Inconsistent);
                 tracing::warn!(

@@ -19,13 +19,13 @@
 
 use prost::Message;
 use rand::SeedableRng;
-use tally_abci::TallyApp;
 use tally_client::{Broadcast, Failure, HttpTransport, RetryError, RetryPolicy, Transport};
 use tally_hub_types::{hub_tx, HubCode, HubTx, SubmitBatch};
 use tally_settlement::proto::{BatchRecord, HubResult};
 use tally_settlement::sync;
 use tokio::sync::watch;
 
+use crate::chain::SharedChain;
 use crate::hub::{usable, Hub};
 use crate::metrics::{Outcome, RelayMetrics};
 
@@ -87,7 +87,7 @@ impl InFlight {
 
 /// Everything one submission needs, owned so it can run as a task.
 pub(crate) struct Submission {
-    pub(crate) app: TallyApp,
+    pub(crate) app: SharedChain,
     /// Its endpoints and breakers are the submission's too.
     pub(crate) hub: Hub,
     pub(crate) metrics: RelayMetrics,
@@ -217,7 +217,7 @@ impl Submission {
     fn conclude(&self, r: Result<Broadcast, RetryError>) {
         let (nonce, attempt) = (self.nonce, self.attempt);
         let failed = || {
-            self.app.hand_in(HubResult {
+            self.app.hand_in_result(HubResult {
                 chain: self.chain.clone(),
                 nonce,
                 attempt,

@@ -1,8 +1,8 @@
 //! The Grafana dashboard and the Prometheus alert rules in `deploy/`:
 //! the dashboard parses and every panel has a query; every `tally_*` name
 //! they use is on the metrics page the node's own code serves (built here
-//! in-process the way `tallyd start` builds it: the relay's registry with
-//! the app's metrics registered in it). The same check against a real
+//! in-process the way `tallyd start` builds it: the node's registry with
+//! the relay's and the app's families registered in it). The same check against a real
 //! node's page, and CometBFT's names against a real CometBFT's page, is in
 //! `e2e_status.rs`; `promtool` runs in `promtool.rs`.
 
@@ -15,11 +15,12 @@ use tally_tests::metric_names::{dashboard_exprs, dashboard_path, referenced, rul
 fn page() -> String {
     let backend: Arc<dyn tally_store::Backend> = Arc::new(tally_store::MemBackend::new());
     let app = tally_abci::TallyApp::new(backend, tally_abci::Halt::new(|_| {})).unwrap();
-    let mut metrics = tally_relay::Metrics::new("tally");
+    let mut metrics = tally_node::metrics::Metrics::new("tally");
+    let relay = tally_relay::RelayMetrics::register(metrics.registry_mut());
     app.register_metrics(metrics.registry_mut());
     // What the relay's first poll sets (a family without series is not
     // written at all).
-    metrics.relay().set_circuit_state("http://127.0.0.1:1", 0);
+    relay.set_circuit_state("http://127.0.0.1:1", 0);
     metrics.encode()
 }
 

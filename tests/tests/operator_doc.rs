@@ -9,9 +9,10 @@
 //! `tallyd`'s config loader accepts; every CometBFT `config.toml` key must
 //! be one that `cometbft init` writes, in the same section.
 //!
-//! Subcommands and keys that other work is adding ([`PENDING_COMMANDS`],
-//! [`PENDING_APP_KEYS`]) are reported as `PENDING` while the binary lacks
-//! them and checked like the rest as soon as it has them.
+//! The guide's table of every `tallyd` command (its section
+//! [`COMMANDS_HEADING`]) must list exactly the commands the built `tallyd`
+//! has: every leaf of the subcommand tree its `--help` pages print (the
+//! oracle is again the binary), no more and no fewer.
 //!
 //! The units in `deploy/systemd/` go through `systemd-analyze verify` (a
 //! copy whose `/usr/local/bin/` binaries point at stand-ins), any warning
@@ -28,18 +29,13 @@ use anyhow::{bail, ensure, Context, Result};
 use tally_tests::harness::{self, on_path, skip, Test};
 use tally_tests::localnet::{repo_root, tallyd_path};
 
-/// `tallyd` subcommands the guide uses that are being built elsewhere
-/// (issue 15: `tallyd status`, `tallyd explorer`). While the binary lacks
-/// one, its uses are listed as PENDING instead of failing.
-const PENDING_COMMANDS: [&str; 2] = ["status", "explorer"];
-
-/// app.toml keys of state sync snapshots (issue 15, being built).
-const PENDING_APP_KEYS: [&str; 2] = ["snapshot_interval", "snapshot_keep_recent"];
+/// The guide's section with the table of every `tallyd` command.
+const COMMANDS_HEADING: &str = "## Every `tallyd` command";
 
 const DOC: &str = "docs/running-a-validator.md";
 const UNITS: [&str; 2] = ["tallyd.service", "cometbft.service"];
 
-const TESTS: [Test<Fixture>; 8] = [
+const TESTS: [Test<Fixture>; 10] = [
     Test {
         name: "the_doc_parser_reads_shell_as_written",
         needs: &[],
@@ -49,6 +45,16 @@ const TESTS: [Test<Fixture>; 8] = [
         name: "tallyd_commands_in_the_doc_exist",
         needs: &[],
         run: tallyd_commands_in_the_doc_exist,
+    },
+    Test {
+        name: "the_command_table_is_tallyds_command_tree",
+        needs: &[],
+        run: the_command_table_is_tallyds_command_tree,
+    },
+    Test {
+        name: "a_table_row_short_or_extra_is_caught",
+        needs: &[],
+        run: a_table_row_short_or_extra_is_caught,
     },
     Test {
         name: "app_toml_keys_in_the_doc_exist",
@@ -370,9 +376,8 @@ fn help(tallyd: &Path, path: &[String]) -> Result<Help> {
     Ok(h)
 }
 
-/// Checks one invocation against the binary's help; `Ok(Some(cmd))` when
-/// it uses a pending subcommand the binary does not have yet.
-fn check_invocation(tallyd: &Path, args: &[String]) -> Result<Option<String>> {
+/// Checks one invocation against the binary's help.
+fn check_invocation(tallyd: &Path, args: &[String]) -> Result<()> {
     // --home is global: drop it (and its value) wherever it is.
     let mut rest = Vec::new();
     let mut it = args.iter();
@@ -395,9 +400,6 @@ fn check_invocation(tallyd: &Path, args: &[String]) -> Result<Option<String>> {
             break; // e.g. `tallyd --version`
         }
         if !h.commands.contains(word) {
-            if path.is_empty() && PENDING_COMMANDS.contains(&word.as_str()) {
-                return Ok(Some(word.clone()));
-            }
             bail!(
                 "`tallyd {}`: no subcommand {word:?} (tallyd has: {})",
                 path.join(" "),
@@ -419,7 +421,7 @@ fn check_invocation(tallyd: &Path, args: &[String]) -> Result<Option<String>> {
             );
         }
     }
-    Ok(None)
+    Ok(())
 }
 
 fn tallyd_commands_in_the_doc_exist(f: &mut Fixture) -> Result<()> {
@@ -430,24 +432,134 @@ fn tallyd_commands_in_the_doc_exist(f: &mut Fixture) -> Result<()> {
         calls.len()
     );
     let mut errors = Vec::new();
-    let mut pending = BTreeSet::new();
     for (line, args) in &calls {
         println!("{DOC} line {line}: tallyd {}", args.join(" "));
-        match check_invocation(&f.tallyd, args) {
-            Ok(Some(cmd)) => {
-                pending.insert(cmd);
-            }
-            Ok(None) => {}
-            Err(e) => errors.push(format!("{DOC} block at line {line}: {e:#}")),
+        if let Err(e) = check_invocation(&f.tallyd, args) {
+            errors.push(format!("{DOC} block at line {line}: {e:#}"));
         }
-    }
-    for cmd in &pending {
-        println!(
-            "PENDING: {DOC} uses `tallyd {cmd}`, which this tallyd does not have yet (not checked)"
-        );
     }
     println!("checked {} tallyd commands of {DOC}", calls.len());
     ensure!(errors.is_empty(), "{}", errors.join("\n"));
+    Ok(())
+}
+
+// ------------------------------------------------------- the command table
+
+/// Every leaf of `tallyd`'s subcommand tree, as `--help` prints it (clap's
+/// own `help` pseudo-command aside), each as the words after `tallyd`.
+fn command_tree(tallyd: &Path) -> Result<BTreeSet<Vec<String>>> {
+    let mut leaves = BTreeSet::new();
+    let mut todo: Vec<Vec<String>> = vec![Vec::new()];
+    while let Some(path) = todo.pop() {
+        let h = help(tallyd, &path)?;
+        let subs: Vec<&String> = h.commands.iter().filter(|c| *c != "help").collect();
+        if subs.is_empty() {
+            leaves.insert(path);
+            continue;
+        }
+        for c in subs {
+            let mut p = path.clone();
+            p.push(c.clone());
+            todo.push(p);
+        }
+    }
+    Ok(leaves)
+}
+
+/// The commands of the table under [`COMMANDS_HEADING`] in `md`: the first
+/// cell of each row, `` `tallyd a b` ``, as `(line, ["a", "b"])`.
+fn command_table(md: &str) -> Result<Vec<(usize, Vec<String>)>> {
+    let mut lines = md.lines().enumerate();
+    lines
+        .find(|(_, l)| l.trim_end() == COMMANDS_HEADING)
+        .with_context(|| format!("{DOC} has no section {COMMANDS_HEADING:?}"))?;
+    let mut rows = Vec::new();
+    for (i, l) in lines {
+        if l.starts_with("## ") {
+            break;
+        }
+        let Some(cell) = l.strip_prefix('|').and_then(|r| r.split('|').next()) else {
+            continue;
+        };
+        let cell = cell.trim();
+        let Some(cmd) = cell
+            .strip_prefix("`tallyd ")
+            .and_then(|c| c.strip_suffix('`'))
+        else {
+            continue; // the header and its rule
+        };
+        rows.push((i + 1, cmd.split_whitespace().map(String::from).collect()));
+    }
+    Ok(rows)
+}
+
+/// Both ways: every row is a command of `tree`, every command of `tree` is
+/// a row (once).
+fn compare_table(rows: &[(usize, Vec<String>)], tree: &BTreeSet<Vec<String>>) -> Vec<String> {
+    let mut errors = Vec::new();
+    let mut seen = BTreeSet::new();
+    for (line, cmd) in rows {
+        if !tree.contains(cmd) {
+            errors.push(format!(
+                "{DOC} line {line}: the table lists `tallyd {}`, which tallyd does not have",
+                cmd.join(" ")
+            ));
+        }
+        if !seen.insert(cmd.clone()) {
+            errors.push(format!(
+                "{DOC} line {line}: `tallyd {}` is listed twice",
+                cmd.join(" ")
+            ));
+        }
+    }
+    for cmd in tree.difference(&seen) {
+        errors.push(format!(
+            "{DOC}: `tallyd {}` is missing from the table under {COMMANDS_HEADING:?}",
+            cmd.join(" ")
+        ));
+    }
+    errors
+}
+
+fn the_command_table_is_tallyds_command_tree(f: &mut Fixture) -> Result<()> {
+    let tree = command_tree(&f.tallyd)?;
+    ensure!(
+        tree.len() >= 20,
+        "tallyd --help shows only {} commands: is the help parser still reading it?",
+        tree.len()
+    );
+    let rows = command_table(&f.doc)?;
+    let errors = compare_table(&rows, &tree);
+    println!(
+        "{} commands in tallyd, {} rows in the table",
+        tree.len(),
+        rows.len()
+    );
+    ensure!(errors.is_empty(), "{}", errors.join("\n"));
+    Ok(())
+}
+
+/// The comparison bites: the guide's table without one row, or with a
+/// command tallyd lacks, fails against the real binary's tree.
+fn a_table_row_short_or_extra_is_caught(f: &mut Fixture) -> Result<()> {
+    let tree = command_tree(&f.tallyd)?;
+    let rows = command_table(&f.doc)?;
+    ensure!(rows.len() > 1, "the table has {} rows", rows.len());
+    let short = &rows[1..];
+    let errors = compare_table(short, &tree);
+    ensure!(
+        errors
+            .iter()
+            .any(|e| e.contains("is missing from the table")),
+        "a missing row was not caught: {errors:?}"
+    );
+    let mut extra = rows.clone();
+    extra.push((0, vec!["query".into(), "frobnicate".into()]));
+    let errors = compare_table(&extra, &tree);
+    ensure!(
+        errors.iter().any(|e| e.contains("tallyd query frobnicate")),
+        "an extra row was not caught: {errors:?}"
+    );
     Ok(())
 }
 
@@ -551,13 +663,9 @@ fn app_toml_keys_in_the_doc_exist(f: &mut Fixture) -> Result<()> {
         };
         let id = (section.clone(), key.clone());
         if !known.contains_key(&id) {
-            if PENDING_APP_KEYS.contains(&key.as_str()) {
-                println!("PENDING: {DOC} line {line}: app.toml key {name} is not written by this tallyd init yet (not checked)");
-            } else {
-                errors.push(format!(
-                    "{DOC} line {line}: `tallyd init` writes no app.toml key {name}"
-                ));
-            }
+            errors.push(format!(
+                "{DOC} line {line}: `tallyd init` writes no app.toml key {name}"
+            ));
             continue;
         }
         // The value must be one tallyd's config loader accepts: a file with

@@ -11,7 +11,8 @@ use tally_settlement::Code;
 use tokio::sync::watch;
 
 use super::confirm::{Seen, Watch};
-use super::submit::Sealed;
+use super::context::Context;
+use super::seal::Sealed;
 use super::{unix_now, ReportOutcome, ID_TAKEN};
 use crate::retry::RetryError;
 use crate::transport::{Admission, Included, Transport};
@@ -30,7 +31,7 @@ fn transient_check_code(code: u32) -> bool {
 /// Submits `sealed` until it has an outcome. `watch` is registered with the
 /// block follower before the first broadcast.
 pub(super) async fn deliver<T: Transport>(
-    ctx: &super::submit::Context<T>,
+    ctx: &Context<T>,
     sealed: Sealed,
     mut watch: Watch,
     mut shutdown: watch::Receiver<bool>,
@@ -150,7 +151,7 @@ enum Gone {
 /// refuses it there and later), or, if the follower cannot read blocks,
 /// `expiry_grace` after `expires_at` when no node's index has it either.
 async fn expiry<T: Transport>(
-    ctx: &super::submit::Context<T>,
+    ctx: &Context<T>,
     sealed: &Sealed,
     maybe_sent: bool,
     hash: [u8; 32],
@@ -177,7 +178,7 @@ async fn expiry<T: Transport>(
 }
 
 /// The report's block by hash from the first node whose index has it.
-async fn lookup<T: Transport>(ctx: &super::submit::Context<T>, hash: [u8; 32]) -> Option<Included> {
+async fn lookup<T: Transport>(ctx: &Context<T>, hash: [u8; 32]) -> Option<Included> {
     for e in &ctx.cfg.endpoints {
         let r = tokio::time::timeout(
             ctx.cfg.policy.per_try_timeout,
@@ -193,11 +194,7 @@ async fn lookup<T: Transport>(ctx: &super::submit::Context<T>, hash: [u8; 32]) -
 
 /// The height of a report known to have landed (CheckTx said code 7): the
 /// follower's, else a node's index, else 0.
-async fn known_height<T: Transport>(
-    ctx: &super::submit::Context<T>,
-    watch: &mut Watch,
-    hash: [u8; 32],
-) -> u64 {
+async fn known_height<T: Transport>(ctx: &Context<T>, watch: &mut Watch, hash: [u8; 32]) -> u64 {
     if let Some(s) = watch.seen() {
         return s.height;
     }

@@ -1,64 +1,17 @@
-//! One report's task: sealing, the buffer-permit guard, the in-flight
-//! permit, the submission (its panics caught) and the outcome's counters.
+//! One report's task: the buffer-permit guard, the in-flight permit, the
+//! submission (its panics caught) and the outcome's counters.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use ed25519_dalek::SigningKey;
-use prost::Message;
 use sha2::{Digest, Sha256};
-use tally_settlement::calls::group_records;
-use tally_settlement::proto::{tx, ReportUsage, Tx, UsageRecord};
-use tally_settlement::sign_report;
 use tokio::sync::{watch, Semaphore};
 
-use super::confirm::Confirmations;
+use super::context::Context;
 use super::deliver::deliver;
-use super::{unix_now, Metrics, ReportOutcome, ReporterConfig};
+use super::seal::Sealed;
+use super::{Metrics, ReportOutcome};
 use crate::transport::Transport;
-
-/// A signed report, ready to submit.
-pub(super) struct Sealed {
-    pub(super) id: String,
-    pub(super) tx: Vec<u8>,
-    /// SHA-256 of the signed report's body, as the chain hashes it.
-    pub(super) body_hash: [u8; 32],
-    pub(super) records: usize,
-    pub(super) expires_at: u64,
-}
-
-/// SHA-256 of the `SignedReport.body` inside a report transaction.
-fn body_hash(tx_bytes: &[u8]) -> [u8; 32] {
-    let body = match Tx::decode(tx_bytes).ok().and_then(|t| t.sum) {
-        Some(tx::Sum::Report(s)) => s.body,
-        _ => Vec::new(),
-    };
-    Sha256::digest(&body).into()
-}
-
-pub(super) fn seal(cfg: &ReporterConfig, key: &SigningKey, records: Vec<UsageRecord>) -> Sealed {
-    let report_id: [u8; 16] = rand::random();
-    let expires_at = unix_now().saturating_add(cfg.ttl.as_secs());
-    let n = records.len();
-    let tx = sign_report(
-        key,
-        &ReportUsage {
-            chain_id: cfg.chain_id.clone(),
-            report_id: report_id.to_vec(),
-            expires_at,
-            // The compact form: each route's names once, ~5 bytes a call.
-            records: Vec::new(),
-            route_calls: group_records(records),
-        },
-    );
-    Sealed {
-        id: hex::encode(report_id),
-        body_hash: body_hash(&tx),
-        tx,
-        records: n,
-        expires_at,
-    }
-}
 
 /// Buffer permits of one report's records, given back when dropped: after
 /// its outcome, and also when its task panics or is aborted.
@@ -71,15 +24,6 @@ impl Drop for SlotGuard {
     fn drop(&mut self) {
         self.slots.add_permits(self.n);
     }
-}
-
-/// What every report's task shares with the reporter.
-pub(super) struct Context<T> {
-    pub(super) cfg: Arc<ReporterConfig>,
-    pub(super) transport: Arc<T>,
-    pub(super) metrics: Arc<Metrics>,
-    /// The block follower's registry.
-    pub(super) conf: Arc<Confirmations>,
 }
 
 /// What one report's task needs, cloned from the reporter's.

@@ -12,11 +12,8 @@
 //! `oversized`, `garbage` or `silent`; required).
 
 use clap::Parser;
-
-#[path = "../cli/mod.rs"]
-mod cli;
-
 use tally_node::byzantine::{Byzantine, Mode};
+use tally_node::cli;
 
 fn main() {
     if let Err(e) = run(cli::Cli::parse()) {

@@ -1,17 +1,17 @@
-//! `tallyd tx allowance grant|revoke` and `tallyd query allowances`: a user
-//! lets a gateway charge it (at most so much per settlement window, until
-//! an expiry) or takes that back, signing with its own key; and anyone
-//! reads what a user allowed.
+//! `tallyd tx allowance grant|revoke`: a user lets a gateway charge it (at
+//! most so much per settlement window, until an expiry) or takes that back,
+//! signing with its own key (`tallyd query allowances` reads what a user
+//! allowed: [`super::query::allowances`]).
 
+use crate::keyfile;
+use crate::rpc::Rpc;
 use anyhow::{bail, Context as _};
 use clap::{Args, Subcommand};
-use tally_node::keyfile;
-use tally_node::rpc::Rpc;
 use tally_settlement::proto::AllowanceChange;
 use tally_settlement::{query_path, sign_allowance, Code};
 
 use super::args::QueryOpts;
-use super::query::{query_json, show, Shape};
+use super::query::query_json;
 use super::{Command, Context};
 
 /// A user's allowances for gateways.
@@ -165,25 +165,4 @@ fn send(ctx: &Context, s: &Signer, max_per_window: u64, expires_at: u64) -> anyh
     };
     println!("{}: {what} (sequence {sequence})", s.user);
     Ok(())
-}
-
-/// `query allowances --user U`.
-#[derive(Args, Debug, PartialEq, Eq)]
-pub struct AllowancesCommand {
-    /// The user.
-    #[arg(long)]
-    pub user: String,
-    /// Node and output format.
-    #[command(flatten)]
-    pub opts: QueryOpts,
-}
-
-impl Command for AllowancesCommand {
-    fn execute(self, _ctx: &Context) -> anyhow::Result<()> {
-        show(
-            &self.opts,
-            &query_path::allowances(&self.user),
-            Shape::Allowances,
-        )
-    }
 }

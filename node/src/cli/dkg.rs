@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::bail;
 use clap::{Args, Subcommand};
 
-use tally_node::dkgkey;
+use crate::dkgkey;
 
 use super::genesis::update_genesis;
 use super::{Command, Context};
@@ -69,29 +69,10 @@ pub struct EncProofCommand {
 
 impl Command for EncProofCommand {
     fn execute(self, ctx: &Context) -> anyhow::Result<()> {
-        let proof = enc_proof_of(ctx.home(), &self.chain_id)?;
+        let proof = dkgkey::enc_proof_of(ctx.home(), &self.chain_id)?;
         println!("{}", serde_json::to_string(&proof)?);
         Ok(())
     }
-}
-
-/// The encryption-key entry of the validator of `home` for `chain_id`:
-/// its consensus key, `config/dkg_key.json`'s public key and the proof.
-pub fn enc_proof_of(home: &std::path::Path, chain_id: &str) -> anyhow::Result<dkgkey::EncProof> {
-    if chain_id.is_empty() {
-        bail!("the chain id is empty");
-    }
-    let enc_path = dkgkey::enc_key_path(home);
-    if !enc_path.exists() {
-        bail!(
-            "{} does not exist; make it with `tallyd dkg keygen --home {}`",
-            enc_path.display(),
-            home.display()
-        );
-    }
-    let enc = dkgkey::load_enc_key(&enc_path)?;
-    let consensus = dkgkey::consensus_pubkey(home)?;
-    Ok(dkgkey::enc_proof(&enc, chain_id, &consensus))
 }
 
 /// `dkg dealer --validators N --threshold T (--homes ... | --testnet-dir D)`.
@@ -140,7 +121,7 @@ impl Command for DealerCommand {
             (None, Some(h)) => h.join("config").join("genesis.json"),
             (None, None) => bail!("--validators must be at least 1"),
         };
-        let dkg = tally_node::dealer::deal(&homes, threshold)?;
+        let dkg = crate::dealer::deal(&homes, threshold)?;
         let group = dkg.group_key.clone();
         update_genesis(&genesis, |g| {
             g.dkg = Some(dkg);
@@ -149,7 +130,7 @@ impl Command for DealerCommand {
         println!("dealt a {threshold}-of-{validators} key; group key {group}");
         println!("genesis: {}", genesis.display());
         for h in &homes {
-            println!("share:   {}", tally_node::dealer::share_path(h).display());
+            println!("share:   {}", crate::dealer::share_path(h).display());
         }
         Ok(())
     }

@@ -1,20 +1,17 @@
 //! `tallyd explorer`: serve the SLA explorer page for one node
-//! ([`tally_node::explorer`]).
+//! ([`tally_explorer`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use anyhow::{bail, Context as _};
+use anyhow::Context as _;
 use clap::Args;
-use tally_node::explorer::{self, Config};
-use tally_node::rpc::Rpc;
-use tally_settlement::ident;
+use tally_explorer::Config;
+
+use crate::rpc::Rpc;
 
 use super::args::NodeArgs;
 use super::{Command, Context};
-
-/// Longest `--refresh-secs`.
-const MAX_REFRESH_SECS: u64 = 3600;
 
 /// Serve a web page of a node's SLA records, balances and settlement.
 #[derive(Args, Debug, PartialEq, Eq)]
@@ -39,43 +36,23 @@ pub struct ExplorerCommand {
 }
 
 impl ExplorerCommand {
-    /// The page's settings, checked.
+    /// The page's settings, checked ([`Config::new`]).
     fn config(&self) -> anyhow::Result<Config> {
-        for p in &self.providers {
-            ident::check_party("provider", p)
-                .map_err(|r| anyhow::anyhow!("--provider: {}", r.log))?;
-        }
-        if let Some(c) = &self.chain {
-            ident::check_party("chain", c).map_err(|r| anyhow::anyhow!("--chain: {}", r.log))?;
-        }
-        if self.refresh_secs > MAX_REFRESH_SECS {
-            bail!(
-                "--refresh-secs must be 0..={MAX_REFRESH_SECS}, got {}",
-                self.refresh_secs
-            );
-        }
-        let node = self.node.primary();
-        if !(node.starts_with("http://") || node.starts_with("https://")) {
-            bail!(
-                "--node must be an http:// or https:// URL, got {:?}",
-                tally_client::redact_url(&node)
-            );
-        }
-        Ok(Config {
-            node: tally_client::redact_url(&node),
-            providers: self.providers.clone(),
-            chain: self.chain.clone(),
-            refresh_secs: self.refresh_secs,
-        })
+        Ok(Config::new(
+            &self.node.primary(),
+            self.providers.clone(),
+            self.chain.clone(),
+            self.refresh_secs,
+        )?)
     }
 }
 
 impl Command for ExplorerCommand {
     fn execute(self, _ctx: &Context) -> anyhow::Result<()> {
         let cfg = self.config()?;
-        let rpc = Rpc::new(&self.node.primary());
+        let node = Rpc::new(&self.node.primary()).client().clone();
         let listen = self.listen.to_string();
-        let server = explorer::serve(&listen, Arc::new(rpc), cfg.clone())
+        let server = tally_explorer::serve(&listen, Arc::new(node), cfg.clone())
             .with_context(|| format!("serving the explorer on {listen}"))?;
         let addr = server.local_addr().map_or(listen, |a| a.to_string());
         println!("explorer: http://{addr}/ reading {}", cfg.node);

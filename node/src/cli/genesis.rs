@@ -3,10 +3,10 @@
 
 use std::path::Path;
 
+use crate::keyfile;
 use anyhow::{bail, Context as _};
 use clap::{Args, Subcommand};
 use serde_json::Value;
-use tally_node::keyfile;
 use tally_settlement::{
     AllowanceEntry, BalanceEntry, EncryptionKeyEntry, GatewayEntry, Genesis, UserEntry,
 };
@@ -232,7 +232,7 @@ impl AddEncryptionKeyCommand {
     /// validator), proved for the chain id of `genesis_path`.
     fn apply(self, g: &mut Genesis, genesis_path: &Path) -> anyhow::Result<bool> {
         let chain_id = read_chain_id(genesis_path)?;
-        let proof = super::dkg::enc_proof_of(&self.validator_home, &chain_id)?;
+        let proof = crate::dkgkey::enc_proof_of(&self.validator_home, &chain_id)?;
         g.encryption_keys.retain(|e| e.validator != proof.validator);
         println!(
             "encryption key {} of validator {} (chain {chain_id})",
@@ -248,7 +248,7 @@ impl AddEncryptionKeyCommand {
 }
 
 /// A genesis file's `chain_id`.
-pub fn read_chain_id(path: &Path) -> anyhow::Result<String> {
+fn read_chain_id(path: &Path) -> anyhow::Result<String> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let doc: Value =
@@ -470,7 +470,7 @@ pub(crate) mod tests {
         let entries = doc["app_state"]["encryption_keys"].as_array().unwrap();
         assert_eq!(entries.len(), 1, "one entry per validator");
         assert_eq!(entries[0]["validator"], hex::encode(pk));
-        let enc = tally_node::dkgkey::load_enc_key(&tally_node::dkgkey::enc_key_path(&v)).unwrap();
+        let enc = crate::dkgkey::load_enc_key(&crate::dkgkey::enc_key_path(&v)).unwrap();
         assert_eq!(
             entries[0]["key"],
             hex::encode(enc.public().compress()),

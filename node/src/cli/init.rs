@@ -1,8 +1,8 @@
 //! `tallyd init`: write `config/app.toml` and create `data/`.
 
+use crate::config::AppConfig;
 use anyhow::{bail, Context as _};
 use clap::Args;
-use tally_node::config::AppConfig;
 
 use super::{Command, Context};
 

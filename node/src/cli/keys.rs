@@ -2,8 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::keyfile;
 use clap::{Args, Subcommand};
-use tally_node::keyfile;
 
 use super::args::{Output, OutputArgs};
 use super::{Command, Context};

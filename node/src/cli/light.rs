@@ -1,13 +1,13 @@
 //! `tallyd light init|show`: the trust root the light client verifies
-//! headers from (`<home>/light/trust.json`, [`tally_node::light::trust`]).
+//! headers from (`<home>/light/trust.json`, [`tally_light::trust`]).
 //! Queries with `--verify` read it; a successful verification advances it
 //! to the header it verified.
 
+use crate::rpc::Rpc;
 use anyhow::bail;
 use clap::{Args, Subcommand};
 use serde_json::json;
-use tally_node::light::{trust, LightError, RpcSource, Source, TrustRoot};
-use tally_node::rpc::Rpc;
+use tally_light::{trust, LightError, RpcSource, Source, TrustRoot};
 
 use super::args::{NodeArgs, Output, OutputArgs};
 use super::{table, Command, Context};
@@ -63,7 +63,7 @@ impl Command for InitCommand {
             );
         }
         let url = self.node.primary();
-        let source = RpcSource::new(Rpc::new(&url));
+        let source = RpcSource::new(Rpc::new(&url).client().clone());
         let root = match (self.height, &self.hash) {
             (Some(h), Some(hash)) => {
                 let given = TrustRoot::new(None, h, hash).map_err(anyhow::Error::msg)?;

@@ -11,15 +11,17 @@
 //!   args.rs      NodeArgs, OutputArgs, QueryOpts, PageArgs, LogArgs
 //!   table.rs     column and key: value rendering
 //!   init.rs      tallyd init
-//!   start.rs     tallyd start
+//!   start.rs     tallyd start (its steps in launch.rs)
+//!   launch.rs    the launch of tallyd start, one fn per step
 //!   keys.rs      tallyd keys add|show
+//!   allowance.rs tallyd tx allowance grant|revoke
 //!   genesis.rs   tallyd genesis add-gateway|fund|set-param|add-encryption-key|validate
 //!   dkg.rs       tallyd dkg keygen|enc-proof|dealer
-//!   explorer.rs  tallyd explorer (the SLA explorer page; server in tally_node::explorer)
+//!   explorer.rs  tallyd explorer (the SLA explorer page; server in tally_explorer)
 //!   tx.rs        tallyd tx report
 //!   validator.rs tallyd tx validator propose|approve
 //!   light.rs     tallyd light init|show (the light client's trust root)
-//!   status.rs    tallyd status (health checks; the decision is tally_node::health)
+//!   status.rs    tallyd status (health checks; the decision is crate::health)
 //!   query/       tallyd query ... (sla, state, sync, node; --verify in verified.rs)
 //! ```
 
@@ -28,12 +30,13 @@ use std::path::{Path, PathBuf};
 use clap::{Parser, Subcommand};
 
 pub mod allowance;
-mod args;
+pub mod args;
 pub mod dkg;
 pub mod explorer;
 pub mod genesis;
 pub mod init;
 pub mod keys;
+mod launch;
 pub mod light;
 pub mod query;
 pub mod start;

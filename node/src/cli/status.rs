@@ -1,18 +1,18 @@
 //! `tallyd status`: is this node healthy? Reads CometBFT's `/status` and
 //! `/abci_info`, the node's metrics page and chain state (through the
-//! usual queries), hands what it saw to [`tally_node::health::decide`] and
+//! usual queries), hands what it saw to [`crate::health::decide`] and
 //! prints the checks as a table or JSON. Exits 0 when healthy, otherwise
-//! with the first failing check's code (listed in `tally_node::health`).
+//! with the first failing check's code (listed in `crate::health`).
 
 use std::io::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::config::AppConfig;
+use crate::health::{self, CometStatus, Limits, Observed, Settlement};
 use anyhow::Context as _;
 use clap::Args;
 use serde_json::{json, Value};
 use tally_client::rpc::RpcClient;
-use tally_node::config::AppConfig;
-use tally_node::health::{self, CometStatus, Limits, Observed, Settlement};
 
 use super::args::{parse_duration, NodeArgs};
 use super::{Command, Context};

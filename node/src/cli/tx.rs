@@ -3,11 +3,11 @@
 
 use std::path::PathBuf;
 
+use crate::rpc::Rpc;
+use crate::{keyfile, records};
 use anyhow::{bail, Context as _};
 use clap::{Args, Subcommand};
 use tally_client::ReportOutcome;
-use tally_node::rpc::Rpc;
-use tally_node::{keyfile, records};
 use tally_settlement::{query_path, Code};
 
 use super::args::{Output, QueryOpts};

@@ -6,10 +6,10 @@
 
 use std::path::PathBuf;
 
+use crate::dkgkey;
+use crate::rpc::Rpc;
 use anyhow::{bail, Context as _};
 use clap::{ArgGroup, Args, Subcommand};
-use tally_node::dkgkey;
-use tally_node::rpc::Rpc;
 use tally_settlement::dkg::tx::{ADD, REMOVE, UPDATE};
 use tally_settlement::proto::{
     validator_msg::Sum, ProposalApproval, ValidatorMsg, ValidatorProposal,
@@ -111,7 +111,7 @@ impl ProposeCommand {
                     pop: String::new(),
                 }
             } else {
-                super::dkg::enc_proof_of(h, chain_id)?
+                crate::dkgkey::enc_proof_of(h, chain_id)?
             }),
             None => None,
         };

@@ -1,10 +1,33 @@
 //! The exposition keeps the names, labels and values operators and the
-//! end-to-end tests read, and the endpoint serves it over HTTP.
-
-use std::io::{Read, Write};
-use std::time::Duration;
+//! end-to-end tests read (the node's page serving them over HTTP is tested
+//! in `tally_node::metrics`).
 
 use super::*;
+
+/// The relay's families in a registry with `prefix`, as the node's page
+/// shows them.
+struct Metrics {
+    registry: Registry,
+    relay: RelayMetrics,
+}
+
+impl Metrics {
+    fn new(prefix: &str) -> Self {
+        let mut registry = Registry::with_prefix(prefix);
+        let relay = RelayMetrics::register(&mut registry);
+        Self { registry, relay }
+    }
+
+    fn relay(&self) -> &RelayMetrics {
+        &self.relay
+    }
+
+    fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry).unwrap();
+        out
+    }
+}
 
 /// The value of the sample line starting with `name`, the way the
 /// end-to-end tests read it.
@@ -102,102 +125,4 @@ fn families_are_exposed_before_anything_happens_and_the_prefix_is_applied() {
     assert!(!text.contains("edge_hub_circuit_state"), "{text}");
     m.relay().set_circuit_state("http://127.0.0.1:26757", 0);
     assert!(m.encode().contains("# TYPE edge_hub_circuit_state gauge"));
-}
-
-#[test]
-fn the_node_can_register_its_own_families() {
-    let mut m = Metrics::new("tally");
-    let blocks = Counter::<u64>::default();
-    m.registry_mut()
-        .register("node_blocks", "Blocks committed", blocks.clone());
-    blocks.inc();
-    assert_eq!(sample(&m.encode(), "tally_node_blocks_total"), Some(1.0));
-}
-
-/// A raw HTTP/1.1 exchange that asks the server to close, read to the end.
-fn get(addr: std::net::SocketAddr, path: &str) -> String {
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
-
-#[test]
-fn the_endpoint_serves_metrics_and_stops_when_dropped() {
-    let metrics = Arc::new(Metrics::new("tally"));
-    metrics.relay().submitted(Outcome::Ok);
-    let server = serve("127.0.0.1:0", metrics.clone()).unwrap();
-    let addr = server.local_addr().unwrap();
-    let ok = get(addr, "/metrics");
-    assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
-    assert!(ok.contains("text/plain; version=0.0.4"), "{ok}");
-    assert_eq!(
-        sample(&ok, "tally_relay_submissions_total{outcome=\"ok\"}"),
-        Some(1.0)
-    );
-    // Read at each request: a later increment shows.
-    metrics.relay().submitted(Outcome::Ok);
-    assert_eq!(
-        sample(
-            &get(addr, "/metrics?x=1"),
-            "tally_relay_submissions_total{outcome=\"ok\"}"
-        ),
-        Some(2.0)
-    );
-    let missing = get(addr, "/nope");
-    assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
-    // Dropped: the serving thread ends and the port is free again (the
-    // listener closes on tiny_http's accept thread, shortly after).
-    drop(server);
-    let rebound = (0..100).any(|_| {
-        std::thread::sleep(Duration::from_millis(20));
-        serve(&addr.to_string(), metrics.clone()).is_ok()
-    });
-    assert!(rebound, "{addr} still taken");
-}
-
-#[test]
-fn a_taken_port_is_an_error_naming_the_address() {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap().to_string();
-    let e = serve(&addr, Arc::new(Metrics::new("tally"))).unwrap_err();
-    assert!(e.to_string().contains(&addr), "{e}");
-}
-
-#[test]
-fn the_metrics_page_never_shows_an_endpoints_credentials() {
-    let metrics = Arc::new(Metrics::new("tally"));
-    let keyed = "https://relay:s3cret@hub.example.com:8443/rpc?api_key=K3Y&network=main";
-    metrics.relay().set_circuit_state(keyed, 1);
-    metrics
-        .relay()
-        .set_circuit_state("http://127.0.0.1:26757/?token=T0K3N", 0);
-    let server = serve("127.0.0.1:0", metrics.clone()).unwrap();
-    let page = get(server.local_addr().unwrap(), "/metrics");
-    for secret in ["s3cret", "K3Y", "T0K3N", "relay:"] {
-        assert!(!page.contains(secret), "{secret} on the page:\n{page}");
-    }
-    // The endpoints stay told apart by scheme, host, port and path.
-    assert_eq!(
-        sample(
-            &page,
-            "tally_hub_circuit_state{endpoint=\"https://***@hub.example.com:8443/rpc?api_key=***&network=***\"}"
-        ),
-        Some(1.0),
-        "{page}"
-    );
-    assert_eq!(
-        sample(
-            &page,
-            "tally_hub_circuit_state{endpoint=\"http://127.0.0.1:26757/?token=***\"}"
-        ),
-        Some(0.0),
-        "{page}"
-    );
 }

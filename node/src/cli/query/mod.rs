@@ -4,7 +4,7 @@
 //! Every command builds its path with [`tally_settlement::query_path`], the
 //! module the server parses paths with, and prints the answer through one
 //! [`Shape`]. Modules: [`sla`] (route records), [`state`] (balances,
-//! parameters, windows, gateways), [`validators`] (validator set,
+//! parameters, windows, gateways), [`allowances`], [`validators`] (validator set,
 //! proposals, threshold key and ceremonies), [`sync`] (hub sync state,
 //! batches, pending hub calls), [`node`] (raw paths and node status).
 //! [`verified`] answers from single state keys, checked by the light client
@@ -12,16 +12,17 @@
 
 use std::io::Write;
 
+use crate::rpc::Rpc;
 use anyhow::{bail, Context as _};
 use clap::Subcommand;
 use serde_json::Value;
-use tally_node::rpc::Rpc;
 use tally_settlement::query_path::QueryPath;
 use tally_settlement::{Code, RouteRecordView, WindowView};
 
 use super::args::{Output, QueryOpts};
 use super::{table, Command, Context};
 
+pub mod allowances;
 pub mod node;
 pub mod sla;
 pub mod state;
@@ -44,7 +45,7 @@ pub enum QueryCommand {
     /// Registered gateways.
     Gateways(state::GatewaysCommand),
     /// What a user lets each gateway charge.
-    Allowances(super::allowance::AllowancesCommand),
+    Allowances(allowances::AllowancesCommand),
     /// A hub chain's settlement sync state.
     Sync(sync::SyncCommand),
     /// A settlement batch.

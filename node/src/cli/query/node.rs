@@ -1,8 +1,8 @@
 //! `tallyd query raw|status`: any query path as JSON, and the node's own
 //! status.
 
+use crate::rpc::Rpc;
 use clap::Args;
-use tally_node::rpc::Rpc;
 
 use super::query_json;
 use crate::cli::args::{Output, QueryOpts};

@@ -105,7 +105,7 @@ impl Command for RouteCommand {
         // The record and the parameters (its window's start and end).
         let keys = [keys::route(&id, window), keys::PARAMS.to_vec()];
         let read = verified::read(ctx, &self.opts, &self.verify, &keys)?;
-        let v = verified::answer(&read, &path.to_string())?;
+        let v = tally_light::verified::answer(&read, &path.to_string())?;
         verified::print(&self.opts, shape, v, &read)
     }
 }

@@ -30,7 +30,7 @@ impl Command for BalanceCommand {
             return show(&self.opts, &path, Shape::Flat);
         }
         let read = verified::read(ctx, &self.opts, &self.verify, &[keys::balance(&self.user)])?;
-        let v = verified::answer(&read, &path.to_string())?;
+        let v = tally_light::verified::answer(&read, &path.to_string())?;
         verified::print(&self.opts, Shape::Flat, v, &read)
     }
 }

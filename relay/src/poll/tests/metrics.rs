@@ -1,18 +1,7 @@
-//! The metrics page and the relay thread's life cycle.
+//! The relay's metric families after a poll, and the relay thread's life
+//! cycle.
 
 use super::*;
-
-fn get(addr: std::net::SocketAddr, path: &str) -> String {
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
 
 #[tokio::test]
 async fn the_metrics_page_shows_what_the_relay_saw() {
@@ -35,8 +24,7 @@ async fn the_metrics_page_shows_what_the_relay_saw() {
             },
         );
     });
-    let metrics = Arc::new(Metrics::new("tally"));
-    let server = crate::metrics::serve("127.0.0.1:0", metrics.clone()).unwrap();
+    let metrics = Metrics::new("tally");
     let mut cfg = config(vec![a.url.clone(), b.url.clone()]);
     cfg.breaker = BreakerConfig {
         failure_threshold: 1,
@@ -49,8 +37,7 @@ async fn the_metrics_page_shows_what_the_relay_saw() {
     r.poll().await;
     let after = unix_now();
     settle(&mut r).await;
-    let page = get(server.local_addr().unwrap(), "/metrics");
-    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    let page = metrics.encode();
     let v = |name: &str| sample(&page, name);
     // From sync_at(1): 9 attempts, 2 failures, next nonce 8 (nonces
     // 1..=7 begun), so 9 - 7 = 2 attempts beyond each batch's first.
@@ -86,40 +73,29 @@ async fn the_metrics_page_shows_what_the_relay_saw() {
 }
 
 #[test]
-fn the_relay_thread_polls_serves_metrics_and_stops() {
+fn the_relay_thread_polls_and_stops() {
     let hub = FakeHub::start(Script::default());
     let backend = chain_with_signed_batch(&Params::default(), 1);
     let app = app(&backend);
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
     let mut cfg = config(vec![hub.url.clone()]);
     cfg.poll = Duration::from_millis(20);
-    cfg.metrics_listen = Some(port.to_string());
-    let stop = crate::spawn(app.clone(), cfg).unwrap();
+    let metrics = Metrics::new("tally");
+    let stop = crate::spawn(Arc::new(app.clone()), cfg, metrics.relay().clone()).unwrap();
     let waited = (0..500).find(|_| {
         std::thread::sleep(Duration::from_millis(10));
         hub.broadcasts() == 1
     });
     assert!(waited.is_some(), "{:?}", hub.log());
-    let page = (0..100)
-        .map(|_| {
-            std::thread::sleep(Duration::from_millis(10));
-            get(port, "/metrics")
-        })
-        .find(|p| sample(p, "tally_relay_submissions_total{outcome=\"ok\"}") == Some(1.0));
-    assert!(page.is_some());
+    let counted = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(10));
+        outcome(&metrics, "ok") == Some(1.0)
+    });
+    assert!(counted, "{}", metrics.encode());
     stop.send(true).unwrap();
-    // Stopped: no more reads of the hub, and the metrics port is released.
+    // Stopped: no more reads of the hub.
     std::thread::sleep(Duration::from_millis(200));
     let seen = hub.log().len();
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(hub.log().len(), seen);
     assert_eq!(hub.broadcasts(), 1);
-    let released = (0..100).any(|_| {
-        std::thread::sleep(Duration::from_millis(20));
-        std::net::TcpListener::bind(port).is_ok()
-    });
-    assert!(released, "{port} still served");
 }

@@ -5,7 +5,6 @@
 //! from the state and the hub's script.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,7 +18,7 @@ use tally_store::{Backend, MemBackend, Pending};
 
 use super::*;
 use crate::config::BreakerConfig;
-use crate::metrics::{Metrics, Outcome};
+use crate::metrics::{Outcome, RelayMetrics};
 use prost::Message;
 use tally_hub_types::{hub_tx, HubTx, SubmitBatch};
 
@@ -345,11 +344,37 @@ fn config(endpoints: Vec<String>) -> RelayConfig {
     cfg
 }
 
+/// The relay's families in a registry of their own, as the node's
+/// metrics page shows them.
+struct Metrics {
+    registry: prometheus_client::registry::Registry,
+    relay: RelayMetrics,
+}
+
+impl Metrics {
+    fn new(prefix: &str) -> Self {
+        let mut registry = prometheus_client::registry::Registry::with_prefix(prefix);
+        let relay = RelayMetrics::register(&mut registry);
+        Self { registry, relay }
+    }
+
+    fn relay(&self) -> &RelayMetrics {
+        &self.relay
+    }
+
+    fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry).unwrap();
+        out
+    }
+}
+
+/// The relay's loop over `app` (through [`crate::Chain`]).
 fn relay(app: TallyApp, cfg: RelayConfig, metrics: &Metrics) -> Relay {
     Relay {
         hub: Hub::new(&cfg.hub_endpoints, cfg.hub_timeouts, cfg.breaker),
         transport: HttpTransport::new(cfg.policy.per_try_timeout),
-        app,
+        app: std::sync::Arc::new(app),
         cfg,
         metrics: metrics.relay().clone(),
         done: None,

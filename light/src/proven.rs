@@ -17,10 +17,11 @@ use tally_store::proof::{self, PROOF_OP_TYPE};
 use tendermint::merkle::proof::ProofOps;
 use tendermint::serializers::bytes::base64string;
 
-use super::client::{LightClient, VerifiedHeader};
-use super::source::{num, RpcSource, Source};
-use super::{hex_upper, show_key, LightError};
-use crate::rpc::Rpc;
+use tally_client::rpc::RpcClient;
+
+use crate::client::{LightClient, VerifiedHeader};
+use crate::error::{hex_upper, show_key, LightError};
+use crate::source::{num, RpcSource, Source};
 
 /// How often [`wait_for_height`] asks the node for its height.
 const POLL: Duration = Duration::from_millis(250);
@@ -55,7 +56,12 @@ struct RawAnswer {
 
 /// Asks `rpc` for `key` at `height` (0: the latest), with its proof if
 /// `prove`. Only checks the answer's shape.
-pub fn query_key(rpc: &Rpc, key: &[u8], height: u64, prove: bool) -> Result<KeyAnswer, LightError> {
+pub fn query_key(
+    rpc: &RpcClient,
+    key: &[u8],
+    height: u64,
+    prove: bool,
+) -> Result<KeyAnswer, LightError> {
     let r = rpc.call(
         "abci_query",
         json!({"path": "/key", "data": hex::encode(key), "height": height.to_string(), "prove": prove}),
@@ -220,7 +226,7 @@ pub fn read_verified(
 
 /// Reads `keys` (at least one) at the node's latest height, without
 /// proofs: what the node says, not verified.
-pub fn read_unverified(rpc: &Rpc, keys: &[Vec<u8>]) -> Result<(u64, Values), LightError> {
+pub fn read_unverified(rpc: &RpcClient, keys: &[Vec<u8>]) -> Result<(u64, Values), LightError> {
     let mut height = 0;
     let mut values = Vec::with_capacity(keys.len());
     for k in keys {

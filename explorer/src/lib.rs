@@ -7,7 +7,8 @@
 //! [`route::ALLOWED`], checked and rebuilt by [`route::route`]; answers
 //! larger than [`MAX_ANSWER_BYTES`] are refused. [`handle`] turns one
 //! request into one [`Reply`] and is what the unit tests drive; [`serve`]
-//! runs it on a few threads over `tiny_http`.
+//! runs it on a few threads with [`http::serve`], the HTTP helper the
+//! node's metrics page uses too. [`Config`] checks the page's settings.
 //!
 //! API (JSON): `/api/status` (`{"chain_id", "height", "app_hash",
 //! "catching_up", "node"}`), `/api/config` (`{"providers", "chain",
@@ -16,15 +17,18 @@
 //! "code_name"?}` with a 4xx status for a bad request, 404 when the node
 //! has nothing under that key (code 22), 502 when the node cannot be read.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use serde_json::{json, Value};
-use tally_client::rpc::{QueryAnswer, RpcError, Status};
+use tally_client::rpc::{QueryAnswer, RpcClient, RpcError, Status};
 use tally_settlement::Code;
 
+pub mod config;
+pub mod http;
 pub mod route;
 
+pub use config::{Config, ConfigError};
+pub use http::{Answer, ServeError, Server};
 use route::{RequestError, Route};
 
 /// Largest node answer the explorer passes on.
@@ -40,28 +44,14 @@ pub trait Node: Send + Sync {
     fn status(&self) -> Result<Status, RpcError>;
 }
 
-impl Node for crate::rpc::Rpc {
+impl Node for RpcClient {
     fn query(&self, path: &str) -> Result<QueryAnswer, RpcError> {
         self.abci_query(path)
     }
 
     fn status(&self) -> Result<Status, RpcError> {
-        crate::rpc::Rpc::status(self)
+        RpcClient::status(self)
     }
-}
-
-/// What `tallyd explorer` was started with, for the page.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Config {
-    /// The node's RPC URL, credentials hidden (shown on the page).
-    pub node: String,
-    /// Providers the page shows when its URL names none.
-    pub providers: Vec<String>,
-    /// The hub chain whose pipeline is shown (`None`: the chain's
-    /// `hub_chain` parameter).
-    pub chain: Option<String>,
-    /// Seconds between the page's refreshes (0: never).
-    pub refresh_secs: u64,
 }
 
 /// One answer.
@@ -177,78 +167,18 @@ fn query(node: &dyn Node, path: &str) -> Reply {
     }
 }
 
-/// Why the explorer could not start.
-#[derive(Debug, thiserror::Error)]
-#[error("explorer on {addr}: {msg}")]
-pub struct ServeError {
-    addr: String,
-    msg: String,
-}
-
-/// A running explorer; dropping it stops serving and closes the port.
-pub struct Explorer {
-    server: Arc<tiny_http::Server>,
-    stopping: Arc<AtomicBool>,
-    threads: Vec<std::thread::JoinHandle<()>>,
-}
-
-impl std::fmt::Debug for Explorer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Explorer")
-            .field("addr", &self.local_addr())
-            .finish_non_exhaustive()
-    }
-}
-
-impl Explorer {
-    /// The address it listens on (useful when asked for port 0).
-    pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
-        self.server.server_addr().to_ip()
-    }
-
-    /// Blocks until the server stops (it does not stop on its own).
-    pub fn wait(mut self) {
-        for t in std::mem::take(&mut self.threads) {
-            let _ = t.join();
-        }
-    }
-}
-
-impl Drop for Explorer {
-    fn drop(&mut self) {
-        self.stopping.store(true, Ordering::SeqCst);
-        for _ in &self.threads {
-            self.server.unblock();
-        }
-        for t in std::mem::take(&mut self.threads) {
-            let _ = t.join();
-        }
-    }
-}
-
-/// Serves the explorer at `addr` on [`WORKERS`] threads.
-pub fn serve(addr: &str, node: Arc<dyn Node>, cfg: Config) -> Result<Explorer, ServeError> {
-    let err = |msg: String| ServeError {
-        addr: addr.into(),
-        msg,
-    };
-    let server = Arc::new(tiny_http::Server::http(addr).map_err(|e| err(e.to_string()))?);
-    let stopping = Arc::new(AtomicBool::new(false));
-    let cfg = Arc::new(cfg);
-    let mut threads = Vec::with_capacity(WORKERS);
-    for i in 0..WORKERS {
-        let (s, stop, node, cfg) = (server.clone(), stopping.clone(), node.clone(), cfg.clone());
-        let t = std::thread::Builder::new()
-            .name(format!("tally-explorer-{i}"))
-            .spawn(move || answer_requests(&s, &stop, node.as_ref(), &cfg))
-            .map_err(|e| err(e.to_string()))?;
-        threads.push(t);
-    }
-    Ok(Explorer {
-        server,
-        stopping,
-        threads,
-    })
+/// Serves the explorer at `addr` on [`WORKERS`] threads; dropping the
+/// [`Server`] stops it.
+pub fn serve(addr: &str, node: Arc<dyn Node>, cfg: Config) -> Result<Server, ServeError> {
+    let handler =
+        move |method: &str, target: &str| answer(handle(node.as_ref(), &cfg, method, target));
+    http::serve(
+        "explorer on",
+        "tally-explorer",
+        addr,
+        WORKERS,
+        Arc::new(handler),
+    )
 }
 
 /// Headers every answer carries: no caching, no sniffing, no framing, and
@@ -264,41 +194,18 @@ const HEADERS: &[(&str, &str)] = &[
     ),
 ];
 
-fn answer_requests(
-    server: &tiny_http::Server,
-    stopping: &AtomicBool,
-    node: &dyn Node,
-    cfg: &Config,
-) {
-    loop {
-        let rq = match server.recv() {
-            Ok(rq) => rq,
-            Err(_) if stopping.load(Ordering::SeqCst) => return,
-            Err(e) => {
-                tracing::debug!(error = %e, "explorer: accept failed");
-                std::thread::sleep(std::time::Duration::from_millis(50));
-                continue;
-            }
-        };
-        let method = rq.method().as_str().to_string();
-        let target = rq.url().to_string();
-        let reply = handle(node, cfg, &method, &target);
-        tracing::debug!(%method, target = %target.chars().take(200).collect::<String>(), status = reply.status, "explorer request");
-        let mut resp = tiny_http::Response::from_data(reply.body).with_status_code(reply.status);
-        let ct = [("Content-Type", reply.content_type)];
-        for (k, v) in HEADERS.iter().chain(ct.iter()) {
-            if let Ok(h) = tiny_http::Header::from_bytes(k.as_bytes(), v.as_bytes()) {
-                resp.add_header(h);
-            }
-        }
-        if reply.status == 405 {
-            if let Ok(h) = tiny_http::Header::from_bytes(&b"Allow"[..], &b"GET, HEAD"[..]) {
-                resp.add_header(h);
-            }
-        }
-        if let Err(e) = rq.respond(resp) {
-            tracing::debug!(error = %e, "explorer: answer not sent");
-        }
+/// `reply` as sent: with [`HEADERS`], its content type, and `Allow` on a 405.
+fn answer(reply: Reply) -> Answer {
+    let mut headers: Vec<(&'static str, String)> =
+        HEADERS.iter().map(|(k, v)| (*k, v.to_string())).collect();
+    headers.push(("Content-Type", reply.content_type.to_string()));
+    if reply.status == 405 {
+        headers.push(("Allow", "GET, HEAD".to_string()));
+    }
+    Answer {
+        status: reply.status,
+        headers,
+        body: reply.body,
     }
 }
 

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{hex_upper, LightError};
+use crate::error::{hex_upper, LightError};
 
 /// A height and the hash of the header at that height, trusted from
 /// outside the chain.
@@ -114,7 +114,7 @@ pub fn path_in(home: &Path) -> PathBuf {
 }
 
 /// A 32-byte hash from hex (either case).
-pub fn parse_hash(s: &str) -> Result<Vec<u8>, String> {
+fn parse_hash(s: &str) -> Result<Vec<u8>, String> {
     let b = hex::decode(s.trim()).map_err(|e| format!("hash {s:?} is not hex: {e}"))?;
     if b.len() != 32 {
         return Err(format!(

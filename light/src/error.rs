@@ -1,69 +1,9 @@
-//! A light client of Tally's CometBFT chain, and reads of state it has
-//! verified.
-//!
-//! Trust starts from a *trust root*: a height and the hash of the header at
-//! that height, which the operator got from a source they trust
-//! ([`trust::TrustRoot`], stored by `tallyd light init`). From there:
-//!
-//! 1. [`source`] fetches light blocks (signed header, validators, next
-//!    validators) over a node's RPC: `/commit?height=H` and every page of
-//!    `/validators?height=H`;
-//! 2. [`client::LightClient::verify_to`] checks that the node's header at
-//!    the trust root's height has the trusted hash, then verifies the target
-//!    header with tendermint-rs's `ProdVerifier` (skipping verification at a
-//!    trust threshold of 1/3, bisecting when the verdict is
-//!    `NotEnoughTrust`); a target below the root is checked backwards along
-//!    the `last_block_id` hash chain;
-//! 3. [`proven::read_verified`] asks the node for state keys with `/key`
-//!    (`prove=true`), waits for header `H + 1` (CometBFT carries the app hash
-//!    of block `H` in header `H + 1`), verifies that header, and checks each
-//!    ICS23 proof against its app hash before returning the values.
-//!
-//! Nothing here trusts the node: every value returned by
-//! [`proven::read_verified`] is proven under a header that validators
-//! holding enough voting power signed, traced back to the trust root.
+//! [`LightError`], why a header or a value could not be verified, and the
+//! helpers that format hashes and state keys in its messages.
 
 use std::time::Duration;
 
 use tally_client::rpc::RpcError;
-
-pub mod client;
-pub mod proven;
-pub mod source;
-pub mod trust;
-
-#[cfg(test)]
-mod tests;
-
-pub use client::{LightClient, VerifiedHeader};
-pub use source::{LightBlock, RpcSource, Source};
-pub use trust::TrustRoot;
-
-/// How long a trust root (or any verified header) may be used to verify
-/// newer headers by default: 14 days. CometBFT-only chains have no unbonding
-/// period; this bounds how old a validator set may be to be trusted.
-pub const DEFAULT_TRUSTING_PERIOD: Duration = Duration::from_secs(14 * 24 * 3600);
-
-/// How far a header's time may be ahead of this machine's clock.
-pub const DEFAULT_CLOCK_DRIFT: Duration = Duration::from_secs(10);
-
-/// Verification settings.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Options {
-    /// How long a verified header's validators stay trusted.
-    pub trusting_period: Duration,
-    /// Allowed clock drift.
-    pub clock_drift: Duration,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Self {
-            trusting_period: DEFAULT_TRUSTING_PERIOD,
-            clock_drift: DEFAULT_CLOCK_DRIFT,
-        }
-    }
-}
 
 /// Why a header or a value could not be verified.
 #[derive(Debug, thiserror::Error)]

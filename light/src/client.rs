@@ -9,9 +9,10 @@ use tendermint_light_client_verifier::options::Options as VerifierOptions;
 use tendermint_light_client_verifier::types::TrustThreshold;
 use tendermint_light_client_verifier::{ProdVerifier, Verdict, Verifier};
 
-use super::source::{LightBlock, Source};
-use super::trust::TrustRoot;
-use super::{hex_upper, LightError, Options};
+use crate::error::{hex_upper, LightError};
+use crate::options::Options;
+use crate::source::{LightBlock, Source};
+use crate::trust::TrustRoot;
 
 /// Most headers one backward check walks (a target below the trust root).
 pub const MAX_BACKWARD: u64 = 1000;

@@ -1,6 +1,6 @@
 //! Where light blocks come from: [`Source`], and [`RpcSource`], a CometBFT
 //! node's RPC (`/commit` for signed headers, `/validators` page by page).
-//! Nothing a source returns is trusted: [`crate::light::client`] verifies
+//! Nothing a source returns is trusted: [`crate::client`] verifies
 //! it.
 
 use serde_json::{json, Value};
@@ -8,8 +8,9 @@ use tendermint::block::signed_header::SignedHeader;
 use tendermint::validator::{Info, Set};
 use tendermint_light_client_verifier::types::{TrustedBlockState, UntrustedBlockState};
 
-use super::LightError;
-use crate::rpc::Rpc;
+use tally_client::rpc::RpcClient;
+
+use crate::error::LightError;
 
 /// Validators asked for per `/validators` page (CometBFT's maximum).
 const PER_PAGE: usize = 100;
@@ -91,17 +92,17 @@ pub trait Source {
 /// A CometBFT node's RPC as a [`Source`].
 #[derive(Clone, Debug)]
 pub struct RpcSource {
-    rpc: Rpc,
+    rpc: RpcClient,
 }
 
 impl RpcSource {
     /// Reads from `rpc`.
-    pub fn new(rpc: Rpc) -> Self {
+    pub fn new(rpc: RpcClient) -> Self {
         Self { rpc }
     }
 
     /// The RPC client.
-    pub fn rpc(&self) -> &Rpc {
+    pub fn rpc(&self) -> &RpcClient {
         &self.rpc
     }
 }

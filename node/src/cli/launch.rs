@@ -1,0 +1,259 @@
+//! The launch of `tallyd start`, one named step per function, run in this
+//! order by [`run`]: check the genesis (once), open the store and the app,
+//! keep state-sync snapshots, load the threshold key shares, start the DKG
+//! participant, build and serve the metrics page, start the relay, serve
+//! ABCI until the process ends. A step whose failure should not stop a
+//! validator (the participant, the metrics port) logs it and goes on.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use tally_abci::TallyApp;
+use tally_settlement::bls::SecretShare;
+use tally_settlement::DkgGenesis;
+use tally_settlement::Genesis;
+use tally_store::RocksBackend;
+
+use super::genesis::read_app_state;
+use crate::config::AppConfig;
+use crate::metrics::Metrics;
+use crate::{dealer, dkgkey, participant, snapshots};
+
+/// Runs every step; serves `wrap(app)` over ABCI until the server stops
+/// (the relay and the participant still work with the app itself).
+pub fn run<A: tendermint_abci::Application>(
+    home: &Path,
+    genesis_path: &Path,
+    cfg: &AppConfig,
+    wrap: impl FnOnce(TallyApp) -> A,
+) -> anyhow::Result<()> {
+    let genesis = check_genesis(genesis_path)?;
+    let (app, backend) = open_store(home, cfg)?;
+    keep_snapshots(&app, home, cfg, backend)?;
+    let shares = load_shares(&app, home, cfg, genesis.and_then(|g| g.dkg).as_ref())?;
+    let _participant = start_participant(&app, home, cfg, shares.all);
+    let (metrics, relay_metrics) = metrics_registry(&app, cfg);
+    let _page = serve_metrics(cfg, metrics);
+    let _relay = start_relay(&app, home, cfg, shares.rank, relay_metrics)?;
+    serve_abci(app, home, cfg, wrap)
+}
+
+/// Refuses a genesis we could not run before CometBFT ever asks; the
+/// parsed genesis (`None` without a genesis file) for the later steps.
+fn check_genesis(path: &Path) -> anyhow::Result<Option<Genesis>> {
+    if !path.exists() {
+        return Ok(None);
+    }
+    let app_state = read_app_state(path)?;
+    let genesis = Genesis::parse(app_state.to_string().as_bytes())
+        .and_then(|g| g.check_hub_funding().map(|()| g))
+        .with_context(|| format!("{}", path.display()))?;
+    Ok(Some(genesis))
+}
+
+/// Opens the RocksDB store and the app over it. The binary owns the halt:
+/// exit 2 (genesis) or 3 (store), after the app's FATAL line.
+fn open_store(home: &Path, cfg: &AppConfig) -> anyhow::Result<(TallyApp, Arc<RocksBackend>)> {
+    let db_path = cfg.db_path(home);
+    std::fs::create_dir_all(&db_path).with_context(|| format!("creating {}", db_path.display()))?;
+    let backend = Arc::new(
+        RocksBackend::open(&db_path).with_context(|| format!("opening {}", db_path.display()))?,
+    );
+    let halt = tally_abci::Halt::new(|e| std::process::exit(e.reason.exit_code()));
+    let app = TallyApp::new(backend.clone(), halt)?;
+    app.set_retain_versions(cfg.state_retain_versions);
+    Ok((app, backend))
+}
+
+/// Gives the app the snapshot directory it offers state sync from.
+fn keep_snapshots(
+    app: &TallyApp,
+    home: &Path,
+    cfg: &AppConfig,
+    backend: Arc<RocksBackend>,
+) -> anyhow::Result<()> {
+    let dir = cfg.snapshot_path(home);
+    let snapshots = snapshots::DiskSnapshots::open(
+        &dir,
+        cfg.snapshot_interval,
+        cfg.snapshot_keep_recent as usize,
+        backend,
+    )?;
+    tracing::info!(
+        dir = %dir.display(),
+        interval = cfg.snapshot_interval,
+        keep = cfg.snapshot_keep_recent,
+        held = tally_abci::SnapshotStore::list(&snapshots).len(),
+        "state-sync snapshots"
+    );
+    app.set_snapshots(Arc::new(snapshots));
+    Ok(())
+}
+
+/// This validator's threshold key shares, as the signer holds them.
+struct Shares {
+    /// Every share by key epoch (0: the dealer's share file).
+    all: Vec<(u64, SecretShare)>,
+    /// The signer rank the relay staggers its submissions by.
+    rank: Option<u32>,
+}
+
+/// Gives the app the dealer's share (checked against the genesis key and
+/// this validator's address) and the shares of keys the chain's
+/// ceremonies made (newest two epochs).
+fn load_shares(
+    app: &TallyApp,
+    home: &Path,
+    cfg: &AppConfig,
+    dkg: Option<&DkgGenesis>,
+) -> anyhow::Result<Shares> {
+    let share_path = cfg.share_path(home);
+    let mut shares = Shares {
+        all: Vec::new(),
+        rank: None,
+    };
+    if share_path.exists() {
+        let share = dealer::load_share(&share_path, dkg)?;
+        if let Some(g) = dkg {
+            dealer::check_binding(g, share.index, &dealer::validator_address(home)?)?;
+        }
+        tracing::info!(index = share.index, file = %share_path.display(), "threshold signer enabled");
+        shares.rank = Some(share.index.saturating_sub(1));
+        shares.all.push((0, share.clone()));
+        app.set_signer(share);
+    }
+    for (epoch, share) in participant::load_epoch_shares(home) {
+        tracing::info!(
+            epoch,
+            index = share.index,
+            "threshold signer enabled for a key epoch"
+        );
+        shares.rank = shares.rank.or(Some(share.index.saturating_sub(1)));
+        app.add_signer(epoch, share.clone());
+        shares.all.push((epoch, share));
+    }
+    if shares.all.is_empty() {
+        tracing::info!(file = %share_path.display(), "no threshold key share: this node does not sign");
+    }
+    Ok(shares)
+}
+
+/// Starts the DKG participant ([`participant`]) when this home has an
+/// encryption key (`config/dkg_key.json`). A key that does not load is
+/// logged: the node still validates.
+fn start_participant(
+    app: &TallyApp,
+    home: &Path,
+    cfg: &AppConfig,
+    shares: Vec<(u64, SecretShare)>,
+) -> Option<std::thread::JoinHandle<()>> {
+    let enc_path = dkgkey::enc_key_path(home);
+    if !enc_path.exists() {
+        tracing::info!(file = %enc_path.display(), "no DKG encryption key: this node takes no part in ceremonies");
+        return None;
+    }
+    spawn_participant(app, home, cfg, &enc_path, shares)
+        .map_err(|e| tracing::error!(error = %format!("{e:#}"), "DKG participant not started"))
+        .ok()
+}
+
+/// The participant of [`start_participant`], from the key files.
+fn spawn_participant(
+    app: &TallyApp,
+    home: &Path,
+    cfg: &AppConfig,
+    enc_path: &Path,
+    shares: Vec<(u64, SecretShare)>,
+) -> anyhow::Result<std::thread::JoinHandle<()>> {
+    let enc = dkgkey::load_enc_key(enc_path)?;
+    let key = dkgkey::load_consensus_key(home)?;
+    let url = participant::rpc_url(home, &cfg.cometbft_rpc);
+    let p = participant::Participant::new(app.clone(), home, &url, key, enc, shares);
+    tracing::info!(participant = ?p, "DKG participant started");
+    Ok(p.spawn()?)
+}
+
+/// The node's registry with the app's families, and the relay's when a
+/// relay runs (`hub_endpoints` set).
+fn metrics_registry(
+    app: &TallyApp,
+    cfg: &AppConfig,
+) -> (Metrics, Option<tally_relay::RelayMetrics>) {
+    let mut metrics = Metrics::new(&cfg.metrics_prefix);
+    let relay = (!cfg.hub_endpoints.is_empty())
+        .then(|| tally_relay::RelayMetrics::register(metrics.registry_mut()));
+    app.register_metrics(metrics.registry_mut());
+    (metrics, relay)
+}
+
+/// Serves the metrics page whenever `metrics_listen` is set, with or
+/// without a relay. A validator keeps validating when its metrics port is
+/// taken.
+fn serve_metrics(cfg: &AppConfig, metrics: Metrics) -> Option<tally_explorer::Server> {
+    if cfg.metrics_listen.is_empty() {
+        return None;
+    }
+    match crate::metrics::serve(&cfg.metrics_listen, Arc::new(metrics)) {
+        Ok(server) => {
+            tracing::info!(addr = %cfg.metrics_listen, "Prometheus metrics at /metrics");
+            Some(server)
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "metrics endpoint not served");
+            None
+        }
+    }
+}
+
+/// Starts the relay on its own thread (never inside an ABCI call) when it
+/// has its metric handles, i.e. `hub_endpoints` are set.
+fn start_relay(
+    app: &TallyApp,
+    home: &Path,
+    cfg: &AppConfig,
+    rank: Option<u32>,
+    metrics: Option<tally_relay::RelayMetrics>,
+) -> anyhow::Result<Option<tokio::sync::watch::Sender<bool>>> {
+    let Some(metrics) = metrics else {
+        return Ok(None);
+    };
+    let mut rc = cfg.relay_config(rank);
+    // With a DKG encryption key the node's shares come from the chain's
+    // ceremonies (maybe none yet, and a reshare moves its index): the relay
+    // reads its rank from the active key.
+    if dkgkey::enc_key_path(home).exists() {
+        rc.address = dealer::validator_address(home)
+            .ok()
+            .and_then(|a| hex::decode(a).ok())
+            .and_then(|b| b.try_into().ok());
+    }
+    Ok(Some(tally_relay::spawn(
+        Arc::new(app.clone()),
+        rc,
+        metrics,
+    )?))
+}
+
+/// Serves `wrap(app)` over ABCI at `abci_listen` until the server stops.
+fn serve_abci<A: tendermint_abci::Application>(
+    app: TallyApp,
+    home: &Path,
+    cfg: &AppConfig,
+    wrap: impl FnOnce(TallyApp) -> A,
+) -> anyhow::Result<()> {
+    let last = app.last_commit();
+    tracing::info!(
+        home = %home.display(),
+        db = %cfg.db_path(home).display(),
+        height = last.height,
+        app_hash = %hex::encode(last.app_hash),
+        listen = %cfg.abci_listen,
+        "tallyd starting"
+    );
+    let server = tendermint_abci::ServerBuilder::default()
+        .bind(cfg.abci_listen.as_str(), wrap(app))
+        .with_context(|| format!("binding ABCI server to {}", cfg.abci_listen))?;
+    server.listen().context("ABCI server stopped")?;
+    Ok(())
+}
