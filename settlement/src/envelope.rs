@@ -296,7 +296,10 @@ mod tests {
     fn a_remembered_signature_vouches_for_nothing_else() {
         let mut kv = Pending::open(Arc::new(MemBackend::new())).unwrap();
         put_chain_id(&mut kv, "c");
-        let (k1, k2) = (SigningKey::from_bytes(&[1; 32]), SigningKey::from_bytes(&[2; 32]));
+        let (k1, k2) = (
+            SigningKey::from_bytes(&[1; 32]),
+            SigningKey::from_bytes(&[2; 32]),
+        );
         let pk = |k: &SigningKey| k.verifying_key().to_bytes().to_vec();
         let signature = sign(&k1, b"test/a\0", &body(1));
         let good = Env::<false> {
@@ -306,7 +309,11 @@ mod tests {
         };
         let sigs = Memory::default();
         assert_eq!(code(&kv, &good, &sigs), Code::Ok);
-        assert_eq!(sigs.0.borrow().len(), 1, "a verified signature is remembered");
+        assert_eq!(
+            sigs.0.borrow().len(),
+            1,
+            "a verified signature is remembered"
+        );
         assert_eq!(code(&kv, &good, &sigs), Code::Ok);
         // The same signature bytes with a changed body, another (valid)
         // key, or presented as the other kind: each must miss the memory

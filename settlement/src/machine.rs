@@ -11,9 +11,9 @@
 use tally_store::{Kv, KvRead};
 
 use crate::codes::Code;
+use crate::envelope::{VerifiedSignatures, VerifyAll};
 use crate::error::{ExecError, Fatal, Rejection};
 use crate::genesis::{parse_pubkey, Genesis, GenesisError};
-use crate::envelope::{VerifiedSignatures, VerifyAll};
 use crate::pipeline::{check_size, plan};
 use crate::proto::{tx, Tx};
 use crate::state::allowance::{put_allowance, put_gateway_name, put_user_key, Allowance};

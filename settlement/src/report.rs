@@ -27,8 +27,8 @@ use crate::keys;
 use crate::proto::{tx, ReportUsage, SignedReport, Tx};
 use crate::record::{Counters, RouteId};
 use crate::state::chain::{
-    balance, gateway, owed_slot, party_window, put_balance, put_owed_slot,
-    put_report, put_route, put_window_info, report_seen, route, window_info, OwedSlot,
+    balance, gateway, owed_slot, party_window, put_balance, put_owed_slot, put_report, put_route,
+    put_window_info, report_seen, route, window_info, OwedSlot,
 };
 use crate::types::{Event, PartyWindow, TxResult, WindowInfo};
 

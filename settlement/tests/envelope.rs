@@ -94,7 +94,9 @@ fn allowance(chain: &str, gateway: &str) -> AllowanceChange {
 fn approval(chain: &str) -> ValidatorMsg {
     ValidatorMsg {
         chain_id: chain.into(),
-        sum: Some(validator_msg::Sum::Approve(ProposalApproval { proposal: 1 })),
+        sum: Some(validator_msg::Sum::Approve(ProposalApproval {
+            proposal: 1,
+        })),
     }
 }
 
@@ -157,8 +159,16 @@ fn a_short_or_wrong_signature_is_bad_signature_for_every_kind() {
         ),
     ];
     for (what, tx) in &kinds {
-        expect(&format!("{what}, 63-byte signature"), &short_sig(tx), Code::BadSignature);
-        expect(&format!("{what}, flipped signature"), &flipped_sig(tx), Code::BadSignature);
+        expect(
+            &format!("{what}, 63-byte signature"),
+            &short_sig(tx),
+            Code::BadSignature,
+        );
+        expect(
+            &format!("{what}, flipped signature"),
+            &flipped_sig(tx),
+            Code::BadSignature,
+        );
     }
     // Signed by someone else's key.
     expect(
@@ -240,7 +250,11 @@ fn a_key_the_kind_does_not_know_is_the_kinds_own_code() {
         Code::NotValidator,
     );
     // A valid key that verifies but is no validator: after opening.
-    expect("validator message from a stranger", &msg, Code::NotValidator);
+    expect(
+        "validator message from a stranger",
+        &msg,
+        Code::NotValidator,
+    );
     // A validator message without payload, badly signed: the envelope
     // comes first.
     expect(

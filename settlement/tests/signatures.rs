@@ -171,7 +171,9 @@ fn allowances_and_validator_messages_are_remembered_too() {
         &SigningKey::from_bytes(&[3u8; 32]),
         &ValidatorMsg {
             chain_id: "tally-test".into(),
-            sum: Some(validator_msg::Sum::Approve(ProposalApproval { proposal: 1 })),
+            sum: Some(validator_msg::Sum::Approve(ProposalApproval {
+                proposal: 1,
+            })),
         },
     );
     for tx in [&allowance, &validator] {

@@ -25,10 +25,7 @@ use super::state::{self as st, MAX_VALIDATORS, STATUS_ACCEPTED, STATUS_OPEN};
 use crate::bls::parse_public_key;
 use crate::codes::Code;
 use crate::error::{reject, ExecError};
-use crate::proto::{
-    validator_msg::Sum, Ceremony, Dealing, DkgReveal, Proposal,
-    ValidatorProposal,
-};
+use crate::proto::{validator_msg::Sum, Ceremony, Dealing, DkgReveal, Proposal, ValidatorProposal};
 use crate::state::chain::chain_id;
 use crate::state::sync::threshold_key;
 use crate::types::{Event, TxResult};

@@ -141,7 +141,11 @@ fn payload_field(bytes: &[u8]) -> Option<u64> {
         }
         let (v, tail) = rest.split_at(end + 1);
         *rest = tail;
-        Some(v.iter().rev().fold(0u64, |acc, b| (acc << 7) | u64::from(b & 0x7f)))
+        Some(
+            v.iter()
+                .rev()
+                .fold(0u64, |acc, b| (acc << 7) | u64::from(b & 0x7f)),
+        )
     }
     let mut rest = bytes;
     let mut payload = None;
