@@ -1,12 +1,14 @@
-//! Gateway signatures this node verified, so that a report is ed25519-checked
-//! once per node rather than at CheckTx, at every mempool recheck after a
-//! block, and again in FinalizeBlock.
+//! Envelope signatures this node verified (reports, allowance changes,
+//! validator messages: every kind the one opener
+//! `tally_settlement::envelope::open` opens), so that a transaction is
+//! ed25519-checked once per node rather than at CheckTx, at every mempool
+//! recheck after a block, and again in FinalizeBlock.
 //!
-//! The set holds signature ids (`tally_settlement::report::signature_id`:
-//! a hash of the gateway key, the signature and the body's hash) of
-//! signatures that verified; a known id answers "verifies" without the
-//! curve arithmetic. Nothing else is skipped: registration, expiry, replay
-//! and every state check run each time. Since an id can only get in by
+//! The set holds signature ids (`tally_settlement::envelope::signature_id`:
+//! a hash of the signing domain, the key, the signature and the body's
+//! hash) of signatures that verified; a known id answers "verifies"
+//! without the curve arithmetic. Nothing else is skipped: registration,
+//! expiry, replay and every state check run each time. Since an id can only get in by
 //! verifying, a node with the set decides exactly as a node without it
 //! would, so app hashes cannot depend on it. Bounded to [`CAPACITY`] ids
 //! (oldest forgotten first): about 6 MB.

@@ -5,18 +5,19 @@
 //! `docs/adr/0011-allowances-and-money-at-the-edges.md`).
 //!
 //! A user changes its allowances with a transaction signed by its own
-//! ed25519 key (registered in genesis `users`). Each change carries a
+//! ed25519 key (registered in genesis `users`), opened like every signed
+//! envelope by [`crate::envelope`]. Each change carries a
 //! sequence above the user's last one, so a replayed or reordered change
 //! is refused. A revocation is a change with `max_per_window` 0 and
 //! `expires_at` 0.
 
 use std::collections::BTreeMap;
 
-use ed25519_dalek::{Signature, VerifyingKey};
 use prost::Message;
 use tally_store::{Kv, KvRead};
 
 use crate::codes::Code;
+use crate::envelope::{self, Envelope, Opened};
 use crate::error::{reject, ExecError};
 use crate::ident;
 use crate::proto::{tx, AllowanceChange, SignedAllowance, Tx};
@@ -24,7 +25,6 @@ use crate::state::allowance::{
     allowance, gateway_key_by_name, put_allowance, put_spent, put_user_seq, spent, user_key,
     user_seq, Allowance,
 };
-use crate::state::chain::chain_id;
 use crate::types::{Event, TxResult};
 
 /// Domain prefix of a user's allowance signature: the signed message is
@@ -87,60 +87,56 @@ fn is_revocation(c: &AllowanceChange) -> bool {
     c.max_per_window == 0 && c.expires_at == 0
 }
 
-/// Checks a signed allowance change at block time `now` from reads only.
+impl Envelope for SignedAllowance {
+    type Body = AllowanceChange;
+    /// The user's name.
+    type Signer = String;
+    const DOMAIN: &'static [u8] = ALLOWANCE_SIGN_DOMAIN;
+    const WHAT: &'static str = "allowance";
+    const UNKNOWN_SIGNER: Code = Code::BadAllowance;
+
+    fn body(&self) -> &[u8] {
+        &self.body
+    }
+    fn signature(&self) -> &[u8] {
+        &self.signature
+    }
+    fn chain_id(body: &AllowanceChange) -> &str {
+        &body.chain_id
+    }
+    /// The key genesis registered for the body's user.
+    fn signer(
+        &self,
+        kv: &impl KvRead,
+        change: &AllowanceChange,
+    ) -> Result<(String, [u8; 32]), ExecError> {
+        ident::check_party("user", &change.user)?;
+        let key = user_key(kv, &change.user)?.ok_or_else(|| {
+            reject(
+                Code::BadAllowance,
+                format!(
+                    "user {} has no registered key, so it cannot sign allowances",
+                    change.user
+                ),
+            )
+        })?;
+        Ok((change.user.clone(), key))
+    }
+    fn who(user: &String) -> String {
+        format!("user {user}")
+    }
+}
+
+/// Checks an opened allowance change at block time `now` from reads only:
+/// the gateway named, the sequence, the limits.
 pub fn plan_allowance(
     kv: &impl KvRead,
     now: u64,
-    signed: &SignedAllowance,
+    opened: Opened<AllowanceChange, String>,
 ) -> Result<AllowancePlan, ExecError> {
     let bad = |m: String| reject(Code::BadAllowance, m);
-    let change = AllowanceChange::decode(signed.body.as_slice()).map_err(|e| {
-        reject(
-            Code::MalformedTx,
-            format!("allowance body does not decode: {e}"),
-        )
-    })?;
-    if change.encode_to_vec() != signed.body {
-        return Err(reject(
-            Code::NonCanonical,
-            "allowance body is not in canonical protobuf encoding",
-        ));
-    }
-    let chain = chain_id(kv)?;
-    if change.chain_id != chain {
-        return Err(reject(
-            Code::WrongChain,
-            format!(
-                "allowance is for chain {:?}, this is {chain:?}",
-                change.chain_id
-            ),
-        ));
-    }
-    ident::check_party("user", &change.user)?;
+    let change = opened.body;
     ident::check_party("gateway", &change.gateway)?;
-    let key = user_key(kv, &change.user)?.ok_or_else(|| {
-        bad(format!(
-            "user {} has no registered key, so it cannot sign allowances",
-            change.user
-        ))
-    })?;
-    let sig: [u8; 64] = signed.signature.as_slice().try_into().map_err(|_| {
-        bad(format!(
-            "signature is {} bytes, want 64",
-            signed.signature.len()
-        ))
-    })?;
-    let vk = VerifyingKey::from_bytes(&key)
-        .map_err(|_| ExecError::Fatal(crate::Fatal::Corrupt("user key")))?;
-    let mut msg = ALLOWANCE_SIGN_DOMAIN.to_vec();
-    msg.extend_from_slice(&signed.body);
-    vk.verify_strict(&msg, &Signature::from_bytes(&sig))
-        .map_err(|_| {
-            bad(format!(
-                "signature does not verify for user {}",
-                change.user
-            ))
-        })?;
     let last = user_seq(kv, &change.user)?;
     if change.sequence <= last {
         return Err(bad(format!(
@@ -237,15 +233,10 @@ pub fn check_spend(
 /// Encodes and signs an allowance change as a transaction, the way a
 /// user's wallet (or `tallyd tx allowance`) does.
 pub fn sign_allowance(key: &ed25519_dalek::SigningKey, change: &AllowanceChange) -> Vec<u8> {
-    use ed25519_dalek::Signer;
     let body = change.encode_to_vec();
-    let mut msg = ALLOWANCE_SIGN_DOMAIN.to_vec();
-    msg.extend_from_slice(&body);
+    let signature = envelope::sign(key, ALLOWANCE_SIGN_DOMAIN, &body);
     Tx {
-        sum: Some(tx::Sum::Allowance(SignedAllowance {
-            body,
-            signature: key.sign(&msg).to_bytes().to_vec(),
-        })),
+        sum: Some(tx::Sum::Allowance(SignedAllowance { body, signature })),
     }
     .encode_to_vec()
 }

@@ -20,6 +20,9 @@
 //! - [`state`]: typed accessors over the keys, one corrupt-checking integer
 //!   reader;
 //! - [`sync`]: settlement sync, one submodule per concern;
+//! - [`envelope`]: the one opener of signed envelopes (body, chain id,
+//!   signer key, signature; one table of codes) and the verified-signature
+//!   cache's interface;
 //! - [`calls`]: a report's calls in either encoding (records or the
 //!   compact per-route form), checked and summed;
 //! - [`allowance`]: users' allowances for gateways, changed by signed
@@ -28,9 +31,13 @@
 //! - [`dkg`]: the threshold key and validator set made and changed on
 //!   chain (ceremonies, resharing, proposals), above `state`;
 //!   [`query_validators`]: its queries;
+//! - [`pipeline`]: the one dispatcher of user transactions (every signed
+//!   kind: reports, allowances, validator messages), where a new kind is
+//!   added;
 //! - [`block`]: start-of-block work;
 //! - [`system`]: the proposer's system transactions;
-//! - [`machine`]: the entry points, dispatching to the above;
+//! - [`machine`]: the entry points, decoding each transaction once and
+//!   dispatching to the above;
 //! - [`query`]: read-only JSON queries.
 
 pub mod allowance;
@@ -39,11 +46,13 @@ pub mod bls;
 pub mod calls;
 pub mod codes;
 pub mod dkg;
+pub mod envelope;
 pub mod error;
 mod genesis;
 pub mod ident;
 pub mod keys;
 pub mod machine;
+pub mod pipeline;
 pub mod proto;
 pub mod query;
 pub mod query_path;
@@ -60,6 +69,7 @@ pub mod types;
 pub use allowance::{sign_allowance, ALLOWANCE_SIGN_DOMAIN};
 pub use block::begin_block;
 pub use codes::Code;
+pub use envelope::{VerifiedSignatures, VerifyAll};
 pub use error::{ExecError, Fatal, Rejection};
 pub use genesis::{
     parse_pubkey, AllowanceEntry, BalanceEntry, DkgGenesis, EncryptionKeyEntry, GatewayEntry,
@@ -70,7 +80,7 @@ pub use machine::{
     CheckedTx,
 };
 pub use record::{Counters, Overflow, RouteId, RouteRecordView, WindowView};
-pub use report::{sign_report, VerifiedSignatures, VerifyAll, REPORT_SIGN_DOMAIN};
+pub use report::{sign_report, REPORT_SIGN_DOMAIN};
 pub use state::chain::{balance, chain_id, params};
 pub use system::{prepare_system, rederive_start, verify_system};
 pub use tx::{decode_tx, is_system_tx};

@@ -1,7 +1,8 @@
 //! The state machine's entry points for the ABCI adapter: genesis, the
 //! start of a block, running and checking one transaction. A thin
-//! dispatcher: each step is decoded here and handed to the module that
-//! owns it ([`crate::block`], [`crate::report`], [`crate::sync`]).
+//! dispatcher: a transaction's bytes are decoded here, once, and the
+//! decoded value is handed to the module that owns it: system transactions
+//! to [`crate::sync`], every user transaction to [`crate::pipeline`].
 //!
 //! Results keep the two failure kinds apart: an invalid transaction is a
 //! [`TxResult`] with its code (the block goes on), a local fault is a
@@ -10,10 +11,11 @@
 use tally_store::{Kv, KvRead};
 
 use crate::codes::Code;
+use crate::envelope::{VerifiedSignatures, VerifyAll};
 use crate::error::{ExecError, Fatal, Rejection};
 use crate::genesis::{parse_pubkey, Genesis, GenesisError};
-use crate::proto::tx;
-use crate::report::{plan_tx_with, VerifiedSignatures, VerifyAll};
+use crate::pipeline::{check_size, plan};
+use crate::proto::{tx, Tx};
 use crate::state::allowance::{put_allowance, put_gateway_name, put_user_key, Allowance};
 use crate::state::chain::{
     chain_id, last_time, params, put_balance, put_chain_id, put_gateway, put_params,
@@ -60,29 +62,53 @@ pub fn deliver_tx(kv: &mut impl Kv, block: &Block, tx: &[u8]) -> Result<TxResult
     deliver_tx_with(kv, block, tx, &VerifyAll)
 }
 
-/// [`deliver_tx`], skipping the ed25519 check of report signatures `sigs`
-/// knows (the result is the same; see [`VerifiedSignatures`]).
+/// [`deliver_tx`], skipping the ed25519 check of envelope signatures
+/// `sigs` knows (the result is the same; see [`VerifiedSignatures`]).
+///
+/// The bytes are decoded once. System transactions run as decoded (as
+/// ProcessProposal checked them: their encoding need not be canonical);
+/// anything else goes through the user pipeline, size first.
 pub fn deliver_tx_with(
     kv: &mut impl Kv,
     block: &Block,
     tx: &[u8],
     sigs: &dyn VerifiedSignatures,
 ) -> Result<TxResult, Fatal> {
-    let result = match decode_tx(tx).map(|t| t.sum) {
-        Ok(Some(tx::Sum::SyncStart(s))) => apply_start(kv, block, &s),
-        Ok(Some(tx::Sum::Partials(p))) => match chain_id(kv) {
+    let result = match decode_tx(tx) {
+        Ok(Tx {
+            sum: Some(tx::Sum::SyncStart(s)),
+        }) => apply_start(kv, block, &s),
+        Ok(Tx {
+            sum: Some(tx::Sum::Partials(p)),
+        }) => match chain_id(kv) {
             Ok(chain) => apply_partials(kv, block, &chain, &p, false),
             Err(f) => Err(f.into()),
         },
-        _ => plan_tx_with(kv, block.time, tx, sigs).and_then(|plan| plan.apply(kv)),
+        decoded => deliver_user(kv, block, tx, decoded, sigs),
     };
     settle(result)
 }
 
+/// A user transaction in FinalizeBlock: size, then the pipeline's plan,
+/// then its writes.
+fn deliver_user(
+    kv: &mut impl Kv,
+    block: &Block,
+    tx: &[u8],
+    decoded: Result<Tx, Rejection>,
+    sigs: &dyn VerifiedSignatures,
+) -> Result<TxResult, ExecError> {
+    let params = params(kv)?;
+    check_size(tx, &params)?;
+    plan(kv, &params, block.time, tx, decoded, sigs)?.apply(kv)
+}
+
 /// Checks a transaction against committed state for the mempool, using the
 /// last block's time as "now". Anything over `max_tx_bytes` is refused by
-/// its length, before it is decoded. Changes nothing; `Err` means this
-/// node is broken.
+/// its length and a system transaction by its payload's field number
+/// ([`is_system_tx`]), both before anything is decoded; the rest is
+/// decoded once and planned by [`crate::pipeline`]. Changes nothing; `Err`
+/// means this node is broken.
 pub fn check_tx(kv: &impl KvRead, tx: &[u8]) -> Result<TxResult, Fatal> {
     Ok(check_tx_claim(kv, tx)?.result)
 }
@@ -105,7 +131,7 @@ pub fn check_tx_claim(kv: &impl KvRead, tx: &[u8]) -> Result<CheckedTx, Fatal> {
     check_tx_claim_with(kv, tx, &VerifyAll)
 }
 
-/// [`check_tx_claim`], skipping the ed25519 check of report signatures
+/// [`check_tx_claim`], skipping the ed25519 check of envelope signatures
 /// `sigs` knows and remembering the ones it verifies.
 pub fn check_tx_claim_with(
     kv: &impl KvRead,
@@ -118,12 +144,9 @@ pub fn check_tx_claim_with(
         claim: None,
         now,
     };
-    let max = params(kv)?.max_tx_bytes;
-    if tx.len() as u64 > max {
-        return Ok(done(TxResult::rejected(Rejection::new(
-            Code::TxTooLarge,
-            format!("transaction is {} bytes, at most {max} allowed", tx.len()),
-        ))));
+    let params = params(kv)?;
+    if let Err(r) = check_size(tx, &params) {
+        return Ok(done(TxResult::rejected(r)));
     }
     if is_system_tx(tx) {
         return Ok(done(TxResult::rejected(Rejection::new(
@@ -132,7 +155,7 @@ pub fn check_tx_claim_with(
         ))));
     }
     let mut claim = None;
-    let result = settle(plan_tx_with(kv, now, tx, sigs).map(|plan| {
+    let result = settle(plan(kv, &params, now, tx, decode_tx(tx), sigs).map(|plan| {
         claim = plan.report_scope().map(|(s, e)| (s.to_vec(), e));
         TxResult::ok(plan.describe(), Vec::new())
     }))?;

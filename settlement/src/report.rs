@@ -2,6 +2,10 @@
 //! into a [`Plan`], and the plan's writes happen only when every check
 //! passed, so a rejected report changes nothing.
 //!
+//! The envelope is opened by [`crate::envelope`] (this module says how a
+//! `SignedReport` names its signer: a gateway key registered in genesis);
+//! [`crate::pipeline`] dispatches to [`plan_report`].
+//!
 //! A report's calls come as records or in the compact per-route form
 //! ([`crate::calls`]); either way it charges each call's user, credits what each provider is
 //! owed in the current window, adds the records to their route records
@@ -10,24 +14,22 @@
 use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 
-use ed25519_dalek::{Signature, VerifyingKey};
 use prost::Message;
-use sha2::{Digest, Sha256};
 use tally_store::{Kv, KvRead};
 
-use crate::allowance::{check_spend, plan_allowance, AllowancePlan, Spend};
+use crate::allowance::{check_spend, Spend};
 use crate::calls::{call_count, CallTotals};
 use crate::codes::Code;
+use crate::envelope::{self, key32, Envelope, Opened};
 use crate::error::{reject, ExecError, Rejection};
 use crate::genesis::Params;
 use crate::keys;
 use crate::proto::{tx, ReportUsage, SignedReport, Tx};
 use crate::record::{Counters, RouteId};
 use crate::state::chain::{
-    balance, chain_id, gateway, owed_slot, params, party_window, put_balance, put_owed_slot,
-    put_report, put_route, put_window_info, report_seen, route, window_info, OwedSlot,
+    balance, gateway, owed_slot, party_window, put_balance, put_owed_slot, put_report, put_route,
+    put_window_info, report_seen, route, window_info, OwedSlot,
 };
-use crate::tx::decode_canonical;
 use crate::types::{Event, PartyWindow, TxResult, WindowInfo};
 
 /// Domain prefix of a gateway's report signature: the signed message is
@@ -73,170 +75,51 @@ impl Plan {
     pub fn report_id(&self) -> &[u8] {
         &self.report_id
     }
-}
 
-/// A checked user transaction, ready to write.
-#[derive(Debug)]
-pub enum UserPlan {
-    /// A usage report.
-    Report(Box<Plan>),
-    /// A validator's DKG or governance message.
-    Validator(Box<crate::dkg::tx::ValidatorPlan>),
-    /// An allowance change.
-    Allowance(AllowancePlan),
-}
-
-impl UserPlan {
-    /// Writes the transaction's changes and returns the accepted result.
-    pub fn apply(self, kv: &mut impl Kv) -> Result<TxResult, ExecError> {
-        match self {
-            UserPlan::Report(p) => Ok(p.apply(kv)),
-            UserPlan::Allowance(p) => Ok(p.apply(kv)),
-            UserPlan::Validator(p) => p.apply(kv),
-        }
-    }
-
-    /// What CheckTx answers for it.
-    pub fn describe(&self) -> String {
-        match self {
-            UserPlan::Report(p) => format!("report {} passes checks", hex::encode(&p.report_id)),
-            UserPlan::Allowance(_) => "allowance change passes checks".into(),
-            UserPlan::Validator(p) => format!("{} passes checks", p.describe()),
-        }
-    }
-
-    /// The replay scope (gateway key and report id) of a report.
-    pub fn report_scope(&self) -> Option<(&[u8], u64)> {
-        match self {
-            UserPlan::Report(p) => Some((&p.scope, p.expires_at)),
-            UserPlan::Allowance(_) | UserPlan::Validator(_) => None,
-        }
+    /// The replay scope (gateway key and report id) and the expiry.
+    pub fn scope(&self) -> (&[u8], u64) {
+        (&self.scope, self.expires_at)
     }
 }
 
-/// Gateway signatures this node has already verified, by
-/// [`signature_id`]: a report whose signature is known verifies without
-/// the ed25519 check. The answer cannot differ (the id commits to the key,
-/// the signature and the signed body), so a node with a cache and one
-/// without reach the same result; the cache only saves the work when the
-/// same transaction is checked again (mempool recheck after every block,
-/// then FinalizeBlock). Only signatures that verified are ever inserted.
-pub trait VerifiedSignatures {
-    /// Whether the signature with this id verified before.
-    fn contains(&self, id: &[u8; 32]) -> bool;
-    /// Remembers that the signature with this id verified.
-    fn insert(&self, id: [u8; 32]);
-}
+impl Envelope for SignedReport {
+    type Body = ReportUsage;
+    /// The gateway's registered name.
+    type Signer = String;
+    const DOMAIN: &'static [u8] = REPORT_SIGN_DOMAIN;
+    const WHAT: &'static str = "report";
+    const UNKNOWN_SIGNER: Code = Code::UnknownGateway;
 
-/// No memory: every signature is verified.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct VerifyAll;
-
-impl VerifiedSignatures for VerifyAll {
-    fn contains(&self, _: &[u8; 32]) -> bool {
-        false
+    fn body(&self) -> &[u8] {
+        &self.body
     }
-    fn insert(&self, _: [u8; 32]) {}
-}
-
-/// The id of a report signature: SHA-256 of the gateway key, the signature
-/// and SHA-256 of the signed body.
-pub fn signature_id(gateway_key: &[u8], signature: &[u8], body_hash: &[u8; 32]) -> [u8; 32] {
-    let mut h = Sha256::new();
-    h.update(gateway_key);
-    h.update(signature);
-    h.update(body_hash);
-    h.finalize().into()
-}
-
-/// Plans the transaction `bytes` at block time `now`: it must fit
-/// `max_tx_bytes`, decode, and be a valid usage report.
-pub fn plan_tx(kv: &impl KvRead, now: u64, bytes: &[u8]) -> Result<UserPlan, ExecError> {
-    plan_tx_with(kv, now, bytes, &VerifyAll)
-}
-
-/// [`plan_tx`], skipping the ed25519 check of signatures `sigs` knows.
-pub fn plan_tx_with(
-    kv: &impl KvRead,
-    now: u64,
-    bytes: &[u8],
-    sigs: &dyn VerifiedSignatures,
-) -> Result<UserPlan, ExecError> {
-    let params = params(kv)?;
-    if bytes.len() as u64 > params.max_tx_bytes {
-        return Err(reject(
-            Code::TxTooLarge,
-            format!(
-                "transaction is {} bytes, at most {} allowed",
-                bytes.len(),
-                params.max_tx_bytes
-            ),
-        ));
+    fn signature(&self) -> &[u8] {
+        &self.signature
     }
-    match decode_canonical(bytes)?.sum {
-        Some(tx::Sum::Report(r)) => {
-            plan_report(kv, &params, now, &r, sigs).map(|p| UserPlan::Report(Box::new(p)))
-        }
-        Some(tx::Sum::Allowance(a)) => plan_allowance(kv, now, &a).map(UserPlan::Allowance),
-        Some(tx::Sum::Validator(v)) => {
-            crate::dkg::tx::plan_validator_tx(kv, &v).map(|p| UserPlan::Validator(Box::new(p)))
-        }
-        Some(_) => Err(reject(Code::BadSystemTx, "not a usage report")),
-        None => Err(reject(Code::MalformedTx, "transaction has no payload")),
+    fn chain_id(body: &ReportUsage) -> &str {
+        &body.chain_id
     }
-}
-
-/// Checks who signed the report and that the signature verifies; returns
-/// the gateway's name and key.
-fn check_signature(
-    kv: &impl KvRead,
-    signed: &SignedReport,
-    body_hash: &[u8; 32],
-    sigs: &dyn VerifiedSignatures,
-) -> Result<(String, [u8; 32]), ExecError> {
-    let key: [u8; 32] = signed.gateway_key.as_slice().try_into().map_err(|_| {
-        reject(
-            Code::UnknownGateway,
-            format!("gateway key is {} bytes, want 32", signed.gateway_key.len()),
-        )
-    })?;
-    let gateway = gateway(kv, &key)?.ok_or_else(|| {
-        reject(
-            Code::UnknownGateway,
-            format!(
-                "gateway key {} is not registered in genesis",
-                hex::encode(key)
-            ),
-        )
-    })?;
-    let sig: [u8; 64] = signed.signature.as_slice().try_into().map_err(|_| {
-        reject(
-            Code::BadSignature,
-            format!("signature is {} bytes, want 64", signed.signature.len()),
-        )
-    })?;
-    let id = signature_id(&key, &sig, body_hash);
-    if sigs.contains(&id) {
-        return Ok((gateway, key));
-    }
-    let vk = VerifyingKey::from_bytes(&key)
-        .map_err(|_| reject(Code::UnknownGateway, "gateway key is not an ed25519 point"))?;
-    let mut msg = Vec::with_capacity(REPORT_SIGN_DOMAIN.len() + signed.body.len());
-    msg.extend_from_slice(REPORT_SIGN_DOMAIN);
-    msg.extend_from_slice(&signed.body);
-    vk.verify_strict(&msg, &Signature::from_bytes(&sig))
-        .map_err(|_| {
+    /// The envelope's gateway key, which genesis must have registered.
+    fn signer(&self, kv: &impl KvRead, _: &ReportUsage) -> Result<(String, [u8; 32]), ExecError> {
+        let key = key32(&self.gateway_key, Code::UnknownGateway, "gateway key")?;
+        let name = gateway(kv, &key)?.ok_or_else(|| {
             reject(
-                Code::BadSignature,
-                format!("signature does not verify for gateway {gateway}"),
+                Code::UnknownGateway,
+                format!(
+                    "gateway key {} is not registered in genesis",
+                    hex::encode(key)
+                ),
             )
         })?;
-    sigs.insert(id);
-    Ok((gateway, key))
+        Ok((name, key))
+    }
+    fn who(name: &String) -> String {
+        format!("gateway {name}")
+    }
 }
 
-/// The report's own checks: chain, id, expiry, replay (under the
-/// gateway's `scope`, see [`keys::report_scope`]), record count.
+/// The report's own checks: id, expiry, replay (under the gateway's
+/// `scope`, see [`keys::report_scope`]), record count.
 fn check_header(
     kv: &impl KvRead,
     params: &Params,
@@ -244,16 +127,6 @@ fn check_header(
     report: &ReportUsage,
     scope: &[u8],
 ) -> Result<(), ExecError> {
-    let chain = chain_id(kv)?;
-    if report.chain_id != chain {
-        return Err(reject(
-            Code::WrongChain,
-            format!(
-                "report is for chain {:?}, this is {:?}",
-                report.chain_id, chain
-            ),
-        ));
-    }
     if report.report_id.len() != 16 {
         return Err(reject(
             Code::BadReportId,
@@ -310,27 +183,21 @@ fn check_header(
     Ok(())
 }
 
-fn plan_report(
+/// Plans an opened report at block time `now`: its own checks (see
+/// [`check_header`]), then every call against balances, allowances and
+/// 64-bit counters, from reads only.
+pub fn plan_report(
     kv: &impl KvRead,
     params: &Params,
     now: u64,
-    signed: &SignedReport,
-    sigs: &dyn VerifiedSignatures,
+    opened: Opened<ReportUsage, String>,
 ) -> Result<Plan, ExecError> {
-    let report = ReportUsage::decode(signed.body.as_slice()).map_err(|e| {
-        reject(
-            Code::MalformedTx,
-            format!("report body does not decode: {e}"),
-        )
-    })?;
-    if report.encoded_len() != signed.body.len() || report.encode_to_vec() != signed.body {
-        return Err(reject(
-            Code::NonCanonical,
-            "report body is not in canonical protobuf encoding (fields in order, no unknown or repeated fields)",
-        ));
-    }
-    let body_hash: [u8; 32] = Sha256::digest(&signed.body).into();
-    let (gateway, gateway_key) = check_signature(kv, signed, &body_hash, sigs)?;
+    let Opened {
+        body: report,
+        signer: gateway,
+        key: gateway_key,
+        body_hash,
+    } = opened;
     let scope = keys::report_scope(&gateway_key, &report.report_id);
     check_header(kv, params, now, &report, &scope)?;
 
@@ -467,12 +334,8 @@ impl Plan {
 
 /// Encodes and signs a report as a transaction, the way gateways do.
 pub fn sign_report(key: &ed25519_dalek::SigningKey, report: &ReportUsage) -> Vec<u8> {
-    use ed25519_dalek::Signer;
     let body = report.encode_to_vec();
-    let mut msg = Vec::with_capacity(REPORT_SIGN_DOMAIN.len() + body.len());
-    msg.extend_from_slice(REPORT_SIGN_DOMAIN);
-    msg.extend_from_slice(&body);
-    let signature = key.sign(&msg).to_bytes().to_vec();
+    let signature = envelope::sign(key, REPORT_SIGN_DOMAIN, &body);
     Tx {
         sum: Some(tx::Sum::Report(SignedReport {
             body,

@@ -1,6 +1,7 @@
-//! Transaction bytes: decoding, telling user transactions (usage reports)
-//! from system transactions (added by the proposer only), and encoding
-//! system transactions.
+//! Transaction bytes: decoding, telling user transactions (reports,
+//! allowances, validator messages) from system transactions (added by the
+//! proposer only) without decoding, size bounds of proposed transactions,
+//! and encoding system transactions.
 
 use prost::Message;
 
@@ -121,26 +122,16 @@ pub fn decode_tx(tx: &[u8]) -> Result<Tx, Rejection> {
     Ok(decoded)
 }
 
-/// Decodes a user transaction that must be in canonical encoding: the
-/// bytes are exactly what re-encoding the decoded message gives (fields in
-/// order, no unknown, repeated or padded fields). Anyone can re-wrap a
-/// valid report in many byte variants; only one of them is accepted.
-pub fn decode_canonical(tx: &[u8]) -> Result<Tx, Rejection> {
-    let decoded = decode_tx(tx)?;
-    if decoded.encoded_len() != tx.len() || decoded.encode_to_vec() != tx {
-        return Err(Rejection::new(
-            Code::NonCanonical,
-            "transaction is not in canonical protobuf encoding (fields in order, no unknown or repeated fields)",
-        ));
-    }
-    Ok(decoded)
-}
-
-/// True for transactions only a block proposer may add.
+/// True for transactions only a block proposer may add: the payload field
+/// ([`peek_payload`], read without decoding or allocating) is a
+/// `SyncTxStart` or a `SubmitPartials`. A user transaction in canonical
+/// encoding has its payload as its only field, so this never refuses one;
+/// bytes that only look like a system transaction this way (and may not
+/// decode at all) are refused as one.
 pub fn is_system_tx(tx: &[u8]) -> bool {
     matches!(
-        decode_tx(tx).map(|t| t.sum),
-        Ok(Some(tx::Sum::SyncStart(_) | tx::Sum::Partials(_)))
+        peek_payload(tx),
+        Some((FIELD_SYNC_START | FIELD_PARTIALS, _))
     )
 }
 

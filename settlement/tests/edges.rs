@@ -218,9 +218,10 @@ fn users_grant_and_revoke_with_their_own_key_and_replays_are_refused() {
     expect(&mut p, &b, &t, Code::Ok);
     // The same signed grant again: its sequence is not above the last.
     expect(&mut p, &b, &grant, Code::BadAllowance);
-    // Signed by someone else (gw-b's operator, say).
+    // Signed by someone else (gw-b's operator, say): a bad signature, as
+    // for every signed transaction (ADR 0016).
     let forged = sign_allowance(&gw(2), &change("gw-b", 1000, T0 + 300, 9));
-    expect(&mut p, &b, &forged, Code::BadAllowance);
+    expect(&mut p, &b, &forged, Code::BadSignature);
     // bob has no registered key: he cannot sign anything.
     let bobs = sign_allowance(
         &gw(3),

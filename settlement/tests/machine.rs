@@ -141,9 +141,10 @@ fn every_malformed_input_has_its_code_and_changes_nothing() {
         sum: Some(tx::Sum::Report(bad_sig)),
     }
     .encode_to_vec();
+    // A body for this chain: the chain id is checked before the key.
     let short_key = Tx {
         sum: Some(tx::Sum::Report(SignedReport {
-            body: vec![],
+            body: ok(good.clone()).encode_to_vec(),
             gateway_key: vec![1, 2],
             signature: vec![],
         })),

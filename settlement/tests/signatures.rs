@@ -136,3 +136,55 @@ fn a_remembered_signature_skips_the_curve_check() {
         Code::Ok
     );
 }
+
+#[test]
+fn allowances_and_validator_messages_are_remembered_too() {
+    use tally_settlement::proto::{validator_msg, AllowanceChange, ProposalApproval, ValidatorMsg};
+    use tally_settlement::UserEntry;
+    let alice = SigningKey::from_bytes(&[8u8; 32]);
+    let mut p = Pending::open(Arc::new(MemBackend::new())).unwrap();
+    // A user key for alice, as genesis `users` writes it.
+    let mut g = Genesis {
+        users: vec![UserEntry {
+            name: "alice".into(),
+            pubkey: hex::encode(alice.verifying_key().to_bytes()),
+        }],
+        ..Genesis::default()
+    };
+    g.gateways = vec![GatewayEntry {
+        name: "gw0".into(),
+        pubkey: hex::encode(key().verifying_key().to_bytes()),
+    }];
+    init_chain(&mut p, "tally-test", &g).unwrap();
+    let allowance = tally_settlement::sign_allowance(
+        &alice,
+        &AllowanceChange {
+            chain_id: "tally-test".into(),
+            user: "alice".into(),
+            gateway: "gw0".into(),
+            max_per_window: 5,
+            expires_at: u64::MAX,
+            sequence: 1,
+        },
+    );
+    let validator = tally_settlement::dkg::sign_validator_msg(
+        &SigningKey::from_bytes(&[3u8; 32]),
+        &ValidatorMsg {
+            chain_id: "tally-test".into(),
+            sum: Some(validator_msg::Sum::Approve(ProposalApproval {
+                proposal: 1,
+            })),
+        },
+    );
+    for tx in [&allowance, &validator] {
+        let log = Log::default();
+        let first = check_tx_claim_with(&p, tx, &log).unwrap().result;
+        let again = check_tx_claim_with(&p, tx, &log).unwrap().result;
+        let plain = check_tx_claim(&p, tx).unwrap().result;
+        assert_eq!((&first.code, &first.log), (&plain.code, &plain.log));
+        assert_eq!((&again.code, &again.log), (&plain.code, &plain.log));
+        // Verified once, found the second time.
+        assert_eq!(*log.inserted.borrow(), 1, "{}", plain.log);
+        assert_eq!(*log.asked.borrow(), 2);
+    }
+}

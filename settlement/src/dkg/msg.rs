@@ -1,16 +1,19 @@
 //! Validator messages on the wire: signing (for nodes and the CLI) and
-//! opening (for the chain). A message is a `SignedValidatorMsg` whose body
+//! opening (for the chain, through the one envelope opener
+//! [`crate::envelope`]). A message is a `SignedValidatorMsg` whose body
 //! is a canonical `ValidatorMsg`, signed with the sender's CometBFT ed25519
 //! consensus key over `"tally/validator/v1" || 0x00 || body`. The sender is
 //! named by its key; its consensus address is the first 20 bytes of the
 //! key's SHA-256, as in CometBFT.
 
-use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
+use ed25519_dalek::SigningKey;
 use prost::Message;
 use sha2::{Digest, Sha256};
+use tally_store::KvRead;
 
 use crate::codes::Code;
-use crate::error::{reject, ExecError};
+use crate::envelope::{self, key32, Envelope, VerifiedSignatures};
+use crate::error::ExecError;
 use crate::proto::{tx, SignedValidatorMsg, Tx, ValidatorMsg};
 
 /// Domain prefix of a validator message signature.
@@ -27,13 +30,12 @@ pub fn address_of(pubkey: &[u8]) -> [u8; 20] {
 /// Encodes and signs `msg` as a transaction with the consensus key `key`.
 pub fn sign_validator_msg(key: &SigningKey, msg: &ValidatorMsg) -> Vec<u8> {
     let body = msg.encode_to_vec();
-    let mut m = VALIDATOR_SIGN_DOMAIN.to_vec();
-    m.extend_from_slice(&body);
+    let signature = envelope::sign(key, VALIDATOR_SIGN_DOMAIN, &body);
     Tx {
         sum: Some(tx::Sum::Validator(SignedValidatorMsg {
             body,
             pubkey: key.verifying_key().to_bytes().to_vec(),
-            signature: key.sign(&m).to_bytes().to_vec(),
+            signature,
         })),
     }
     .encode_to_vec()
@@ -50,63 +52,47 @@ pub struct Opened {
     pub msg: ValidatorMsg,
 }
 
-/// Checks the body's encoding, chain id and signature. Who may send what
-/// is the caller's concern.
-pub fn open(chain_id: &str, signed: &SignedValidatorMsg) -> Result<Opened, ExecError> {
-    let msg = ValidatorMsg::decode(signed.body.as_slice())
-        .map_err(|e| reject(Code::MalformedTx, format!("validator message body: {e}")))?;
-    if msg.encode_to_vec() != signed.body {
-        return Err(reject(
-            Code::NonCanonical,
-            "validator message body is not in canonical protobuf encoding",
-        ));
+impl Envelope for SignedValidatorMsg {
+    type Body = ValidatorMsg;
+    /// The sender's consensus address.
+    type Signer = [u8; 20];
+    const DOMAIN: &'static [u8] = VALIDATOR_SIGN_DOMAIN;
+    const WHAT: &'static str = "validator message";
+    const UNKNOWN_SIGNER: Code = Code::NotValidator;
+
+    fn body(&self) -> &[u8] {
+        &self.body
     }
-    if msg.chain_id != chain_id {
-        return Err(reject(
-            Code::WrongChain,
-            format!(
-                "message is for chain {:?}, this is {chain_id:?}",
-                msg.chain_id
-            ),
-        ));
+    fn signature(&self) -> &[u8] {
+        &self.signature
     }
-    if msg.sum.is_none() {
-        return Err(reject(
-            Code::MalformedTx,
-            "validator message has no payload",
-        ));
+    fn chain_id(body: &ValidatorMsg) -> &str {
+        &body.chain_id
     }
-    let pubkey: [u8; 32] = signed.pubkey.as_slice().try_into().map_err(|_| {
-        reject(
-            Code::BadSignature,
-            format!("consensus key is {} bytes, want 32", signed.pubkey.len()),
-        )
-    })?;
-    let sig: [u8; 64] = signed.signature.as_slice().try_into().map_err(|_| {
-        reject(
-            Code::BadSignature,
-            format!("signature is {} bytes, want 64", signed.signature.len()),
-        )
-    })?;
-    let vk = VerifyingKey::from_bytes(&pubkey).map_err(|_| {
-        reject(
-            Code::BadSignature,
-            "consensus key is not a valid ed25519 key",
-        )
-    })?;
-    let mut m = VALIDATOR_SIGN_DOMAIN.to_vec();
-    m.extend_from_slice(&signed.body);
-    vk.verify_strict(&m, &Signature::from_bytes(&sig))
-        .map_err(|_| {
-            reject(
-                Code::BadSignature,
-                "validator message signature does not verify",
-            )
-        })?;
+    /// The envelope's consensus key; whether it may send this message is
+    /// the planner's concern ([`super::tx`]).
+    fn signer(&self, _: &impl KvRead, _: &ValidatorMsg) -> Result<([u8; 20], [u8; 32]), ExecError> {
+        let key = key32(&self.pubkey, Code::NotValidator, "consensus key")?;
+        Ok((address_of(&key), key))
+    }
+    fn who(address: &[u8; 20]) -> String {
+        format!("validator {}", hex::encode(address))
+    }
+}
+
+/// Opens a validator message with the one envelope opener
+/// ([`crate::envelope::open`]: body encoding, chain id, key, signature).
+/// Who may send what is the caller's concern.
+pub fn open(
+    kv: &impl KvRead,
+    signed: &SignedValidatorMsg,
+    sigs: &dyn VerifiedSignatures,
+) -> Result<Opened, ExecError> {
+    let o = envelope::open(kv, signed, sigs)?;
     Ok(Opened {
-        address: address_of(&pubkey),
-        pubkey,
-        msg,
+        address: o.signer,
+        pubkey: o.key,
+        msg: o.body,
     })
 }
 

@@ -20,15 +20,12 @@ use ed25519_dalek::VerifyingKey;
 use tally_store::{Kv, KvRead};
 
 use super::crypto::{scalar_from_bytes, verify_pop, verify_share};
-use super::msg::{open, pop_context, Opened};
+use super::msg::{pop_context, Opened};
 use super::state::{self as st, MAX_VALIDATORS, STATUS_ACCEPTED, STATUS_OPEN};
 use crate::bls::parse_public_key;
 use crate::codes::Code;
 use crate::error::{reject, ExecError};
-use crate::proto::{
-    validator_msg::Sum, Ceremony, Dealing, DkgReveal, Proposal, SignedValidatorMsg,
-    ValidatorProposal,
-};
+use crate::proto::{validator_msg::Sum, Ceremony, Dealing, DkgReveal, Proposal, ValidatorProposal};
 use crate::state::chain::chain_id;
 use crate::state::sync::threshold_key;
 use crate::types::{Event, TxResult};
@@ -155,16 +152,13 @@ fn accept_if_enough(kv: &impl KvRead, p: &mut Proposal) -> Result<(), ExecError>
     Ok(())
 }
 
-/// Plans a validator transaction at the last block begun.
-pub fn plan_validator_tx(
-    kv: &impl KvRead,
-    signed: &SignedValidatorMsg,
-) -> Result<ValidatorPlan, ExecError> {
+/// Plans an opened validator transaction ([`super::msg::open`]) at the
+/// last block begun.
+pub fn plan_validator_tx(kv: &impl KvRead, o: &Opened) -> Result<ValidatorPlan, ExecError> {
     let chain = chain_id(kv)?;
-    let o = open(&chain, signed)?;
     let height = st::last_height(kv)?;
     match o.msg.sum.clone() {
-        Some(Sum::Dealing(d)) => plan_dealing(kv, height, &o, d),
+        Some(Sum::Dealing(d)) => plan_dealing(kv, height, o, d),
         Some(Sum::Ack(a)) => {
             let c = running(kv, a.round)?;
             if height >= c.ack_end {
@@ -173,7 +167,7 @@ pub fn plan_validator_tx(
                     c.round, c.ack_end
                 )));
             }
-            let p = player_pos(&c, &o)?;
+            let p = player_pos(&c, o)?;
             if a.dealers.is_empty() || !a.dealers.windows(2).all(|w| w[0] < w[1]) {
                 return Err(reject(
                     Code::MalformedTx,
@@ -193,10 +187,10 @@ pub fn plan_validator_tx(
             }
             Ok(ValidatorPlan::Ack(c.round, a.dealers, p))
         }
-        Some(Sum::Reveal(r)) => plan_reveal(kv, height, &o, r),
-        Some(Sum::Propose(p)) => plan_proposal(kv, &chain, height, &o, p),
+        Some(Sum::Reveal(r)) => plan_reveal(kv, height, o, r),
+        Some(Sum::Propose(p)) => plan_proposal(kv, &chain, height, o, p),
         Some(Sum::Approve(a)) => {
-            current_validator(kv, &o)?;
+            current_validator(kv, o)?;
             let mut p = st::proposal(kv, a.proposal)?
                 .ok_or_else(|| reject(Code::NotFound, format!("no proposal {}", a.proposal)))?;
             if p.status != STATUS_OPEN {
