@@ -41,7 +41,7 @@ pub(crate) fn finalize_block(app: &TallyApp, req: RequestFinalizeBlock) -> Respo
                 let mut tx_results = Vec::with_capacity(req.txs.len());
                 let mut fault = None;
                 for tx in &req.txs {
-                    match settlement::deliver_tx_with(&mut c.pending, &block, tx, sigs) {
+                    match settlement::deliver_tx_with(&mut c.pending, &block, tx, sigs, app.key_cache()) {
                         Ok(r) => tx_results.push(ExecTxResult {
                             code: r.code.value(),
                             log: r.log,

@@ -23,7 +23,11 @@
 //!   compact per-route form), checked and summed;
 //! - [`report`]: usage reports, planned then applied;
 //! - [`dkg`]: the threshold key and validator set made and changed on
-//!   chain (ceremonies, resharing, proposals), above `state`;
+//!   chain (ceremonies, resharing, proposals, their accessors and
+//!   queries), above `state`; its leaves `dkg::keys` (state keys, listed in
+//!   `keys::LAYOUT`), `dkg::key` (the key record, read by `genesis`) and
+//!   `dkg::types` sit with the leaves, and `sync` reads the active key
+//!   through `dkg::state`;
 //! - [`block`]: start-of-block work;
 //! - [`system`]: the proposer's system transactions;
 //! - [`machine`]: the entry points, dispatching to the above;
@@ -43,7 +47,6 @@ pub mod machine;
 pub mod proto;
 pub mod query;
 pub mod query_path;
-pub mod query_validators;
 mod record;
 pub mod report;
 pub mod state;
@@ -58,9 +61,10 @@ pub use block::begin_block;
 pub use codes::Code;
 pub use error::{ExecError, Fatal, Rejection};
 pub use genesis::{
-    parse_pubkey, AllowanceEntry, BalanceEntry, DkgGenesis, EncryptionKeyEntry, GatewayEntry,
-    Genesis, GenesisError, Params, UserEntry,
+    parse_pubkey, AllowanceEntry, BalanceEntry, EncryptionKeyEntry, GatewayEntry, Genesis,
+    GenesisError, Params, UserEntry,
 };
+pub use dkg::key::{KeyCache, KeyEpoch};
 pub use machine::{
     check_tx, check_tx_claim, check_tx_claim_with, deliver_tx, deliver_tx_with, init_chain,
     CheckedTx,
