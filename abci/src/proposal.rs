@@ -46,7 +46,9 @@ pub(crate) fn prepare_proposal(
     let system = app
         .committed_pending()
         .map_err(ExecError::from)
-        .and_then(|mut sim| settlement::prepare_system(&mut sim, app.key_cache(), &block, &votes, &bodies));
+        .and_then(|mut sim| {
+            settlement::prepare_system(&mut sim, app.key_cache(), &block, &votes, &bodies)
+        });
     match system {
         Ok(sys) => {
             for t in sys {

@@ -27,8 +27,7 @@ pub(crate) fn extend_vote(app: &TallyApp, req: RequestExtendVote) -> ResponseExt
         .unwrap_or_else(|e| e.into_inner())
         .clone();
     // The share of the chain's active key epoch, if this node holds it.
-    let active = match settlement::dkg::state::active_key(app.committed_state(), app.key_cache())
-    {
+    let active = match settlement::dkg::state::active_key(app.committed_state(), app.key_cache()) {
         Ok(Some(k)) => k.record.epoch,
         _ => return ResponseExtendVote::default(),
     };

@@ -59,12 +59,12 @@ pub mod types;
 pub use allowance::{sign_allowance, ALLOWANCE_SIGN_DOMAIN};
 pub use block::begin_block;
 pub use codes::Code;
+pub use dkg::key::{KeyCache, KeyEpoch};
 pub use error::{ExecError, Fatal, Rejection};
 pub use genesis::{
     parse_pubkey, AllowanceEntry, BalanceEntry, EncryptionKeyEntry, GatewayEntry, Genesis,
     GenesisError, Params, UserEntry,
 };
-pub use dkg::key::{KeyCache, KeyEpoch};
 pub use machine::{
     check_tx, check_tx_claim, check_tx_claim_with, deliver_tx, deliver_tx_with, init_chain,
     CheckedTx,

@@ -24,7 +24,7 @@ use tally_settlement::sync::{
 };
 use tally_settlement::{
     begin_block, check_tx, init_chain, rederive_start, sign_report, verify_system, AllowanceEntry,
-    BalanceEntry, Block, Code, ExecError, KeyCache, KeyEpoch, GatewayEntry, Genesis, Params,
+    BalanceEntry, Block, Code, ExecError, GatewayEntry, Genesis, KeyCache, KeyEpoch, Params,
 };
 use tally_store::{MemBackend, Pending};
 
@@ -302,7 +302,13 @@ fn extension_over_the_partial_cap_is_refused() {
         .map(|k| env.partial(Kind::Batch, &[k; 32], 0))
         .collect();
     assert_eq!(
-        check_extension(&env.kv, &KeyCache::new(), &addr(0), &ext(nine[..8].to_vec())).map(|e| e.partials.len()),
+        check_extension(
+            &env.kv,
+            &KeyCache::new(),
+            &addr(0),
+            &ext(nine[..8].to_vec())
+        )
+        .map(|e| e.partials.len()),
         Ok(8)
     );
     assert_eq!(
@@ -380,9 +386,20 @@ fn extension_signing_one_message_twice_is_refused() {
     let q = env.partial(Kind::HubResult, &[3; 32], 0);
     let other_kind = env.partial(Kind::HubBlock, &[3; 32], 0);
     // The same digest under two kinds is two messages.
-    assert!(check_extension(&env.kv, &KeyCache::new(), &addr(0), &ext(vec![q.clone(), other_kind])).is_ok());
+    assert!(check_extension(
+        &env.kv,
+        &KeyCache::new(),
+        &addr(0),
+        &ext(vec![q.clone(), other_kind])
+    )
+    .is_ok());
     assert_eq!(
-        check_extension(&env.kv, &KeyCache::new(), &addr(0), &ext(vec![q.clone(), q])),
+        check_extension(
+            &env.kv,
+            &KeyCache::new(),
+            &addr(0),
+            &ext(vec![q.clone(), q])
+        ),
         malformed(1, "signs a message twice")
     );
 }
@@ -750,7 +767,14 @@ fn a_bogus_partial_never_displaces_the_good_one_of_its_index() {
     // And a bogus partial under another validator's index never gets in.
     let foreign = vec![(addr(3), ext(vec![env.bogus(Kind::Batch, &d, 0)]))];
     assert_eq!(
-        collect_partials(&env.kv, &KeyCache::new(), CHAIN, &foreign, &Bodies::default()).unwrap(),
+        collect_partials(
+            &env.kv,
+            &KeyCache::new(),
+            CHAIN,
+            &foreign,
+            &Bodies::default()
+        )
+        .unwrap(),
         None
     );
 }
@@ -872,7 +896,17 @@ fn honest_extension_stops_at_max_extension_partials() {
     env.formed();
     let (results, blocks) = inbox(4);
     // Awaited: the batch, both results of attempt 1, hub range 1..10.
-    let e = sync::extension(&env.kv, &KeyCache::new(), CHAIN, &env.shares[0], 0, None, &results, &blocks).unwrap();
+    let e = sync::extension(
+        &env.kv,
+        &KeyCache::new(),
+        CHAIN,
+        &env.shares[0],
+        0,
+        None,
+        &results,
+        &blocks,
+    )
+    .unwrap();
     let d = env.batch_digest();
     assert_eq!(
         e.partials,
@@ -895,7 +929,17 @@ fn honest_extension_stops_at_max_vote_extension_bytes() {
     let (results, blocks) = inbox(4);
     // Four partials are awaited; each takes 139 bytes in the extension,
     // so 3 (417 bytes) fit in 512 and a fourth (556) does not.
-    let e = sync::extension(&env.kv, &KeyCache::new(), CHAIN, &env.shares[1], 0, None, &results, &blocks).unwrap();
+    let e = sync::extension(
+        &env.kv,
+        &KeyCache::new(),
+        CHAIN,
+        &env.shares[1],
+        0,
+        None,
+        &results,
+        &blocks,
+    )
+    .unwrap();
     assert_eq!(e.partials.len(), 3);
     let bytes = e.encode_to_vec();
     assert_eq!(bytes.len(), 417);

@@ -7,10 +7,10 @@
 use std::sync::Arc;
 
 use tally_settlement::bls::deal;
-use tally_settlement::dkg::{self, state as st};
-use tally_settlement::proto::{NextKey, Proposal, ValidatorRecord};
 use tally_settlement::dkg::state::{active_key, put_active_key};
 use tally_settlement::dkg::types::{ProposalAction, ProposalStatus};
+use tally_settlement::dkg::{self, state as st};
+use tally_settlement::proto::{NextKey, Proposal, ValidatorRecord};
 use tally_settlement::state::sync::{has_partial, put_partial};
 use tally_settlement::{init_chain, Block, Genesis, KeyCache, KeyEpoch};
 use tally_store::{MemBackend, Pending};
@@ -67,7 +67,14 @@ fn a_reshared_key_activates_at_its_height_and_old_partials_go() {
         },
     )
     .unwrap();
-    assert_eq!(active_key(&kv, &KeyCache::new()).unwrap().unwrap().record.epoch, 1);
+    assert_eq!(
+        active_key(&kv, &KeyCache::new())
+            .unwrap()
+            .unwrap()
+            .record
+            .epoch,
+        1
+    );
     assert!(has_partial(&kv, &[5; 32], 2).unwrap());
 
     let ev = dkg::begin_block(

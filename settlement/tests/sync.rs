@@ -11,8 +11,7 @@ use tally_settlement::proto::{
 };
 use tally_settlement::sync::{self, result_digest, HubCursor};
 use tally_settlement::{
-    begin_block, init_chain, sign_report, BatchStatus, Block, Code, KeyEpoch, GatewayEntry,
-    Genesis,
+    begin_block, init_chain, sign_report, BatchStatus, Block, Code, GatewayEntry, Genesis, KeyEpoch,
 };
 use tally_store::{MemBackend, Pending};
 

@@ -48,10 +48,8 @@ impl KeyEpoch {
     /// Parses and checks the keys (subgroup, not infinity) and threshold.
     pub fn public_shares(&self) -> Result<crate::bls::PublicShares, InvalidKey> {
         let key = |what: &str, h: &str| {
-            let b = hex::decode(h)
-                .map_err(|_| InvalidKey(format!("dkg {what} is not hex")))?;
-            crate::bls::parse_public_key(&b)
-                .map_err(|e| InvalidKey(format!("dkg {what}: {e}")))
+            let b = hex::decode(h).map_err(|_| InvalidKey(format!("dkg {what} is not hex")))?;
+            crate::bls::parse_public_key(&b).map_err(|e| InvalidKey(format!("dkg {what}: {e}")))
         };
         let n = self.public_shares.len();
         if self.threshold == 0 || self.threshold as usize > n {
@@ -131,7 +129,6 @@ impl KeyEpoch {
     }
 }
 
-
 /// The active threshold key: its record and the record's keys parsed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ThresholdKey {
@@ -147,8 +144,7 @@ impl ThresholdKey {
     /// Parses a stored record (JSON); bytes that are not a well-formed key
     /// are corrupt state.
     pub fn parse(bytes: &[u8]) -> Result<ThresholdKey, Fatal> {
-        let record: KeyEpoch =
-            serde_json::from_slice(bytes).map_err(|_| Fatal::Corrupt("dkg"))?;
+        let record: KeyEpoch = serde_json::from_slice(bytes).map_err(|_| Fatal::Corrupt("dkg"))?;
         let shares = record
             .public_shares()
             .map_err(|_| Fatal::Corrupt("dkg keys"))?;

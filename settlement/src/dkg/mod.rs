@@ -23,8 +23,8 @@
 //!
 //! **Set.** A current validator proposes adding, removing or updating a
 //! validator; the proposal is accepted once approvers holding more than
-//! 2/3 of the voting power signed approvals ([`proposal`]). An accepted change
-//! runs a *reshare*: the current share holders deal polynomials whose
+//! 2/3 of the voting power signed approvals ([`proposal`]). An accepted
+//! change runs a *reshare*: the current share holders deal polynomials whose
 //! constant terms are their shares, to the next set; combined with
 //! Lagrange weights they give new shares of the same group secret, so the
 //! group key never changes. When it finalises at height `h`, FinalizeBlock

@@ -59,8 +59,8 @@ pub fn put_active_key(kv: &mut impl Kv, k: &KeyEpoch) -> Result<(), Fatal> {
     Ok(())
 }
 
-/// A key record stored as JSON (the active key, a waiting next key).
-pub fn key_record(bytes: &[u8]) -> Result<KeyEpoch, Fatal> {
+/// The active key's record, stored as JSON.
+fn key_record(bytes: &[u8]) -> Result<KeyEpoch, Fatal> {
     serde_json::from_slice(bytes).map_err(|_| Fatal::Corrupt("key record"))
 }
 

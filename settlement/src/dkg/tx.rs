@@ -155,8 +155,9 @@ pub fn plan_validator_tx(
             Ok(ValidatorPlan::Ack(c.round, a.dealers, p))
         }
         Some(Sum::Reveal(r)) => plan_reveal(kv, height, &o, r),
-        Some(Sum::Propose(p)) => plan_proposal(kv, &chain, height, &o, p)
-            .map(|p| ValidatorPlan::Propose(Box::new(p))),
+        Some(Sum::Propose(p)) => {
+            plan_proposal(kv, &chain, height, &o, p).map(|p| ValidatorPlan::Propose(Box::new(p)))
+        }
         Some(Sum::Approve(a)) => {
             current_validator(kv, &o)?;
             let mut p = st::proposal(kv, a.proposal)?

@@ -22,7 +22,7 @@ use tally_settlement::proto::{
 };
 use tally_settlement::sync::{block_digest, result_digest};
 use tally_settlement::{
-    sign_report, AllowanceEntry, BalanceEntry, KeyEpoch, GatewayEntry, Genesis, Params,
+    sign_report, AllowanceEntry, BalanceEntry, GatewayEntry, Genesis, KeyEpoch, Params,
 };
 use tally_store::MemBackend;
 use tally_tests::driver::{address, signers};

@@ -354,7 +354,12 @@ fn process_proposal_with_arbitrary_system_transactions() {
         let mut sim =
             Pending::open(backend.clone()).map_err(|e| TestCaseError::fail(e.to_string()))?;
         let refs: Vec<&[u8]> = txs.iter().map(Vec::as_slice).collect();
-        let got = verify_system(&mut sim, &KeyCache::new(), &Block { height: 4, time }, &refs);
+        let got = verify_system(
+            &mut sim,
+            &KeyCache::new(),
+            &Block { height: 4, time },
+            &refs,
+        );
         if let Err(ExecError::Fatal(f)) = &got {
             return Err(TestCaseError::fail(format!("fatal: {f}")));
         }
