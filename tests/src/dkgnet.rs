@@ -215,7 +215,11 @@ impl DkgNet {
             .filter(|&i| self.net.nodes[i].member)
             .collect();
         let before = self.epoch()?;
-        let power = if action == ProposalAction::Remove { 0 } else { 10 };
+        let power = if action == ProposalAction::Remove {
+            0
+        } else {
+            10
+        };
         let (code, id) = self.propose(proposer, action, target, power)?;
         ensure!(code == Code::Ok, "proposal refused: {code:?}");
         for &v in voters.iter().filter(|&&v| v != proposer) {

@@ -358,7 +358,7 @@ mod tests {
             .unwrap()
             .proposal("c-1")
             .unwrap();
-        assert_eq!((p.action, p.power), (ProposalAction::Add.into(), 5));
+        assert_eq!((p.action, p.power), (u32::from(ProposalAction::Add), 5));
         assert_eq!(p.pubkey, pk.to_vec());
         assert_eq!(p.enc_key, enc.public().compress().to_vec());
         // The oracle: the chain's check of the proof.
@@ -440,7 +440,10 @@ mod tests {
             .unwrap()
             .proposal("c-1")
             .unwrap();
-        assert_eq!((r.action, r.power, r.enc_key.len()), (ProposalAction::Remove.into(), 0, 0));
+        assert_eq!(
+            (r.action, r.power, r.enc_key.len()),
+            (u32::from(ProposalAction::Remove), 0, 0)
+        );
         assert_eq!(r.pubkey, pk.to_vec());
     }
 }
