@@ -46,6 +46,10 @@ pub(crate) struct Inner {
     pub(crate) claims: Mutex<Claims>,
     /// Gateway signatures this node verified (mempool and blocks).
     pub(crate) signatures: crate::sigcache::SignatureCache,
+    /// The last threshold key parsed from state, shared by every handler
+    /// that reads the active key (proposals, vote extensions,
+    /// SubmitPartials): parsed again only when the stored key changes.
+    pub(crate) key_cache: settlement::KeyCache,
     /// Where this node's snapshots are kept, if it serves any.
     pub(crate) snapshots: RwLock<Option<Arc<dyn crate::snapshot_store::SnapshotStore>>>,
     /// The state-sync restore under way, if any.
@@ -111,6 +115,7 @@ impl TallyApp {
                 inbox: Mutex::new(Inbox::default()),
                 claims: Mutex::new(Claims::default()),
                 signatures: Default::default(),
+                key_cache: settlement::KeyCache::new(),
                 snapshots: RwLock::new(None),
                 restore: Mutex::new(None),
                 metrics,
@@ -136,6 +141,11 @@ impl TallyApp {
     /// Gateway signatures this node already verified.
     pub(crate) fn signatures(&self) -> &crate::sigcache::SignatureCache {
         &self.inner.signatures
+    }
+
+    /// The parsed threshold key, kept while the stored one is unchanged.
+    pub(crate) fn key_cache(&self) -> &settlement::KeyCache {
+        &self.inner.key_cache
     }
 
     pub(crate) fn inbox(&self) -> MutexGuard<'_, Inbox> {

@@ -23,6 +23,7 @@ pub(crate) fn finalize_block(app: &TallyApp, req: RequestFinalizeBlock) -> Respo
     let block = convert::block(req.height, req.time.as_ref());
     let mut c = app.consensus();
     let sigs = app.signatures();
+    let keys = app.key_cache();
     if c.finalized.take().is_some() {
         // The same height again without a Commit: start from the state
         // before the first execution.
@@ -41,7 +42,7 @@ pub(crate) fn finalize_block(app: &TallyApp, req: RequestFinalizeBlock) -> Respo
                 let mut tx_results = Vec::with_capacity(req.txs.len());
                 let mut fault = None;
                 for tx in &req.txs {
-                    match settlement::deliver_tx_with(&mut c.pending, &block, tx, sigs) {
+                    match settlement::deliver_tx_with(&mut c.pending, &block, tx, sigs, keys) {
                         Ok(r) => tx_results.push(ExecTxResult {
                             code: r.code.value(),
                             log: r.log,

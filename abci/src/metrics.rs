@@ -31,8 +31,9 @@
 //! | `batch_age_seconds` | gauge | last block time minus the end of the window of the oldest call in the current unsettled batch (0: no batch in flight) |
 //! | `sync_current_attempt` | gauge | attempt number of the current batch (0: none) |
 //!
-//! There is no DKG-phase metric yet (planned): `/dkg` and the `dkg_*` and
-//! `key_epoch` events show a ceremony's progress.
+//! There is no DKG metric: the running ceremony (round, phase, dealings,
+//! acks, reveals), the active key's epoch and the validator-set proposals
+//! are read with the `/dkg` and `/proposals` queries.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

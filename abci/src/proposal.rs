@@ -46,7 +46,9 @@ pub(crate) fn prepare_proposal(
     let system = app
         .committed_pending()
         .map_err(ExecError::from)
-        .and_then(|mut sim| settlement::prepare_system(&mut sim, &block, &votes, &bodies));
+        .and_then(|mut sim| {
+            settlement::prepare_system(&mut sim, app.key_cache(), &block, &votes, &bodies)
+        });
     match system {
         Ok(sys) => {
             for t in sys {
@@ -102,7 +104,7 @@ fn verdict(app: &TallyApp, req: &RequestProcessProposal) -> ProposalStatus {
     let verdict = app
         .committed_pending()
         .map_err(ExecError::from)
-        .and_then(|mut sim| settlement::verify_system(&mut sim, &block, &txs));
+        .and_then(|mut sim| settlement::verify_system(&mut sim, app.key_cache(), &block, &txs));
     match verdict {
         Ok(()) => ProposalStatus::Accept,
         Err(ExecError::Rejected(e)) => {

@@ -27,8 +27,8 @@ pub(crate) fn extend_vote(app: &TallyApp, req: RequestExtendVote) -> ResponseExt
         .unwrap_or_else(|e| e.into_inner())
         .clone();
     // The share of the chain's active key epoch, if this node holds it.
-    let active = match settlement::state::sync::threshold_key(app.committed_state()) {
-        Ok(Some(k)) => k.genesis.epoch,
+    let active = match settlement::dkg::state::active_key(app.committed_state(), app.key_cache()) {
+        Ok(Some(k)) => k.record.epoch,
         _ => return ResponseExtendVote::default(),
     };
     let Some((epoch, share)) = signers.into_iter().find(|(e, _)| *e == active) else {
@@ -63,6 +63,7 @@ pub(crate) fn extend_vote(app: &TallyApp, req: RequestExtendVote) -> ResponseExt
         let chain = settlement::chain_id(backend)?;
         settlement::sync::extension(
             backend,
+            app.key_cache(),
             &chain,
             &share,
             epoch,
@@ -89,6 +90,7 @@ pub(crate) fn verify_vote_extension(
 ) -> ResponseVerifyVoteExtension {
     let status = match settlement::sync::check_extension(
         app.committed_state(),
+        app.key_cache(),
         &req.validator_address,
         &req.vote_extension,
     ) {

@@ -221,12 +221,14 @@ impl Byzantine {
     fn context(&self) -> Context {
         let kv = self.app.committed_state();
         let params = tally_settlement::params(kv).unwrap_or_default();
-        let key = tally_settlement::sync::dkg(kv).ok().flatten();
+        let key = tally_settlement::dkg::state::active_key_record(kv)
+            .ok()
+            .flatten();
         Context {
             chain_id: tally_settlement::chain_id(kv).unwrap_or_default(),
             shares: key
                 .as_ref()
-                .map_or(0, |k| u32::try_from(k.shares.shares.len()).unwrap_or(0)),
+                .map_or(0, |k| u32::try_from(k.public_shares.len()).unwrap_or(0)),
             own: key.as_ref().and_then(|k| k.index_of(&self.address)),
             max_bytes: params.max_vote_extension_bytes,
             max_partials: params.max_extension_partials,
@@ -319,14 +321,15 @@ impl Application for Byzantine {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tally_settlement::sync::{check_extension_with, BadExtension, ThresholdKey};
-    use tally_settlement::{DkgGenesis, Params};
+    use tally_settlement::dkg::key::ThresholdKey;
+    use tally_settlement::sync::{check_extension_with, BadExtension};
+    use tally_settlement::{KeyEpoch, Params};
 
     fn key() -> ThresholdKey {
         let (shares, _) = bls::deal(4, 3, &[[1u8; 64], [2u8; 64], [3u8; 64]]).unwrap();
         let signers: Vec<[u8; 20]> = (1..=4u8).map(|i| [i; 20]).collect();
         ThresholdKey {
-            genesis: DkgGenesis {
+            record: KeyEpoch {
                 epoch: 0,
                 threshold: 3,
                 group_key: String::new(),

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use tally_settlement::bls::{self, SecretShare};
-use tally_settlement::DkgGenesis;
+use tally_settlement::KeyEpoch;
 
 use crate::fs::{FsOp, FsPathError};
 
@@ -39,7 +39,7 @@ pub struct ShareFile {
 
 /// Deals a fresh `threshold`-of-`homes.len()` key: writes each home's share
 /// file and returns the genesis entry.
-pub fn deal(homes: &[PathBuf], threshold: u32) -> Result<DkgGenesis, DealerError> {
+pub fn deal(homes: &[PathBuf], threshold: u32) -> Result<KeyEpoch, DealerError> {
     let n = u32::try_from(homes.len())
         .map_err(|_| DealerError::Invalid("too many validators".into()))?;
     if n == 0 || threshold == 0 || threshold > n {
@@ -71,7 +71,7 @@ pub fn deal(homes: &[PathBuf], threshold: u32) -> Result<DkgGenesis, DealerError
         };
         write_share(&share_path(home), &file)?;
     }
-    Ok(DkgGenesis {
+    Ok(KeyEpoch {
         epoch: 0,
         threshold,
         group_key,
@@ -108,7 +108,7 @@ pub fn validator_address(home: &Path) -> Result<String, DealerError> {
 /// Checks that genesis binds share `index` to the validator with consensus
 /// `address`: otherwise every vote extension of this node would be refused
 /// by the others (they only accept partials under the sender's own index).
-pub fn check_binding(g: &DkgGenesis, index: u32, address: &str) -> Result<(), DealerError> {
+pub fn check_binding(g: &KeyEpoch, index: u32, address: &str) -> Result<(), DealerError> {
     let bound = index
         .checked_sub(1)
         .and_then(|i| g.signers.get(i as usize))
@@ -142,7 +142,7 @@ fn write_share(path: &Path, file: &ShareFile) -> Result<(), DealerError> {
 
 /// Loads a share file; checks the secret matches its public share and, if
 /// given, the genesis entry.
-pub fn load_share(path: &Path, genesis: Option<&DkgGenesis>) -> Result<SecretShare, DealerError> {
+pub fn load_share(path: &Path, genesis: Option<&KeyEpoch>) -> Result<SecretShare, DealerError> {
     let text = crate::fs::read_to_string(path)?;
     let bad = |m: String| DealerError::Invalid(format!("{}: {m}", path.display()));
     let f: ShareFile = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;

@@ -28,7 +28,6 @@ use tally_abci::TallyApp;
 use tally_client::rpc::RpcClient;
 use tally_settlement::bls::SecretShare;
 use tally_settlement::dkg::{self, crypto::EncKey};
-use tally_settlement::state::sync::threshold_key;
 use tracing::{debug, info, warn};
 
 use crate::dkgkey;
@@ -127,8 +126,8 @@ impl Participant {
 
     fn send_messages(&mut self, h: u64) {
         let state = self.app.committed_state().clone();
-        let active = match threshold_key(&state) {
-            Ok(k) => k.map(|k| k.genesis.epoch),
+        let active = match dkg::state::active_key_record(&state) {
+            Ok(k) => k.map(|k| k.epoch),
             Err(e) => return self.report("reading the key", e),
         };
         let share = active.and_then(|e| self.shares.get(&e).map(|s| (e, s)));
@@ -177,8 +176,8 @@ impl Participant {
         }
         // The key the share belongs to: waiting to activate, or active.
         let key = match dkg::state::next_key(&state) {
-            Ok(Some(n)) => serde_json::from_slice::<tally_settlement::DkgGenesis>(&n.key).ok(),
-            _ => threshold_key(&state).ok().flatten().map(|k| k.genesis),
+            Ok(Some(n)) => dkg::state::next_key_record(&n).ok(),
+            _ => dkg::state::active_key_record(&state).ok().flatten(),
         }
         .filter(|k| k.epoch == epoch);
         let (group, threshold) = key.map(|k| (k.group_key, k.threshold)).unwrap_or_default();

@@ -68,7 +68,7 @@ impl Relay {
     /// validator's address is known (on-chain DKG), else the configured one.
     fn rank(&self, kv: &impl tally_store::KvRead) -> Option<u32> {
         match self.cfg.address {
-            Some(a) => sync::dkg(kv)
+            Some(a) => tally_settlement::dkg::state::active_key_record(kv)
                 .ok()
                 .flatten()
                 .and_then(|k| k.index_of(&a))

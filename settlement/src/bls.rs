@@ -69,6 +69,15 @@ impl Kind {
     pub fn value(self) -> u32 {
         self as u32
     }
+
+    /// The name metrics and logs show.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Batch => "batch",
+            Kind::HubResult => "hub_result",
+            Kind::HubBlock => "hub_block",
+        }
+    }
 }
 
 impl From<Kind> for u32 {

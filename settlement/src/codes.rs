@@ -84,7 +84,8 @@ pub enum Code {
     BadDealing = 31,
     /// A dealing, ack, reveal or approval that is already recorded.
     DkgDuplicate = 32,
-    /// A validator-set proposal or approval that cannot be accepted.
+    /// A validator-set proposal or approval that cannot be accepted
+    /// (including an approval of a proposal that does not exist).
     BadProposal = 33,
 }
 

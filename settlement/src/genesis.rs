@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::dkg::key::KeyEpoch;
 use crate::ident;
 
 /// Chain parameters, fixed in genesis.
@@ -215,7 +216,7 @@ pub struct Genesis {
     /// The validators' threshold key from a trusted dealer (tests only;
     /// without it the chain makes its key by an on-chain DKG).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dkg: Option<DkgGenesis>,
+    pub dkg: Option<KeyEpoch>,
     /// Genesis validators' DKG encryption keys, with proofs of possession.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub encryption_keys: Vec<EncryptionKeyEntry>,
@@ -232,92 +233,6 @@ pub struct EncryptionKeyEntry {
     /// Hex proof of possession (96 bytes), over the chain id and the
     /// consensus key.
     pub pop: String,
-}
-
-/// The threshold signing key of the validator set.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DkgGenesis {
-    /// Partials needed to sign.
-    pub threshold: u32,
-    /// Hex compressed G1 group public key (48 bytes).
-    pub group_key: String,
-    /// Hex compressed G1 public key of share i at position i - 1.
-    pub public_shares: Vec<String>,
-    /// Hex CometBFT consensus address (20 bytes) of the validator that
-    /// holds share i, at position i - 1: a vote extension may only carry
-    /// partials under its sender's own index.
-    pub signers: Vec<String>,
-    /// The key's epoch: 0 for a dealer's genesis key, then one more for
-    /// every key a ceremony makes. Partials carry it.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub epoch: u64,
-}
-
-fn is_zero(v: &u64) -> bool {
-    *v == 0
-}
-
-impl DkgGenesis {
-    /// Parses and checks the keys (subgroup, not infinity) and threshold.
-    pub fn public_shares(&self) -> Result<crate::bls::PublicShares, GenesisError> {
-        let key = |what: &str, h: &str| {
-            let b = hex::decode(h)
-                .map_err(|_| GenesisError::Invalid(format!("dkg {what} is not hex")))?;
-            crate::bls::parse_public_key(&b)
-                .map_err(|e| GenesisError::Invalid(format!("dkg {what}: {e}")))
-        };
-        let n = self.public_shares.len();
-        if self.threshold == 0 || self.threshold as usize > n {
-            return Err(GenesisError::Invalid(format!(
-                "dkg threshold {} must be 1..={n}",
-                self.threshold
-            )));
-        }
-        let shares = self
-            .public_shares
-            .iter()
-            .enumerate()
-            .map(|(i, h)| key(&format!("public share {}", i + 1), h))
-            .collect::<Result<Vec<_>, _>>()?;
-        self.signer_addresses()?;
-        Ok(crate::bls::PublicShares {
-            threshold: self.threshold,
-            group: key("group key", &self.group_key)?,
-            shares,
-        })
-    }
-
-    /// The signers' consensus addresses in index order: one per public
-    /// share, 20 bytes each, all distinct.
-    pub fn signer_addresses(&self) -> Result<Vec<[u8; 20]>, GenesisError> {
-        if self.signers.len() != self.public_shares.len() {
-            return Err(GenesisError::Invalid(format!(
-                "dkg lists {} signers for {} public shares",
-                self.signers.len(),
-                self.public_shares.len()
-            )));
-        }
-        let mut out: Vec<[u8; 20]> = Vec::with_capacity(self.signers.len());
-        for (i, h) in self.signers.iter().enumerate() {
-            let a: [u8; 20] = hex::decode(h.trim())
-                .ok()
-                .and_then(|b| b.try_into().ok())
-                .ok_or_else(|| {
-                    GenesisError::Invalid(format!(
-                        "dkg signer {} ({h:?}) is not a 20-byte hex address",
-                        i + 1
-                    ))
-                })?;
-            if out.contains(&a) {
-                return Err(GenesisError::Invalid(format!(
-                    "dkg signer address {h} holds two shares"
-                )));
-            }
-            out.push(a);
-        }
-        Ok(out)
-    }
 }
 
 /// Why a genesis `app_state` was refused.
@@ -367,7 +282,8 @@ impl Genesis {
     pub fn validate(&self) -> Result<(), GenesisError> {
         self.params.validate()?;
         if let Some(d) = &self.dkg {
-            d.public_shares()?;
+            d.public_shares()
+                .map_err(|e| GenesisError::Invalid(e.to_string()))?;
         }
         let invalid = |m: String| Err(GenesisError::Invalid(m));
         let mut keys = std::collections::BTreeSet::new();

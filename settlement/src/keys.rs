@@ -3,13 +3,15 @@
 //!
 //! All keys are ASCII-prefixed; identifiers never contain `0x00`, so it
 //! separates their parts; numbers are big-endian so keys sort by them. No
-//! prefix in [`LAYOUT`] is a prefix of another. A leaf module: it imports
-//! only [`RouteId`].
+//! prefix in [`LAYOUT`] is a prefix of another. The DKG component's keys
+//! live in [`crate::dkg::keys`] and are listed here too. A leaf module: it
+//! imports only [`RouteId`] and those keys.
 
+use crate::dkg::keys::{
+    ACK, ACTIVE_KEY, CEREMONY, CEREMONY_ROUND, DEALING, LAST_CEREMONY, NEXT_KEY, NEXT_PROPOSAL,
+    PROPOSAL, PROPOSAL_OPEN, REVEAL, VALIDATOR, VALIDATOR_UPDATES,
+};
 use crate::record::RouteId;
-
-mod validators;
-pub use validators::*;
 
 /// The value of an index or marker entry (`ip/`, `iu/`, `rexp/`, `hcp/`,
 /// `sret/`, `pexp/`): the single byte `0x01`. No key holds an empty value:
@@ -67,8 +69,6 @@ pub const ALLOWANCE: &[u8] = b"allow/";
 /// window it last charged (window, amount).
 pub const ALLOWANCE_SPENT: &[u8] = b"aspent/";
 
-/// `dkg`: the validators' threshold key (JSON), written at genesis.
-pub const DKG: &[u8] = b"dkg";
 /// `hc/<id>`: an escrowed hub call (deleted once settled).
 pub const HUB_CALL: &[u8] = b"hc/";
 /// `hcp/<chain>\0<id>`: hub calls not yet in a batch.
@@ -117,7 +117,7 @@ pub const LAYOUT: &[(&[u8], &str)] = &[
     (USER_SEQ, "last allowance sequence per user"),
     (ALLOWANCE, "allowances (user to gateway)"),
     (ALLOWANCE_SPENT, "allowance use in the current window"),
-    (DKG, "threshold key"),
+    (ACTIVE_KEY, "threshold key"),
     (HUB_CALL, "escrowed hub calls"),
     (HUB_PENDING, "hub calls not yet in a batch"),
     (BATCH, "batches"),
@@ -490,52 +490,4 @@ pub fn deposit_seq(chain: &str) -> Vec<u8> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn index_keys_parse_back() {
-        let id = RouteId {
-            user: "u:1".into(),
-            provider: "p/x".into(),
-            model: "m-1".into(),
-            route: "/v1/chat".into(),
-        };
-        assert_eq!(
-            parse_index(&by_provider(&id, 42), true),
-            Some((id.clone(), 42))
-        );
-        assert_eq!(parse_index(&by_user(&id, 7), false), Some((id, 7)));
-        assert_eq!(parse_index(b"ip/x", true), None);
-    }
-
-    #[test]
-    fn no_prefix_is_a_prefix_of_another() {
-        for (i, (a, _)) in LAYOUT.iter().enumerate() {
-            for (j, (b, _)) in LAYOUT.iter().enumerate() {
-                assert!(i == j || !b.starts_with(a), "{:?} / {:?}", a, b);
-            }
-        }
-    }
-
-    #[test]
-    fn sync_keys_parse_back() {
-        assert_eq!(parse_hub_pending(&hub_pending("hub", 9), "hub"), Some(9));
-        assert_eq!(parse_hub_pending(&hub_pending("hub", 9), "hu"), None);
-        assert_eq!(parse_psig_index(&psig(&[7; 32], 4)), Some(4));
-        assert_eq!(parse_psig_index(b"ab"), None);
-        assert_eq!(parse_pexp(&pexp(5, &[1; 32])), Some(&[1u8; 32][..]));
-        assert_eq!(
-            parse_report_expiry(&report_expiry(5, &[2; 16])),
-            Some(&[2u8; 16][..])
-        );
-        assert_eq!(parse_report_expiry(b"rexp/abc"), None);
-        assert_eq!(
-            parse_owed(&owed(3, "p", "u"), 3),
-            Some(("p".to_string(), "u".to_string()))
-        );
-        assert_eq!(parse_owed(&owed(3, "p", "u"), 4), None);
-        assert_eq!(parse_closing(&closing(7)), Some(7));
-        assert_eq!(parse_closing(b"closing/abc"), None);
-    }
-}
+mod tests;

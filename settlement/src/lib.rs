@@ -29,8 +29,11 @@
 //!   transactions and spent by reports;
 //! - [`report`]: usage reports, planned then applied;
 //! - [`dkg`]: the threshold key and validator set made and changed on
-//!   chain (ceremonies, resharing, proposals), above `state`;
-//!   [`query_validators`]: its queries;
+//!   chain (ceremonies, resharing, proposals, their accessors and
+//!   queries), above `state`; its leaves `dkg::keys` (state keys, listed in
+//!   `keys::LAYOUT`), `dkg::key` (the key record, read by `genesis`) and
+//!   `dkg::types` sit with the leaves, and `sync` reads the active key
+//!   through `dkg::state`;
 //! - [`pipeline`]: the one dispatcher of user transactions (every signed
 //!   kind: reports, allowances, validator messages), where a new kind is
 //!   added;
@@ -56,7 +59,6 @@ pub mod pipeline;
 pub mod proto;
 pub mod query;
 pub mod query_path;
-pub mod query_validators;
 mod record;
 pub mod report;
 pub mod state;
@@ -69,11 +71,12 @@ pub mod types;
 pub use allowance::{sign_allowance, ALLOWANCE_SIGN_DOMAIN};
 pub use block::begin_block;
 pub use codes::Code;
+pub use dkg::key::{KeyCache, KeyEpoch};
 pub use envelope::{VerifiedSignatures, VerifyAll};
 pub use error::{ExecError, Fatal, Rejection};
 pub use genesis::{
-    parse_pubkey, AllowanceEntry, BalanceEntry, DkgGenesis, EncryptionKeyEntry, GatewayEntry,
-    Genesis, GenesisError, Params, UserEntry,
+    parse_pubkey, AllowanceEntry, BalanceEntry, EncryptionKeyEntry, GatewayEntry, Genesis,
+    GenesisError, Params, UserEntry,
 };
 pub use machine::{
     check_tx, check_tx_claim, check_tx_claim_with, deliver_tx, deliver_tx_with, init_chain,

@@ -11,6 +11,8 @@
 use tally_store::{Kv, KvRead};
 
 use crate::codes::Code;
+use crate::dkg::key::KeyCache;
+use crate::dkg::state::put_active_key;
 use crate::envelope::{VerifiedSignatures, VerifyAll};
 use crate::error::{ExecError, Fatal, Rejection};
 use crate::genesis::{parse_pubkey, Genesis, GenesisError};
@@ -20,7 +22,6 @@ use crate::state::allowance::{put_allowance, put_gateway_name, put_user_key, All
 use crate::state::chain::{
     chain_id, last_time, params, put_balance, put_chain_id, put_gateway, put_params,
 };
-use crate::state::sync::put_threshold_key;
 use crate::sync::batch::apply_start;
 use crate::sync::partials::apply_partials;
 use crate::tx::{decode_tx, is_system_tx};
@@ -51,7 +52,7 @@ pub fn init_chain(kv: &mut impl Kv, chain_id: &str, genesis: &Genesis) -> Result
         put_balance(kv, &b.user, b.amount);
     }
     if let Some(d) = &genesis.dkg {
-        put_threshold_key(kv, d)?;
+        put_active_key(kv, d).map_err(|e| GenesisError::Invalid(e.to_string()))?;
     }
     Ok(())
 }
@@ -59,11 +60,12 @@ pub fn init_chain(kv: &mut impl Kv, chain_id: &str, genesis: &Genesis) -> Result
 /// Runs one transaction in `block`. An invalid transaction is a result
 /// with its code and changes nothing; `Err` means this node is broken.
 pub fn deliver_tx(kv: &mut impl Kv, block: &Block, tx: &[u8]) -> Result<TxResult, Fatal> {
-    deliver_tx_with(kv, block, tx, &VerifyAll)
+    deliver_tx_with(kv, block, tx, &VerifyAll, &KeyCache::new())
 }
 
 /// [`deliver_tx`], skipping the ed25519 check of envelope signatures
-/// `sigs` knows (the result is the same; see [`VerifiedSignatures`]).
+/// `sigs` knows (the result is the same; see [`VerifiedSignatures`]) and
+/// reading the active threshold key through `cache`.
 ///
 /// The bytes are decoded once. System transactions run as decoded (as
 /// ProcessProposal checked them: their encoding need not be canonical);
@@ -73,6 +75,7 @@ pub fn deliver_tx_with(
     block: &Block,
     tx: &[u8],
     sigs: &dyn VerifiedSignatures,
+    cache: &KeyCache,
 ) -> Result<TxResult, Fatal> {
     let result = match decode_tx(tx) {
         Ok(Tx {
@@ -81,7 +84,7 @@ pub fn deliver_tx_with(
         Ok(Tx {
             sum: Some(tx::Sum::Partials(p)),
         }) => match chain_id(kv) {
-            Ok(chain) => apply_partials(kv, block, &chain, &p, false),
+            Ok(chain) => apply_partials(kv, cache, block, &chain, &p, false),
             Err(f) => Err(f.into()),
         },
         decoded => deliver_user(kv, block, tx, decoded, sigs),

@@ -22,7 +22,7 @@
 //! | `/validators` | `{"validators": [{"address", "pubkey", "power", "enc_key", "share_index"}], "total_power"}` |
 //! | `/proposals?from={id}` | `{"proposals": [...], "next_from"}`: validator-set proposals, 100 at most |
 //!
-//! The last three are in [`crate::query_validators`].
+//! The last three are in [`crate::dkg::query`].
 
 use serde::Serialize;
 use serde_json::json;
@@ -33,7 +33,6 @@ use crate::error::{reject, ExecError, Fatal};
 use crate::ident;
 use crate::keys;
 use crate::query_path;
-use crate::query_validators;
 use crate::record::{Counters, RouteId, RouteRecordView, WindowView};
 use crate::state::allowance;
 use crate::state::chain::{balance, is_closing, last_time, params};
@@ -355,13 +354,13 @@ fn route_query(kv: &impl KvRead, full: &str) -> Result<serde_json::Value, ExecEr
         }
         ["dkg"] => {
             no_params()?;
-            query_validators::dkg(kv)
+            crate::dkg::query::dkg(kv)
         }
         ["validators"] => {
             no_params()?;
-            query_validators::validators(kv)
+            crate::dkg::query::validators(kv)
         }
-        ["proposals"] => query_validators::proposals(kv, qs),
+        ["proposals"] => crate::dkg::query::proposals(kv, qs),
         ["params"] => {
             no_params()?;
             Ok(json!(params(kv)?))

@@ -42,10 +42,11 @@ use tally_store::Kv;
 
 use crate::block::begin_block;
 use crate::codes::Code;
+use crate::dkg::key::KeyCache;
+use crate::dkg::state::active_key;
 use crate::error::{reject, ExecError, Fatal};
 use crate::proto::{tx, SyncTxStart};
 use crate::state::chain::{chain_id, params};
-use crate::state::sync::threshold_key;
 use crate::sync::awaited::Bodies;
 use crate::sync::batch::{apply_start, next_sync_start};
 use crate::sync::partials::apply_partials;
@@ -57,9 +58,11 @@ use crate::types::Block;
 /// a sync start when one is due, then the new valid partials of `votes`
 /// (the last commit's vote extensions with their senders' consensus
 /// addresses), carrying the bodies this proposer's relay handed in
-/// (`bodies`) where the chain does not hold them yet.
+/// (`bodies`) where the chain does not hold them yet. The active key is
+/// read through `cache`.
 pub fn prepare_system(
     sim: &mut impl Kv,
+    cache: &KeyCache,
     block: &Block,
     votes: &[(Vec<u8>, Vec<u8>)],
     bodies: &Bodies,
@@ -71,7 +74,7 @@ pub fn prepare_system(
         out.push(encode_sync_start(start));
     }
     let chain = chain_id(sim)?;
-    if let Some(p) = collect_partials(sim, &chain, votes, bodies)? {
+    if let Some(p) = collect_partials(sim, cache, &chain, votes, bodies)? {
         out.push(encode_partials(p));
     }
     Ok(out)
@@ -87,12 +90,17 @@ pub fn prepare_system(
 /// nothing larger than an honest block holds is ever decoded. User
 /// transactions are not run. A block without system transactions passes.
 /// An invalid proposal is [`ExecError::Rejected`]; [`ExecError::Fatal`]
-/// means this node could not tell.
-pub fn verify_system(sim: &mut impl Kv, block: &Block, txs: &[&[u8]]) -> Result<(), ExecError> {
+/// means this node could not tell. The active key is read through `cache`.
+pub fn verify_system(
+    sim: &mut impl Kv,
+    cache: &KeyCache,
+    block: &Block,
+    txs: &[&[u8]],
+) -> Result<(), ExecError> {
     begin_block(sim, block)?;
     let chain = chain_id(sim)?;
     let p = params(sim)?;
-    let signers = threshold_key(sim)?.map_or(0, |k| k.shares.shares.len());
+    let signers = active_key(sim, cache)?.map_or(0, |k| k.shares.shares.len());
     // Sizes first, by length alone, before anything is decoded.
     for (i, t) in txs.iter().enumerate() {
         check_proposed_size(t, &p, signers)
@@ -120,7 +128,7 @@ pub fn verify_system(sim: &mut impl Kv, block: &Block, txs: &[&[u8]]) -> Result<
                     return Err(out_of_place("SubmitPartials"));
                 }
                 stage = 2;
-                apply_partials(sim, block, &chain, &p, true)?;
+                apply_partials(sim, cache, block, &chain, &p, true)?;
             }
             _ => stage = 3,
         }

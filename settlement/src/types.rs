@@ -5,10 +5,9 @@
 //! A leaf module: it imports only other leaves (codes, errors, BLS types,
 //! protobuf types, route counters) and holds no logic beyond encoding.
 
-use crate::bls::{Kind, PublicShares};
+use crate::bls::Kind;
 use crate::codes::Code;
 use crate::error::{Fatal, Rejection, UnknownValue};
-use crate::genesis::DkgGenesis;
 use crate::proto::{HubBlock, HubResult};
 use crate::record::Counters;
 
@@ -203,28 +202,6 @@ impl TryFrom<u32> for BatchStatus {
                 what: "batch status",
                 value: v,
             })
-    }
-}
-
-/// The validators' threshold key as stored at genesis: the genesis entry
-/// and its parsed public shares.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ThresholdKey {
-    /// The genesis entry (hex keys, threshold).
-    pub genesis: DkgGenesis,
-    /// The parsed keys.
-    pub shares: PublicShares,
-    /// Consensus address of the validator holding share `i`, at `i - 1`.
-    pub signers: Vec<[u8; 20]>,
-}
-
-impl ThresholdKey {
-    /// The share index bound to the validator with consensus `address`.
-    pub fn index_of(&self, address: &[u8]) -> Option<u32> {
-        self.signers
-            .iter()
-            .position(|a| a.as_slice() == address)
-            .and_then(|i| u32::try_from(i + 1).ok())
     }
 }
 

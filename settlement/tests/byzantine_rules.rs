@@ -24,7 +24,7 @@ use tally_settlement::sync::{
 };
 use tally_settlement::{
     begin_block, check_tx, init_chain, rederive_start, sign_report, verify_system, AllowanceEntry,
-    BalanceEntry, Block, Code, DkgGenesis, ExecError, GatewayEntry, Genesis, Params,
+    BalanceEntry, Block, Code, ExecError, GatewayEntry, Genesis, KeyCache, KeyEpoch, Params,
 };
 use tally_store::{MemBackend, Pending};
 
@@ -77,7 +77,7 @@ impl Env {
                 max_per_window: u64::MAX,
                 expires_at: u64::MAX,
             }],
-            dkg: dkg.then(|| DkgGenesis {
+            dkg: dkg.then(|| KeyEpoch {
                 epoch: 0,
                 threshold: 3,
                 group_key: hexk(&pubs.group),
@@ -137,7 +137,7 @@ impl Env {
     /// ProcessProposal's verdict on `txs` for the next block.
     fn verify(&self, txs: &[Vec<u8>]) -> Result<(), (Code, String)> {
         let refs: Vec<&[u8]> = txs.iter().map(Vec::as_slice).collect();
-        match verify_system(&mut self.fork(), &self.block_at(), &refs) {
+        match verify_system(&mut self.fork(), &KeyCache::new(), &self.block_at(), &refs) {
             Ok(()) => Ok(()),
             Err(ExecError::Rejected(r)) => Err((r.code, r.log)),
             Err(ExecError::Fatal(f)) => panic!("fatal: {f}"),
@@ -271,7 +271,7 @@ fn extension_over_the_byte_cap_is_refused_before_decoding() {
     // 4097 bytes that do not decode: the size is what refuses them.
     let big = vec![0xff; 4097];
     assert_eq!(
-        check_extension(&env.kv, &addr(0), &big),
+        check_extension(&env.kv, &KeyCache::new(), &addr(0), &big),
         Err(BadExtension::TooLarge {
             len: 4097,
             max: 4096
@@ -279,7 +279,7 @@ fn extension_over_the_byte_cap_is_refused_before_decoding() {
     );
     // At the cap the same bytes are decoded (and refused as such).
     assert_eq!(
-        check_extension(&env.kv, &addr(0), &big[..4096]),
+        check_extension(&env.kv, &KeyCache::new(), &addr(0), &big[..4096]),
         Err(BadExtension::Undecodable)
     );
 }
@@ -288,7 +288,7 @@ fn extension_over_the_byte_cap_is_refused_before_decoding() {
 fn extension_that_does_not_decode_is_refused() {
     let env = Env::new(Params::default());
     assert_eq!(
-        check_extension(&env.kv, &addr(0), &[0x0a, 0x05, 0x01]),
+        check_extension(&env.kv, &KeyCache::new(), &addr(0), &[0x0a, 0x05, 0x01]),
         Err(BadExtension::Undecodable)
     );
 }
@@ -302,11 +302,17 @@ fn extension_over_the_partial_cap_is_refused() {
         .map(|k| env.partial(Kind::Batch, &[k; 32], 0))
         .collect();
     assert_eq!(
-        check_extension(&env.kv, &addr(0), &ext(nine[..8].to_vec())).map(|e| e.partials.len()),
+        check_extension(
+            &env.kv,
+            &KeyCache::new(),
+            &addr(0),
+            &ext(nine[..8].to_vec())
+        )
+        .map(|e| e.partials.len()),
         Ok(8)
     );
     assert_eq!(
-        check_extension(&env.kv, &addr(0), &ext(nine)),
+        check_extension(&env.kv, &KeyCache::new(), &addr(0), &ext(nine)),
         Err(BadExtension::TooManyPartials { count: 9, max: 8 })
     );
 }
@@ -316,12 +322,12 @@ fn extension_from_a_validator_without_a_share_is_refused() {
     let env = Env::new(Params::default());
     let one = ext(vec![env.partial(Kind::Batch, &[1; 32], 0)]);
     assert_eq!(
-        check_extension(&env.kv, &[9; 20], &one),
+        check_extension(&env.kv, &KeyCache::new(), &[9; 20], &one),
         Err(BadExtension::NotASigner)
     );
     // An empty extension is always valid, from anyone.
     assert_eq!(
-        check_extension(&env.kv, &[9; 20], &[]),
+        check_extension(&env.kv, &KeyCache::new(), &[9; 20], &[]),
         Ok(VoteExtension::default())
     );
 }
@@ -336,12 +342,12 @@ fn partial_under_a_foreign_index_is_refused() {
         env.partial(Kind::Batch, &[2; 32], 1),
     ]);
     assert_eq!(
-        check_extension(&env.kv, &addr(0), &e),
+        check_extension(&env.kv, &KeyCache::new(), &addr(0), &e),
         Err(BadExtension::ForeignIndex { got: 2, own: 1 })
     );
     // The same bytes from validator 1 fail on its first partial instead.
     assert_eq!(
-        check_extension(&env.kv, &addr(1), &e),
+        check_extension(&env.kv, &KeyCache::new(), &addr(1), &e),
         Err(BadExtension::ForeignIndex { got: 1, own: 2 })
     );
 }
@@ -353,7 +359,7 @@ fn partial_of_an_unknown_kind_is_refused() {
         let mut q = env.partial(Kind::Batch, &[1; 32], 0);
         q.kind = kind;
         assert_eq!(
-            check_extension(&env.kv, &addr(0), &ext(vec![q])),
+            check_extension(&env.kv, &KeyCache::new(), &addr(0), &ext(vec![q])),
             malformed(0, "unknown kind"),
             "kind {kind}"
         );
@@ -367,7 +373,7 @@ fn partial_over_a_digest_that_is_not_32_bytes_is_refused() {
         let mut q = env.partial(Kind::Batch, &[1; 32], 0);
         q.digest = vec![1; len];
         assert_eq!(
-            check_extension(&env.kv, &addr(0), &ext(vec![q])),
+            check_extension(&env.kv, &KeyCache::new(), &addr(0), &ext(vec![q])),
             malformed(0, "digest is not 32 bytes"),
             "{len} bytes"
         );
@@ -380,9 +386,20 @@ fn extension_signing_one_message_twice_is_refused() {
     let q = env.partial(Kind::HubResult, &[3; 32], 0);
     let other_kind = env.partial(Kind::HubBlock, &[3; 32], 0);
     // The same digest under two kinds is two messages.
-    assert!(check_extension(&env.kv, &addr(0), &ext(vec![q.clone(), other_kind])).is_ok());
+    assert!(check_extension(
+        &env.kv,
+        &KeyCache::new(),
+        &addr(0),
+        &ext(vec![q.clone(), other_kind])
+    )
+    .is_ok());
     assert_eq!(
-        check_extension(&env.kv, &addr(0), &ext(vec![q.clone(), q])),
+        check_extension(
+            &env.kv,
+            &KeyCache::new(),
+            &addr(0),
+            &ext(vec![q.clone(), q])
+        ),
         malformed(1, "signs a message twice")
     );
 }
@@ -396,7 +413,7 @@ fn partial_whose_signature_is_not_a_point_is_refused() {
         let mut q = env.partial(Kind::Batch, &[1; 32], 0);
         q.signature = sig.clone();
         assert_eq!(
-            check_extension(&env.kv, &addr(0), &ext(vec![q])),
+            check_extension(&env.kv, &KeyCache::new(), &addr(0), &ext(vec![q])),
             malformed(0, "signature is not a valid G2 point"),
             "{}",
             hex::encode(&sig)
@@ -405,7 +422,7 @@ fn partial_whose_signature_is_not_a_point_is_refused() {
     // A valid point that does not verify passes: no pairings here, and it
     // can only ever count against its sender's own index.
     let bogus = env.bogus(Kind::Batch, &[1; 32], 0);
-    assert!(check_extension(&env.kv, &addr(0), &ext(vec![bogus])).is_ok());
+    assert!(check_extension(&env.kv, &KeyCache::new(), &addr(0), &ext(vec![bogus])).is_ok());
 }
 
 // ---------------------------------------------------------------- check_shape
@@ -743,14 +760,21 @@ fn a_bogus_partial_never_displaces_the_good_one_of_its_index() {
         (addr(2), ext(vec![env.bogus(Kind::Batch, &d, 2)])),
         (addr(2), ext(vec![env.partial(Kind::Batch, &d, 2)])),
     ];
-    let got = collect_partials(&env.kv, CHAIN, &votes, &Bodies::default())
+    let got = collect_partials(&env.kv, &KeyCache::new(), CHAIN, &votes, &Bodies::default())
         .unwrap()
         .expect("partials");
     assert_eq!(got.partials, vec![env.partial(Kind::Batch, &d, 2)]);
     // And a bogus partial under another validator's index never gets in.
     let foreign = vec![(addr(3), ext(vec![env.bogus(Kind::Batch, &d, 0)]))];
     assert_eq!(
-        collect_partials(&env.kv, CHAIN, &foreign, &Bodies::default()).unwrap(),
+        collect_partials(
+            &env.kv,
+            &KeyCache::new(),
+            CHAIN,
+            &foreign,
+            &Bodies::default()
+        )
+        .unwrap(),
         None
     );
 }
@@ -872,7 +896,17 @@ fn honest_extension_stops_at_max_extension_partials() {
     env.formed();
     let (results, blocks) = inbox(4);
     // Awaited: the batch, both results of attempt 1, hub range 1..10.
-    let e = sync::extension(&env.kv, CHAIN, &env.shares[0], 0, None, &results, &blocks).unwrap();
+    let e = sync::extension(
+        &env.kv,
+        &KeyCache::new(),
+        CHAIN,
+        &env.shares[0],
+        0,
+        None,
+        &results,
+        &blocks,
+    )
+    .unwrap();
     let d = env.batch_digest();
     assert_eq!(
         e.partials,
@@ -881,7 +915,7 @@ fn honest_extension_stops_at_max_extension_partials() {
             env.partial(Kind::HubResult, &result_digest(&results[0]), 0),
         ]
     );
-    assert!(check_extension(&env.kv, &addr(0), &e.encode_to_vec()).is_ok());
+    assert!(check_extension(&env.kv, &KeyCache::new(), &addr(0), &e.encode_to_vec()).is_ok());
 }
 
 #[test]
@@ -895,12 +929,22 @@ fn honest_extension_stops_at_max_vote_extension_bytes() {
     let (results, blocks) = inbox(4);
     // Four partials are awaited; each takes 139 bytes in the extension,
     // so 3 (417 bytes) fit in 512 and a fourth (556) does not.
-    let e = sync::extension(&env.kv, CHAIN, &env.shares[1], 0, None, &results, &blocks).unwrap();
+    let e = sync::extension(
+        &env.kv,
+        &KeyCache::new(),
+        CHAIN,
+        &env.shares[1],
+        0,
+        None,
+        &results,
+        &blocks,
+    )
+    .unwrap();
     assert_eq!(e.partials.len(), 3);
     let bytes = e.encode_to_vec();
     assert_eq!(bytes.len(), 417);
     assert_eq!(e.partials[2].digest, result_digest(&results[1]).to_vec());
-    assert!(check_extension(&env.kv, &addr(1), &bytes).is_ok());
+    assert!(check_extension(&env.kv, &KeyCache::new(), &addr(1), &bytes).is_ok());
 }
 
 // ---------------------------------------------------------------- hub blocks and `more`

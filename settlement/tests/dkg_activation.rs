@@ -7,17 +7,19 @@
 use std::sync::Arc;
 
 use tally_settlement::bls::deal;
+use tally_settlement::dkg::state::{active_key, put_active_key};
+use tally_settlement::dkg::types::{ProposalAction, ProposalStatus};
 use tally_settlement::dkg::{self, state as st};
 use tally_settlement::proto::{NextKey, Proposal, ValidatorRecord};
-use tally_settlement::state::sync::{has_partial, put_partial, put_threshold_key, threshold_key};
-use tally_settlement::{init_chain, Block, DkgGenesis, Genesis};
+use tally_settlement::state::sync::{has_partial, put_partial};
+use tally_settlement::{init_chain, Block, Genesis, KeyCache, KeyEpoch};
 use tally_store::{MemBackend, Pending};
 
-fn key(epoch: u64, seed: u8, n: u32) -> DkgGenesis {
+fn key(epoch: u64, seed: u8, n: u32) -> KeyEpoch {
     let coeffs: Vec<[u8; 64]> = (0..3u8).map(|i| [seed + i; 64]).collect();
     let (pubs, _) = deal(n, 3, &coeffs).unwrap();
     let h = |k: &blst::min_pk::PublicKey| hex::encode(k.compress());
-    DkgGenesis {
+    KeyEpoch {
         threshold: 3,
         group_key: h(&pubs.group),
         public_shares: pubs.shares.iter().map(h).collect(),
@@ -30,17 +32,17 @@ fn key(epoch: u64, seed: u8, n: u32) -> DkgGenesis {
 fn a_reshared_key_activates_at_its_height_and_old_partials_go() {
     let mut kv = Pending::open(Arc::new(MemBackend::new())).unwrap();
     init_chain(&mut kv, "c", &Genesis::default()).unwrap();
-    put_threshold_key(&mut kv, &key(1, 10, 4)).unwrap();
+    put_active_key(&mut kv, &key(1, 10, 4)).unwrap();
     let newcomer = [9u8; 32];
     st::put_proposal(
         &mut kv,
         &Proposal {
             id: 1,
-            action: 1,
+            action: ProposalAction::Add.into(),
             pubkey: newcomer.to_vec(),
             power: 7,
             enc_key: vec![1; 48],
-            status: st::STATUS_APPLIED,
+            status: ProposalStatus::Applied.into(),
             ..Proposal::default()
         },
     );
@@ -65,7 +67,14 @@ fn a_reshared_key_activates_at_its_height_and_old_partials_go() {
         },
     )
     .unwrap();
-    assert_eq!(threshold_key(&kv).unwrap().unwrap().genesis.epoch, 1);
+    assert_eq!(
+        active_key(&kv, &KeyCache::new())
+            .unwrap()
+            .unwrap()
+            .record
+            .epoch,
+        1
+    );
     assert!(has_partial(&kv, &[5; 32], 2).unwrap());
 
     let ev = dkg::begin_block(
@@ -77,8 +86,8 @@ fn a_reshared_key_activates_at_its_height_and_old_partials_go() {
     )
     .unwrap();
     assert!(ev.iter().any(|e| e.kind == "key_epoch"), "{ev:?}");
-    let active = threshold_key(&kv).unwrap().unwrap();
-    assert_eq!(active.genesis, next);
+    let active = active_key(&kv, &KeyCache::new()).unwrap().unwrap();
+    assert_eq!(active.record, next);
     assert!(!has_partial(&kv, &[5; 32], 2).unwrap(), "old partial kept");
     assert!(!has_partial(&kv, &[6; 32], 4).unwrap(), "old partial kept");
     assert!(st::next_key(&kv).unwrap().is_none());

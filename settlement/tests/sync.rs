@@ -11,8 +11,7 @@ use tally_settlement::proto::{
 };
 use tally_settlement::sync::{self, result_digest, HubCursor};
 use tally_settlement::{
-    begin_block, init_chain, sign_report, BatchStatus, Block, Code, DkgGenesis, GatewayEntry,
-    Genesis,
+    begin_block, init_chain, sign_report, BatchStatus, Block, Code, GatewayEntry, Genesis, KeyEpoch,
 };
 use tally_store::{MemBackend, Pending};
 
@@ -55,7 +54,7 @@ impl Env {
                 max_per_window: u64::MAX,
                 expires_at: u64::MAX,
             }],
-            dkg: Some(DkgGenesis {
+            dkg: Some(KeyEpoch {
                 epoch: 0,
                 threshold: 3,
                 group_key: hexk(&pubs.group),
@@ -484,7 +483,9 @@ fn dkg_query_shows_which_validator_holds_each_share() {
             "0303030303030303030303030303030303030303"
         ])
     );
-    let key = sync::dkg(&env.kv).unwrap().unwrap();
+    let key = tally_settlement::dkg::state::active_key(&env.kv, &tally_settlement::KeyCache::new())
+        .unwrap()
+        .unwrap();
     assert_eq!(key.index_of(&[2u8; 20]), Some(3));
     assert_eq!(key.index_of(&[9u8; 20]), None);
 }

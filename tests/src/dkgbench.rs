@@ -139,8 +139,8 @@ pub fn ceremony(n: usize) -> Result<Figures> {
             txs.extend(msgs.iter().map(|m| dkg::sign_validator_msg(c, m)));
         }
     }
-    let key = tally_settlement::sync::dkg(&kv)?.context("no key")?;
-    f.t = key.shares.threshold;
+    let key = tally_settlement::dkg::state::active_key_record(&kv)?.context("no key")?;
+    f.t = key.threshold;
     Ok(f)
 }
 

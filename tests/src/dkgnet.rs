@@ -3,11 +3,12 @@
 
 use anyhow::{ensure, Context, Result};
 use ed25519_dalek::SigningKey;
+use tally_settlement::dkg::key::ThresholdKey;
 use tally_settlement::dkg::state as dst;
+use tally_settlement::dkg::types::{ProposalAction, ProposalStatus};
 use tally_settlement::proto::{
     validator_msg::Sum, ProposalApproval, ValidatorMsg, ValidatorProposal,
 };
-use tally_settlement::sync::ThresholdKey;
 use tally_settlement::Code;
 
 use crate::driver::{Net, Outcome};
@@ -94,14 +95,15 @@ impl DkgNet {
 
     /// The active key, as node `i` has it.
     pub fn key(&self, i: usize) -> Result<Option<ThresholdKey>> {
-        Ok(tally_settlement::sync::dkg(
+        Ok(tally_settlement::dkg::state::active_key(
             self.net.nodes[i].app.committed_state(),
+            &tally_settlement::KeyCache::new(),
         )?)
     }
 
     /// The active key's epoch (0: none yet).
     pub fn epoch(&self) -> Result<u64> {
-        Ok(self.key(0)?.map(|k| k.genesis.epoch).unwrap_or(0))
+        Ok(self.key(0)?.map(|k| k.record.epoch).unwrap_or(0))
     }
 
     /// Batches the hub settled.
@@ -146,18 +148,18 @@ impl DkgNet {
         Ok((code, r.data.to_vec(), r.log.clone()))
     }
 
-    /// Node `from` proposes `action` (1 add, 2 remove, 3 update) of node
-    /// `target` with `power`; returns the result code and the proposal id.
+    /// Node `from` proposes `action` of node `target` with `power`;
+    /// returns the result code and the proposal id.
     pub fn propose(
         &mut self,
         from: usize,
-        action: u32,
+        action: ProposalAction,
         target: usize,
         power: u64,
     ) -> Result<(Code, u64)> {
         let t = self.signing(target)?;
         let pk = t.verifying_key().to_bytes();
-        let (enc_key, enc_pop) = if action == 1 {
+        let (enc_key, enc_pop) = if action == ProposalAction::Add {
             let e = self.net.nodes[target].enc.as_ref().context("enc key")?;
             let pop = e.prove(&tally_settlement::dkg::msg::pop_context(CHAIN, &pk));
             (e.public().compress().to_vec(), pop.compress().to_vec())
@@ -167,7 +169,7 @@ impl DkgNet {
         let (code, data, _) = self.send(
             from,
             Sum::Propose(ValidatorProposal {
-                action,
+                action: action.into(),
                 pubkey: pk.to_vec(),
                 power,
                 enc_key,
@@ -187,11 +189,11 @@ impl DkgNet {
             .0)
     }
 
-    /// A proposal's status (1 open, 2 accepted, 3 applied, 4 refused).
-    pub fn status(&self, id: u64) -> Result<u32> {
+    /// A proposal's status.
+    pub fn status(&self, id: u64) -> Result<ProposalStatus> {
         let p =
             dst::proposal(self.net.nodes[0].app.committed_state(), id)?.context("no proposal")?;
-        Ok(p.status)
+        Ok(dst::proposal_status(&p)?)
     }
 
     /// Proposes a change from node 0 and approves it from the others in
@@ -200,7 +202,7 @@ impl DkgNet {
     /// `members`. Returns the blocks it took.
     pub fn change(
         &mut self,
-        action: u32,
+        action: ProposalAction,
         target: usize,
         group: &[u8],
         members: &[usize],
@@ -213,16 +215,23 @@ impl DkgNet {
             .filter(|&i| self.net.nodes[i].member)
             .collect();
         let before = self.epoch()?;
-        let power = if action == 2 { 0 } else { 10 };
+        let power = if action == ProposalAction::Remove {
+            0
+        } else {
+            10
+        };
         let (code, id) = self.propose(proposer, action, target, power)?;
         ensure!(code == Code::Ok, "proposal refused: {code:?}");
         for &v in voters.iter().filter(|&&v| v != proposer) {
-            if self.status(id)? != 1 {
+            if self.status(id)? != ProposalStatus::Open {
                 break;
             }
             ensure!(self.approve(v, id)? == Code::Ok, "approval refused");
         }
-        ensure!(self.status(id)? >= 2, "proposal {id} not accepted");
+        ensure!(
+            self.status(id)? != ProposalStatus::Open,
+            "proposal {id} not accepted"
+        );
         let took = self.until(200, |s| Ok(s.epoch()? > before))?;
         let key = self.key(0)?.context("key")?;
         ensure!(

@@ -132,7 +132,8 @@ impl Hub {
             digest.as_slice() == b.digest,
             "hub: batch digest does not match its calls"
         );
-        let key = sync::dkg(kv)?.context("threshold key")?;
+        let key = tally_settlement::dkg::state::active_key(kv, &tally_settlement::KeyCache::new())?
+            .context("threshold key")?;
         let mut shares = key.shares;
         if let Some(g) = &self.pinned_group {
             shares.group = bls::parse_public_key(g)?;

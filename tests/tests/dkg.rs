@@ -10,6 +10,7 @@ use anyhow::{ensure, Context, Result};
 use blst::min_pk::{AggregatePublicKey, PublicKey};
 use tally_settlement::bls::{self, parse_public_key, Kind, Partial};
 use tally_settlement::dkg::state as dst;
+use tally_settlement::dkg::types::{ProposalAction, ProposalStatus};
 use tally_settlement::proto::{validator_msg::Sum, ValidatorMsg};
 use tally_settlement::Code;
 use tally_tests::dkgnet::{DkgNet, CHAIN};
@@ -48,7 +49,7 @@ fn check_fresh_key(net: &DkgNet) -> Result<()> {
 /// combine into a signature the group key verifies.
 fn check_signs(net: &DkgNet) -> Result<()> {
     let key = net.key(0)?.context("no key")?;
-    let epoch = key.genesis.epoch;
+    let epoch = key.record.epoch;
     let msg = bls::message(CHAIN, Kind::Batch, &[9; 32]);
     let mut parts: Vec<Partial> = Vec::new();
     for (i, n) in net.net.nodes.iter().enumerate() {
@@ -211,7 +212,7 @@ fn approvals_below_two_thirds_of_the_power_do_not_accept() -> Result<()> {
     for n in [4, 7] {
         let mut net = form(n)?;
         let newcomer = net.net.add_node()?;
-        let (code, id) = net.propose(0, 1, newcomer, 10)?;
+        let (code, id) = net.propose(0, ProposalAction::Add, newcomer, 10)?;
         ensure!(code == Code::Ok, "{code:?}");
         // Up to 2/3 of the power exactly: still open.
         let needed = 2 * n / 3 + 1; // approvers for more than 2/3
@@ -219,7 +220,7 @@ fn approvals_below_two_thirds_of_the_power_do_not_accept() -> Result<()> {
             ensure!(net.approve(v, id)? == Code::Ok);
         }
         ensure!(
-            net.status(id)? == 1,
+            net.status(id)? == ProposalStatus::Open,
             "n = {n}: accepted with {} of {n}",
             needed - 1
         );
@@ -231,16 +232,22 @@ fn approvals_below_two_thirds_of_the_power_do_not_accept() -> Result<()> {
             net.approve(newcomer, id)? == Code::NotValidator,
             "a non-validator approved"
         );
+        // A proposal that does not exist is a refused transaction, not a
+        // query's "not found".
+        ensure!(
+            net.approve(1, id + 100)? == Code::BadProposal,
+            "an approval of a missing proposal"
+        );
         for _ in 0..20 {
             net.block(true, Vec::new())?;
         }
         ensure!(
-            net.status(id)? == 1 && net.epoch()? == 1,
+            net.status(id)? == ProposalStatus::Open && net.epoch()? == 1,
             "n = {n}: a change happened"
         );
         ensure!(net.approve(needed - 1, id)? == Code::Ok);
         ensure!(
-            net.status(id)? == 2,
+            net.status(id)? == ProposalStatus::Accepted,
             "n = {n}: not accepted with {needed} of {n}"
         );
     }
@@ -257,7 +264,7 @@ fn grow_to_seven_and_shrink_to_four_keeping_the_group_key() -> Result<()> {
     for _ in 0..3 {
         let i = net.net.add_node()?;
         members.push(i);
-        net.change(1, i, &group, &members)?;
+        net.change(ProposalAction::Add, i, &group, &members)?;
         epochs.push(net.epoch()?);
         check_signs(&net)?;
         let before = net.settled();
@@ -266,7 +273,7 @@ fn grow_to_seven_and_shrink_to_four_keeping_the_group_key() -> Result<()> {
     }
     for gone in [6, 5, 4] {
         members.retain(|&m| m != gone);
-        net.change(2, gone, &group, &members)?;
+        net.change(ProposalAction::Remove, gone, &group, &members)?;
         epochs.push(net.epoch()?);
         check_signs(&net)?;
         let before = net.settled();

@@ -9,6 +9,7 @@ use anyhow::Context;
 use tally_tests::harness::{self, Test};
 
 use tally_settlement::bls::{self, deal, Kind};
+use tally_settlement::dkg::types::ProposalAction;
 use tally_settlement::proto::HubCall;
 use tally_settlement::sync::batch_digest;
 
@@ -125,7 +126,7 @@ fn reshared_key_and_batch_verify_in_py_ecc(_: &mut ()) -> anyhow::Result<()> {
     for _ in 0..2 {
         let i = net.net.add_node()?;
         members.push(i);
-        net.change(1, i, &group, &members)?;
+        net.change(ProposalAction::Add, i, &group, &members)?;
     }
     anyhow::ensure!(net.epoch()? == 3, "two reshares make epoch 3");
     let switched = net.net.height as u64;

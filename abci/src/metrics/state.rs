@@ -6,6 +6,8 @@
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
+use tally_settlement::bls::Kind;
+use tally_settlement::dkg::state::active_key_record;
 use tally_settlement::proto::PendingMessage;
 use tally_settlement::state::load;
 use tally_settlement::state::sync::{batch, hub_call, stored_partials, sync_state};
@@ -36,23 +38,20 @@ pub(crate) struct StateGauges {
     pub attempt: u64,
 }
 
+/// The `kind` label of a stored message kind.
 fn kind_name(kind: u32) -> &'static str {
-    match kind {
-        1 => "batch",
-        2 => "hub_result",
-        3 => "hub_block",
-        _ => "unknown",
-    }
+    Kind::try_from(kind).map_or("unknown", Kind::name)
 }
 
-/// The threshold of the stored key (`dkg`), read from its JSON alone: the
-/// parsed key lives behind a lock the ABCI path uses, and a scrape must
-/// not take it.
+/// The threshold of the active key, read from its record alone (no point
+/// is parsed, and the ABCI path's key cache is not touched); a record that
+/// does not decode shows no threshold.
 fn threshold(kv: &impl KvRead) -> Result<Option<u64>, Fatal> {
-    Ok(kv
-        .get(keys::DKG)?
-        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-        .and_then(|v| v["threshold"].as_u64()))
+    match active_key_record(kv) {
+        Ok(k) => Ok(k.map(|k| u64::from(k.threshold))),
+        Err(Fatal::Corrupt(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// Reads the gauges from committed state.

@@ -10,7 +10,7 @@ use crate::dkgkey;
 use crate::rpc::Rpc;
 use anyhow::{bail, Context as _};
 use clap::{ArgGroup, Args, Subcommand};
-use tally_settlement::dkg::tx::{ADD, REMOVE, UPDATE};
+use tally_settlement::dkg::types::ProposalAction;
 use tally_settlement::proto::{
     validator_msg::Sum, ProposalApproval, ValidatorMsg, ValidatorProposal,
 };
@@ -88,13 +88,13 @@ pub struct ApproveCommand {
 }
 
 impl ProposeCommand {
-    fn action(&self) -> u32 {
+    fn action(&self) -> ProposalAction {
         if self.add {
-            ADD
+            ProposalAction::Add
         } else if self.remove {
-            REMOVE
+            ProposalAction::Remove
         } else {
-            UPDATE
+            ProposalAction::Update
         }
     }
 
@@ -103,7 +103,7 @@ impl ProposeCommand {
     pub fn proposal(&self, chain_id: &str) -> anyhow::Result<ValidatorProposal> {
         let action = self.action();
         let from_home = match &self.candidate_home {
-            Some(h) => Some(if action == REMOVE {
+            Some(h) => Some(if action == ProposalAction::Remove {
                 let pk = dkgkey::consensus_pubkey(h)?;
                 dkgkey::EncProof {
                     validator: hex::encode(pk),
@@ -134,17 +134,17 @@ impl ProposeCommand {
                 hex::decode(k.trim()).context("--enc-key is not hex")?,
                 hex::decode(p.trim()).context("--enc-pop is not hex")?,
             ),
-            (None, None, Some(h)) if action != REMOVE => {
+            (None, None, Some(h)) if action != ProposalAction::Remove => {
                 (hex::decode(&h.key)?, hex::decode(&h.pop)?)
             }
             _ => (Vec::new(), Vec::new()),
         };
         let power = self.power.unwrap_or(0);
         match action {
-            ADD | UPDATE if power == 0 => bail!("--power N (above 0) is required to add or update"),
-            REMOVE if self.power.is_some() => bail!("a removal takes no --power"),
-            REMOVE if !enc_key.is_empty() => bail!("a removal takes no encryption key"),
-            ADD if enc_key.is_empty() => bail!(
+            ProposalAction::Add | ProposalAction::Update if power == 0 => bail!("--power N (above 0) is required to add or update"),
+            ProposalAction::Remove if self.power.is_some() => bail!("a removal takes no --power"),
+            ProposalAction::Remove if !enc_key.is_empty() => bail!("a removal takes no encryption key"),
+            ProposalAction::Add if enc_key.is_empty() => bail!(
                 "adding a validator needs its encryption key: --enc-key and --enc-pop (from its `tallyd dkg enc-proof`), or --candidate-home"
             ),
             _ => {}
@@ -163,7 +163,7 @@ impl ProposeCommand {
             }
         }
         Ok(ValidatorProposal {
-            action,
+            action: action.into(),
             pubkey,
             power,
             enc_key,
@@ -358,7 +358,7 @@ mod tests {
             .unwrap()
             .proposal("c-1")
             .unwrap();
-        assert_eq!((p.action, p.power), (ADD, 5));
+        assert_eq!((p.action, p.power), (u32::from(ProposalAction::Add), 5));
         assert_eq!(p.pubkey, pk.to_vec());
         assert_eq!(p.enc_key, enc.public().compress().to_vec());
         // The oracle: the chain's check of the proof.
@@ -440,7 +440,10 @@ mod tests {
             .unwrap()
             .proposal("c-1")
             .unwrap();
-        assert_eq!((r.action, r.power, r.enc_key.len()), (REMOVE, 0, 0));
+        assert_eq!(
+            (r.action, r.power, r.enc_key.len()),
+            (u32::from(ProposalAction::Remove), 0, 0)
+        );
         assert_eq!(r.pubkey, pk.to_vec());
     }
 }

@@ -16,20 +16,18 @@
 
 use blst::min_pk::PublicKey;
 use num_bigint::BigUint;
-use tally_store::{prefix_end, Kv};
+use tally_store::{Kv, KvRead};
 
 use super::crypto::{combine_commitments, eval_commitment, threshold_for};
-use super::state::{self as st, STATUS_ACCEPTED, STATUS_APPLIED, STATUS_OPEN, STATUS_REFUSED};
-use super::tx::{ADD, REMOVE};
-use super::{FRESH, RESHARE};
-use crate::bls::lagrange_at_zero;
+use super::key::KeyEpoch;
+use super::msg::address_of;
+use super::state::{self as st};
+use super::types::{CeremonyKind, ProposalAction, ProposalStatus};
+use crate::bls::{lagrange_at_zero, parse_public_key};
 use crate::error::Fatal;
-use crate::genesis::DkgGenesis;
-use crate::keys;
 use crate::proto::{Ceremony, CeremonyDealer, CeremonyPlayer, NextKey, Proposal, ValidatorRecord};
 use crate::state::chain::params;
-use crate::state::sync::{put_threshold_key, threshold_key};
-use crate::state::{put_u64, u64_or};
+use crate::state::sync::delete_all_partials;
 use crate::types::{Block, Event};
 
 /// Rounds a reshare may fail before its proposal is refused.
@@ -63,10 +61,9 @@ pub fn begin_block(kv: &mut impl Kv, block: &Block) -> Result<Vec<Event>, Fatal>
 /// dropped (they can never combine with the new key's), and the proposal
 /// changes the stored validator set as CometBFT does at this height.
 fn activate(kv: &mut impl Kv, next: &NextKey) -> Result<Event, Fatal> {
-    let key: DkgGenesis =
-        serde_json::from_slice(&next.key).map_err(|_| Fatal::Corrupt("next key"))?;
-    put_threshold_key(kv, &key).map_err(|_| Fatal::Corrupt("next key"))?;
-    kv.delete_range(keys::PSIG.to_vec(), prefix_end(keys::PSIG));
+    let key = st::next_key_record(next)?;
+    st::put_active_key(kv, &key)?;
+    delete_all_partials(kv);
     if let Some(p) = st::proposal(kv, next.proposal)? {
         apply_change(kv, &p)?;
     }
@@ -82,20 +79,20 @@ fn activate(kv: &mut impl Kv, next: &NextKey) -> Result<Event, Fatal> {
 }
 
 fn apply_change(kv: &mut impl Kv, p: &Proposal) -> Result<(), Fatal> {
-    let addr = super::msg::address_of(&p.pubkey);
+    let addr = address_of(&p.pubkey);
     let old = st::validator(kv, &addr)?;
-    let rec = match p.action {
-        ADD => ValidatorRecord {
+    let rec = match st::proposal_action(p)? {
+        ProposalAction::Add => ValidatorRecord {
             pubkey: p.pubkey.clone(),
             power: p.power,
             enc_key: p.enc_key.clone(),
         },
-        REMOVE => ValidatorRecord {
+        ProposalAction::Remove => ValidatorRecord {
             pubkey: p.pubkey.clone(),
             power: 0,
             enc_key: Vec::new(),
         },
-        _ => ValidatorRecord {
+        ProposalAction::Update => ValidatorRecord {
             pubkey: p.pubkey.clone(),
             power: p.power,
             enc_key: if p.enc_key.is_empty() {
@@ -110,10 +107,7 @@ fn apply_change(kv: &mut impl Kv, p: &Proposal) -> Result<(), Fatal> {
 }
 
 /// The set `p` would make: current validators with the change applied.
-fn next_set(
-    kv: &impl tally_store::KvRead,
-    p: Option<&Proposal>,
-) -> Result<Vec<CeremonyPlayer>, Fatal> {
+fn next_set(kv: &impl KvRead, p: Option<&Proposal>) -> Result<Vec<CeremonyPlayer>, Fatal> {
     let mut set: Vec<CeremonyPlayer> = st::validators(kv)?
         .into_iter()
         .map(|(a, v)| CeremonyPlayer {
@@ -124,12 +118,12 @@ fn next_set(
         })
         .collect();
     if let Some(p) = p {
-        let addr = super::msg::address_of(&p.pubkey).to_vec();
+        let addr = address_of(&p.pubkey).to_vec();
         set.retain(|v| v.address != addr);
         let old_enc = st::validator(kv, &addr)?
             .map(|v| v.enc_key)
             .unwrap_or_default();
-        if p.action != REMOVE {
+        if st::proposal_action(p)? != ProposalAction::Remove {
             set.push(CeremonyPlayer {
                 address: addr,
                 pubkey: p.pubkey.clone(),
@@ -146,19 +140,13 @@ fn next_set(
     Ok(set)
 }
 
-fn next_round(kv: &mut impl Kv) -> Result<u64, Fatal> {
-    let r = u64_or(kv, keys::CEREMONY_ROUND, 0)?.saturating_add(1);
-    put_u64(kv, keys::CEREMONY_ROUND.to_vec(), r);
-    Ok(r)
-}
-
 /// `c` (kind, dealers, players, old threshold, proposal, epoch and
 /// attempt filled in) scheduled from `h`: its round, phase windows and
 /// threshold.
 fn schedule(kv: &mut impl Kv, h: u64, c: Ceremony) -> Result<Ceremony, Fatal> {
     let phase = params(kv)?.dkg_phase_blocks.max(1);
     Ok(Ceremony {
-        round: next_round(kv)?,
+        round: st::next_round(kv)?,
         start_height: h,
         deal_end: h.saturating_add(phase),
         ack_end: h.saturating_add(2 * phase),
@@ -169,15 +157,12 @@ fn schedule(kv: &mut impl Kv, h: u64, c: Ceremony) -> Result<Ceremony, Fatal> {
     })
 }
 
-fn started(c: &Ceremony) -> Event {
+fn started(c: &Ceremony, kind: CeremonyKind) -> Event {
     Event::new(
         "dkg_started",
         [
             ("round", c.round.to_string()),
-            (
-                "kind",
-                if c.kind == FRESH { "fresh" } else { "reshare" }.to_string(),
-            ),
+            ("kind", kind.name().to_string()),
             ("dealers", c.dealers.len().to_string()),
             ("players", c.players.len().to_string()),
             ("threshold", c.threshold.to_string()),
@@ -190,14 +175,18 @@ fn started(c: &Ceremony) -> Event {
 /// validator has an encryption key; else the reshare of the oldest
 /// accepted proposal (or, with no key, its change applied directly).
 fn start_next(kv: &mut impl Kv, h: u64) -> Result<Option<Event>, Fatal> {
-    let key = threshold_key(kv)?;
-    let accepted = st::open_proposals(kv)?
-        .into_iter()
-        .find(|p| p.status == STATUS_ACCEPTED);
+    let key = st::active_key_record(kv)?;
+    let mut accepted = None;
+    for p in st::open_proposals(kv)? {
+        if st::proposal_status(&p)? == ProposalStatus::Accepted {
+            accepted = Some(p);
+            break;
+        }
+    }
     if let Some(mut p) = accepted {
         let players = next_set(kv, Some(&p))?;
         if let Some(v) = players.iter().find(|v| v.enc_key.is_empty()) {
-            p.status = STATUS_REFUSED;
+            p.status = ProposalStatus::Refused.into();
             p.reason = format!(
                 "validator {} has no encryption key",
                 hex::encode(&v.address)
@@ -208,14 +197,16 @@ fn start_next(kv: &mut impl Kv, h: u64) -> Result<Option<Event>, Fatal> {
         let Some(key) = key else {
             // No key to keep: the set changes at once.
             apply_change(kv, &p)?;
-            st::put_validator_updates(kv, h, vec![update_of(&p)]);
-            p.status = STATUS_APPLIED;
+            st::put_validator_updates(kv, h, vec![update_of(&p)?]);
+            p.status = ProposalStatus::Applied.into();
             p.applied_height = h;
             st::put_proposal(kv, &p);
             return Ok(Some(proposal_closed(&p)));
         };
-        let dealers = key
-            .signers
+        let signers = key
+            .signer_addresses()
+            .map_err(|_| Fatal::Corrupt("dkg signers"))?;
+        let dealers = signers
             .iter()
             .enumerate()
             .map(|(i, a)| CeremonyDealer {
@@ -227,53 +218,59 @@ fn start_next(kv: &mut impl Kv, h: u64) -> Result<Option<Event>, Fatal> {
             kv,
             h,
             Ceremony {
-                kind: RESHARE,
+                kind: CeremonyKind::Reshare.into(),
                 dealers,
                 players,
-                old_threshold: key.shares.threshold,
+                old_threshold: key.threshold,
                 proposal: p.id,
-                epoch: key.genesis.epoch + 1,
+                epoch: key.epoch + 1,
                 ..Ceremony::default()
             },
         )?;
         st::put_ceremony(kv, Some(&c));
-        return Ok(Some(started(&c)));
+        return Ok(Some(started(&c, CeremonyKind::Reshare)));
     }
     if key.is_none() {
-        let players = next_set(kv, None)?;
-        if players.is_empty() || players.iter().any(|v| v.enc_key.is_empty()) {
-            return Ok(None);
-        }
-        let dealers = players
-            .iter()
-            .map(|p| CeremonyDealer {
-                address: p.address.clone(),
-                share_index: 0,
-            })
-            .collect();
-        let c = schedule(
-            kv,
-            h,
-            Ceremony {
-                kind: FRESH,
-                dealers,
-                players,
-                epoch: 1,
-                ..Ceremony::default()
-            },
-        )?;
-        st::put_ceremony(kv, Some(&c));
-        return Ok(Some(started(&c)));
+        return start_fresh(kv, h);
     }
     Ok(None)
 }
 
-fn update_of(p: &Proposal) -> ValidatorRecord {
-    ValidatorRecord {
-        pubkey: p.pubkey.clone(),
-        power: if p.action == REMOVE { 0 } else { p.power },
-        enc_key: Vec::new(),
+/// A fresh key's ceremony, once every validator has an encryption key.
+fn start_fresh(kv: &mut impl Kv, h: u64) -> Result<Option<Event>, Fatal> {
+    let players = next_set(kv, None)?;
+    if players.is_empty() || players.iter().any(|v| v.enc_key.is_empty()) {
+        return Ok(None);
     }
+    let dealers = players
+        .iter()
+        .map(|p| CeremonyDealer {
+            address: p.address.clone(),
+            share_index: 0,
+        })
+        .collect();
+    let c = schedule(
+        kv,
+        h,
+        Ceremony {
+            kind: CeremonyKind::Fresh.into(),
+            dealers,
+            players,
+            epoch: 1,
+            ..Ceremony::default()
+        },
+    )?;
+    st::put_ceremony(kv, Some(&c));
+    Ok(Some(started(&c, CeremonyKind::Fresh)))
+}
+
+fn update_of(p: &Proposal) -> Result<ValidatorRecord, Fatal> {
+    let removed = st::proposal_action(p)? == ProposalAction::Remove;
+    Ok(ValidatorRecord {
+        pubkey: p.pubkey.clone(),
+        power: if removed { 0 } else { p.power },
+        enc_key: Vec::new(),
+    })
 }
 
 fn proposal_closed(p: &Proposal) -> Event {
@@ -288,10 +285,7 @@ fn proposal_closed(p: &Proposal) -> Event {
 }
 
 /// The qualified dealers' positions and commitments (ack-or-reveal).
-pub fn qualified(
-    kv: &impl tally_store::KvRead,
-    c: &Ceremony,
-) -> Result<Vec<(u32, Vec<PublicKey>)>, Fatal> {
+pub fn qualified(kv: &impl KvRead, c: &Ceremony) -> Result<Vec<(u32, Vec<PublicKey>)>, Fatal> {
     let n = c.players.len() as u32;
     let max_reveals = n.saturating_sub(c.threshold);
     let mut out = Vec::new();
@@ -325,7 +319,7 @@ pub fn qualified(
 /// fresh key, the Lagrange coefficients of the dealers' current indices
 /// at 0 for a reshare.
 pub fn weights(c: &Ceremony, qualified: &[u32]) -> Result<Option<Vec<BigUint>>, Fatal> {
-    if c.kind != RESHARE {
+    if st::ceremony_kind(c)? != CeremonyKind::Reshare {
         return Ok(None);
     }
     let xs: Vec<u32> = qualified
@@ -344,7 +338,8 @@ pub fn weights(c: &Ceremony, qualified: &[u32]) -> Result<Option<Vec<BigUint>>, 
 
 fn finalise(kv: &mut impl Kv, h: u64, mut c: Ceremony) -> Result<Event, Fatal> {
     let q = qualified(kv, &c)?;
-    let need = if c.kind == RESHARE {
+    let kind = st::ceremony_kind(&c)?;
+    let need = if kind == CeremonyKind::Reshare {
         c.old_threshold
     } else {
         c.threshold
@@ -372,8 +367,8 @@ fn finalise(kv: &mut impl Kv, h: u64, mut c: Ceremony) -> Result<Event, Fatal> {
             ("group_key", key.group_key.clone()),
         ],
     );
-    if c.kind == FRESH {
-        put_threshold_key(kv, &key).map_err(|_| Fatal::Corrupt("key"))?;
+    if kind == CeremonyKind::Fresh {
+        st::put_active_key(kv, &key)?;
         return Ok(ev);
     }
     let bytes = serde_json::to_vec(&key).map_err(|_| Fatal::Corrupt("key"))?;
@@ -388,8 +383,8 @@ fn finalise(kv: &mut impl Kv, h: u64, mut c: Ceremony) -> Result<Event, Fatal> {
         }),
     );
     if let Some(mut p) = st::proposal(kv, c.proposal)? {
-        st::put_validator_updates(kv, h, vec![update_of(&p)]);
-        p.status = STATUS_APPLIED;
+        st::put_validator_updates(kv, h, vec![update_of(&p)?]);
+        p.status = ProposalStatus::Applied.into();
         p.applied_height = h;
         st::put_proposal(kv, &p);
     }
@@ -399,10 +394,10 @@ fn finalise(kv: &mut impl Kv, h: u64, mut c: Ceremony) -> Result<Event, Fatal> {
 /// The key the qualified dealings make, `None` if it does not come out
 /// well-formed (a point at infinity, or a reshare whose group key moved).
 fn make_key(
-    kv: &impl tally_store::KvRead,
+    kv: &impl KvRead,
     c: &Ceremony,
     q: &[(u32, Vec<PublicKey>)],
-) -> Result<Option<DkgGenesis>, Fatal> {
+) -> Result<Option<KeyEpoch>, Fatal> {
     let positions: Vec<u32> = q.iter().map(|(d, _)| *d).collect();
     let w = weights(c, &positions)?;
     let commits: Vec<&[PublicKey]> = q.iter().map(|(_, c)| c.as_slice()).collect();
@@ -412,8 +407,11 @@ fn make_key(
     let Some(group) = group_poly.first() else {
         return Ok(None);
     };
-    if c.kind == RESHARE {
-        let current = threshold_key(kv)?.map(|k| k.shares.group.compress());
+    if st::ceremony_kind(c)? == CeremonyKind::Reshare {
+        let current = match st::active_key_record(kv)? {
+            Some(k) => Some(group_key(&k)?),
+            None => None,
+        };
         if current != Some(group.compress()) {
             return Ok(None);
         }
@@ -425,7 +423,7 @@ fn make_key(
             Err(_) => return Ok(None),
         }
     }
-    Ok(Some(DkgGenesis {
+    Ok(Some(KeyEpoch {
         threshold: c.threshold,
         group_key: hex::encode(group.compress()),
         public_shares: shares,
@@ -444,9 +442,10 @@ fn fail(kv: &mut impl Kv, h: u64, c: Ceremony, got: usize, need: usize) -> Resul
             ("needed", need.to_string()),
         ],
     );
-    if c.kind == RESHARE && u64::from(c.attempt) + 1 >= MAX_RESHARE_ROUNDS {
+    let reshare = st::ceremony_kind(&c)? == CeremonyKind::Reshare;
+    if reshare && u64::from(c.attempt) + 1 >= MAX_RESHARE_ROUNDS {
         if let Some(mut p) = st::proposal(kv, c.proposal)? {
-            p.status = STATUS_REFUSED;
+            p.status = ProposalStatus::Refused.into();
             p.reason = format!("its reshare failed {MAX_RESHARE_ROUNDS} times");
             st::put_proposal(kv, &p);
         }
@@ -462,12 +461,23 @@ fn fail(kv: &mut impl Kv, h: u64, c: Ceremony, got: usize, need: usize) -> Resul
 fn expire_proposals(kv: &mut impl Kv, h: u64, events: &mut Vec<Event>) -> Result<(), Fatal> {
     let ttl = params(kv)?.proposal_expiry_blocks;
     for mut p in st::open_proposals(kv)? {
-        if p.status == STATUS_OPEN && h >= p.height.saturating_add(ttl) {
-            p.status = STATUS_REFUSED;
+        let open = st::proposal_status(&p)? == ProposalStatus::Open;
+        if open && h >= p.height.saturating_add(ttl) {
+            p.status = ProposalStatus::Refused.into();
             p.reason = "expired without enough approvals".into();
             st::put_proposal(kv, &p);
             events.push(proposal_closed(&p));
         }
     }
     Ok(())
+}
+
+/// The compressed group key of a stored key record (checked when the key
+/// was made, so one that does not parse now is corruption).
+fn group_key(k: &KeyEpoch) -> Result<[u8; 48], Fatal> {
+    hex::decode(&k.group_key)
+        .ok()
+        .and_then(|b| parse_public_key(&b).ok())
+        .map(|p| p.compress())
+        .ok_or(Fatal::Corrupt("dkg group key"))
 }

@@ -23,8 +23,8 @@
 //!
 //! **Set.** A current validator proposes adding, removing or updating a
 //! validator; the proposal is accepted once approvers holding more than
-//! 2/3 of the voting power signed approvals ([`tx`]). An accepted change
-//! runs a *reshare*: the current share holders deal polynomials whose
+//! 2/3 of the voting power signed approvals ([`proposal`]). An accepted
+//! change runs a *reshare*: the current share holders deal polynomials whose
 //! constant terms are their shares, to the next set; combined with
 //! Lagrange weights they give new shares of the same group secret, so the
 //! group key never changes. When it finalises at height `h`, FinalizeBlock
@@ -32,89 +32,43 @@
 //! new key becomes active at `h + 2` too; stored partials of the old key
 //! are dropped then, since partials of different epochs never combine.
 //!
-//! Modules: [`crypto`] (the arithmetic), [`msg`] (signed messages),
-//! [`state`] (accessors), [`tx`] (validator transactions), [`ceremony`]
-//! (begin-block work), [`participant`] (what an honest validator sends,
-//! share derivation).
+//! ## Files
+//!
+//! Each file imports only files above it in this table (no cycles):
+//!
+//! | file | owns |
+//! |---|---|
+//! | [`keys`] | every state key of the component (listed again in [`crate::keys::LAYOUT`]) |
+//! | [`key`] | the key record [`key::KeyEpoch`], the parsed [`key::ThresholdKey`] and the caller-owned [`key::KeyCache`] |
+//! | [`types`] | proposal actions and statuses, ceremony kinds and phases as enums |
+//! | [`crypto`] | the arithmetic: polynomials, commitments, share encryption, proofs of possession |
+//! | [`msg`] | validator messages on the wire: signing and opening |
+//! | [`state`] | the typed accessors: the only code that reads or writes DKG state |
+//! | [`genesis`] | the genesis validator set and its encryption keys |
+//! | [`ceremony`] | begin-block work: activate a waiting key, finalise or fail a ceremony, expire proposals, start the next ceremony |
+//! | [`proposal`] | validator-set proposals: checked, accepted at more than 2/3 of the power |
+//! | [`tx`] | validator transactions: planned against state, then applied |
+//! | [`participant`] | what an honest validator sends, and how it derives its share |
+//! | [`query`] | `/validators`, `/proposals`, `/dkg` |
+//!
+//! **Every DKG write goes through [`state`]**: no other file (in this
+//! component or outside it) puts or deletes a key of [`keys`].
 
 pub mod ceremony;
 pub mod crypto;
+pub mod genesis;
+pub mod key;
+pub mod keys;
 pub mod msg;
 pub mod participant;
+pub mod proposal;
+pub mod query;
 pub mod state;
 pub mod tx;
-
-use tally_store::Kv;
-
-use crate::genesis::{parse_pubkey, Genesis, GenesisError};
-use crate::proto::ValidatorRecord;
-
-/// Ceremony kind: a fresh key.
-pub const FRESH: u32 = 1;
-/// Ceremony kind: a reshare of the current key.
-pub const RESHARE: u32 = 2;
+pub mod types;
 
 pub use ceremony::begin_block;
+pub use genesis::init_validators;
 pub use msg::{address_of, sign_validator_msg};
 pub use participant::{derive_share, next_messages, Me};
 pub use state::validator_updates;
-
-/// Stores the genesis validators (CometBFT's ed25519 keys and powers) with
-/// the encryption keys genesis lists for them, each proof checked. An
-/// encryption key for a key CometBFT does not list is refused.
-pub fn init_validators(
-    kv: &mut impl Kv,
-    chain_id: &str,
-    genesis: &Genesis,
-    validators: &[([u8; 32], u64)],
-) -> Result<(), GenesisError> {
-    if validators.len() > state::MAX_VALIDATORS {
-        return Err(GenesisError::Invalid(format!(
-            "{} validators, at most {}",
-            validators.len(),
-            state::MAX_VALIDATORS
-        )));
-    }
-    let bad = |m: String| GenesisError::Invalid(m);
-    let mut enc: Vec<([u8; 32], Vec<u8>)> = Vec::new();
-    for e in &genesis.encryption_keys {
-        let v = parse_pubkey(&e.validator).map_err(bad)?;
-        if !validators.iter().any(|(k, _)| *k == v) {
-            return Err(bad(format!(
-                "encryption key for {}, which is not a genesis validator",
-                e.validator
-            )));
-        }
-        let key = hex::decode(&e.key).map_err(|_| bad("encryption key is not hex".into()))?;
-        let pk = crate::bls::parse_public_key(&key)
-            .map_err(|err| bad(format!("encryption key of {}: {err}", e.validator)))?;
-        let pop = hex::decode(&e.pop).map_err(|_| bad("encryption key proof is not hex".into()))?;
-        if !crypto::verify_pop(&pk, &msg::pop_context(chain_id, &v), &pop) {
-            return Err(bad(format!(
-                "the encryption key proof of {} does not verify",
-                e.validator
-            )));
-        }
-        if enc.iter().any(|(k, _)| *k == v) {
-            return Err(bad(format!("two encryption keys for {}", e.validator)));
-        }
-        enc.push((v, key));
-    }
-    for (k, power) in validators {
-        let enc_key = enc
-            .iter()
-            .find(|(v, _)| v == k)
-            .map(|(_, e)| e.clone())
-            .unwrap_or_default();
-        state::put_validator(
-            kv,
-            &address_of(k),
-            &ValidatorRecord {
-                pubkey: k.to_vec(),
-                power: *power,
-                enc_key,
-            },
-        );
-    }
-    Ok(())
-}

@@ -17,7 +17,7 @@ use super::crypto::{
 };
 use super::msg::share_context;
 use super::state as st;
-use super::RESHARE;
+use super::types::CeremonyKind;
 use crate::bls::{parse_public_key, SecretShare};
 use crate::error::Fatal;
 use crate::proto::{
@@ -25,7 +25,6 @@ use crate::proto::{
     ValidatorMsg,
 };
 use crate::state::chain::chain_id;
-use crate::state::sync::threshold_key;
 
 /// Why a share could not be derived.
 #[derive(Debug, thiserror::Error)]
@@ -76,7 +75,7 @@ pub fn polynomial(
     key_epoch: Option<u64>,
 ) -> Option<Poly> {
     let seed = me.enc.seed(&seed_label(chain, c.round, b"poly"));
-    let constant = if c.kind == RESHARE {
+    let constant = if CeremonyKind::try_from(c.kind) == Ok(CeremonyKind::Reshare) {
         let want = c.dealers.get(pos as usize - 1)?.share_index;
         let (epoch, share) = me.share?;
         if Some(epoch) != key_epoch || share.index != want {
@@ -169,7 +168,7 @@ pub fn next_messages(kv: &impl KvRead, me: &Me) -> Result<Vec<ValidatorMsg>, Fat
         sum: Some(sum),
     };
     let mut out = Vec::new();
-    let key_epoch = threshold_key(kv)?.map(|k| k.genesis.epoch);
+    let key_epoch = st::active_key_record(kv)?.map(|k| k.epoch);
     let dealer = c
         .dealers
         .iter()
@@ -265,12 +264,10 @@ pub fn derive_share(
         .map_err(|e| DeriveError::Crypto(e.to_string()))?;
     // The public share the chain recorded for j, in the key this
     // ceremony made (active, or waiting to activate).
-    let key_json = match st::next_key(kv)? {
-        Some(n) => Some(n.key),
-        None => kv.get(crate::keys::DKG).map_err(Fatal::Store)?,
+    let key = match st::next_key(kv)? {
+        Some(n) => Some(st::next_key_record(&n)?),
+        None => st::active_key_record(kv)?,
     };
-    let key: Option<crate::genesis::DkgGenesis> =
-        key_json.and_then(|b| serde_json::from_slice(&b).ok());
     let key = key
         .filter(|k| k.epoch == c.epoch)
         .ok_or(Fatal::Corrupt("key of the last ceremony"))?;

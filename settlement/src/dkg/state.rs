@@ -1,12 +1,17 @@
-//! Typed access to the validator, ceremony and proposal state (keys in
-//! [`crate::keys`]). Absent values are `None`; undecodable ones are
-//! [`Fatal::Corrupt`].
+//! Typed access to the DKG component's state: the active threshold key,
+//! the validator set, ceremonies, dealings, acks, reveals and proposals
+//! (keys in [`super::keys`]). Every DKG write goes through here. Absent
+//! values are `None`; undecodable ones, and stored numbers no enum of
+//! [`super::types`] names, are [`Fatal::Corrupt`].
 
 use prost::Message;
 use tally_store::{prefix_end, Kv, KvRead};
 
+use super::key::{KeyCache, KeyEpoch, ThresholdKey};
+use super::keys;
+use super::types::{CeremonyKind, ProposalAction, ProposalStatus};
 use crate::error::Fatal;
-use crate::keys;
+use crate::keys::{LAST_HEIGHT, PRESENT};
 use crate::proto::{Ceremony, Dealing, NextKey, Proposal, ValidatorRecord, ValidatorUpdates};
 use crate::state::{get_u64, load, put_u64, u64_or};
 
@@ -15,12 +20,48 @@ pub const MAX_VALIDATORS: usize = 128;
 
 /// Height of the last block begun (0 before the first).
 pub fn last_height(kv: &impl KvRead) -> Result<u64, Fatal> {
-    u64_or(kv, keys::LAST_HEIGHT, 0)
+    u64_or(kv, LAST_HEIGHT, 0)
 }
 
 /// Records the height of the block being run.
 pub fn put_last_height(kv: &mut impl Kv, height: u64) {
-    put_u64(kv, keys::LAST_HEIGHT.to_vec(), height);
+    put_u64(kv, LAST_HEIGHT.to_vec(), height);
+}
+
+/// The active threshold key with its points parsed (through `cache`:
+/// parsed again only when the stored record changed), if the chain has
+/// one.
+pub fn active_key(kv: &impl KvRead, cache: &KeyCache) -> Result<Option<ThresholdKey>, Fatal> {
+    match kv.get(keys::ACTIVE_KEY)? {
+        None => Ok(None),
+        Some(b) => cache.parse(&b).map(Some),
+    }
+}
+
+/// The active threshold key's record alone (hex strings: no point is
+/// parsed), if the chain has one.
+pub fn active_key_record(kv: &impl KvRead) -> Result<Option<KeyEpoch>, Fatal> {
+    match kv.get(keys::ACTIVE_KEY)? {
+        None => Ok(None),
+        Some(b) => key_record(&b).map(Some),
+    }
+}
+
+/// Whether the chain has an active threshold key.
+pub fn has_active_key(kv: &impl KvRead) -> Result<bool, Fatal> {
+    Ok(kv.get(keys::ACTIVE_KEY)?.is_some())
+}
+
+/// Makes `k` the active threshold key.
+pub fn put_active_key(kv: &mut impl Kv, k: &KeyEpoch) -> Result<(), Fatal> {
+    let bytes = serde_json::to_vec(k).map_err(|_| Fatal::Corrupt("key record"))?;
+    kv.put(keys::ACTIVE_KEY.to_vec(), bytes);
+    Ok(())
+}
+
+/// The active key's record, stored as JSON.
+fn key_record(bytes: &[u8]) -> Result<KeyEpoch, Fatal> {
+    serde_json::from_slice(bytes).map_err(|_| Fatal::Corrupt("key record"))
 }
 
 /// One validator by consensus address.
@@ -75,6 +116,18 @@ pub fn put_last_ceremony(kv: &mut impl Kv, c: &Ceremony) {
     kv.put(keys::LAST_CEREMONY.to_vec(), c.encode_to_vec());
 }
 
+/// A ceremony's kind (stored ceremonies always have a known one).
+pub fn ceremony_kind(c: &Ceremony) -> Result<CeremonyKind, Fatal> {
+    CeremonyKind::try_from(c.kind).map_err(|_| Fatal::Corrupt("ceremony kind"))
+}
+
+/// Takes the next ceremony round number (1 for the first ceremony).
+pub fn next_round(kv: &mut impl Kv) -> Result<u64, Fatal> {
+    let r = u64_or(kv, keys::CEREMONY_ROUND, 0)?.saturating_add(1);
+    put_u64(kv, keys::CEREMONY_ROUND.to_vec(), r);
+    Ok(r)
+}
+
 /// A dealing by round and dealer position.
 pub fn dealing(kv: &impl KvRead, round: u64, dealer: u32) -> Result<Option<Dealing>, Fatal> {
     load(kv, &keys::dealing(round, dealer), "dealing")
@@ -102,7 +155,7 @@ pub fn has_ack(kv: &impl KvRead, round: u64, dealer: u32, player: u32) -> Result
 
 /// Records an ack.
 pub fn put_ack(kv: &mut impl Kv, round: u64, dealer: u32, player: u32) {
-    kv.put(keys::ack(round, dealer, player), keys::PRESENT.to_vec());
+    kv.put(keys::ack(round, dealer, player), PRESENT.to_vec());
 }
 
 /// The share `dealer` revealed for `player` in `round` (32 bytes).
@@ -132,29 +185,55 @@ pub fn delete_round(kv: &mut impl Kv, round: u64) {
     }
 }
 
-/// A proposal by id.
+/// How many dealings, acks and reveals `round` holds so far.
+pub fn round_counts(kv: &impl KvRead, round: u64) -> Result<[u64; 3], Fatal> {
+    let mut out = [0u64; 3];
+    let prefixes = [
+        keys::dealing_round(round),
+        keys::ack_round(round),
+        keys::reveal_round(round),
+    ];
+    for (n, p) in out.iter_mut().zip(prefixes) {
+        kv.for_each(&p, &prefix_end(&p), &mut |_, _| {
+            *n += 1;
+            true
+        })?;
+    }
+    Ok(out)
+}
+
+/// A proposal by id. An action or status no enum names is corrupt.
 pub fn proposal(kv: &impl KvRead, id: u64) -> Result<Option<Proposal>, Fatal> {
-    load(kv, &keys::proposal(id), "proposal")
+    let p: Option<Proposal> = load(kv, &keys::proposal(id), "proposal")?;
+    p.map(checked_proposal).transpose()
+}
+
+fn checked_proposal(p: Proposal) -> Result<Proposal, Fatal> {
+    proposal_action(&p)?;
+    proposal_status(&p)?;
+    Ok(p)
+}
+
+/// A proposal's action (stored proposals always have a known one).
+pub fn proposal_action(p: &Proposal) -> Result<ProposalAction, Fatal> {
+    ProposalAction::try_from(p.action).map_err(|_| Fatal::Corrupt("proposal action"))
+}
+
+/// A proposal's status (stored proposals always have a known one).
+pub fn proposal_status(p: &Proposal) -> Result<ProposalStatus, Fatal> {
+    ProposalStatus::try_from(p.status).map_err(|_| Fatal::Corrupt("proposal status"))
 }
 
 /// Stores a proposal; open and accepted ones are also indexed.
 pub fn put_proposal(kv: &mut impl Kv, p: &Proposal) {
     kv.put(keys::proposal(p.id), p.encode_to_vec());
-    if p.status == STATUS_OPEN || p.status == STATUS_ACCEPTED {
-        kv.put(keys::proposal_open(p.id), keys::PRESENT.to_vec());
+    let pending = ProposalStatus::try_from(p.status).is_ok_and(ProposalStatus::is_pending);
+    if pending {
+        kv.put(keys::proposal_open(p.id), PRESENT.to_vec());
     } else {
         kv.delete(keys::proposal_open(p.id));
     }
 }
-
-/// Proposal status: collecting approvals.
-pub const STATUS_OPEN: u32 = 1;
-/// Proposal status: approved, waiting for (or in) its reshare.
-pub const STATUS_ACCEPTED: u32 = 2;
-/// Proposal status: its reshare finished; the set changed.
-pub const STATUS_APPLIED: u32 = 3;
-/// Proposal status: refused or expired (see its reason).
-pub const STATUS_REFUSED: u32 = 4;
 
 /// Open and accepted proposals, by id.
 pub fn open_proposals(kv: &impl KvRead) -> Result<Vec<Proposal>, Fatal> {
@@ -175,7 +254,11 @@ pub fn open_proposals(kv: &impl KvRead) -> Result<Vec<Proposal>, Fatal> {
 pub fn proposals_from(kv: &impl KvRead, from: u64, limit: usize) -> Result<Vec<Proposal>, Fatal> {
     let rows = kv.scan(&keys::proposal(from), &prefix_end(keys::PROPOSAL), limit)?;
     rows.iter()
-        .map(|(_, v)| Proposal::decode(v.as_slice()).map_err(|_| Fatal::Corrupt("proposal")))
+        .map(|(_, v)| {
+            Proposal::decode(v.as_slice())
+                .map_err(|_| Fatal::Corrupt("proposal"))
+                .and_then(checked_proposal)
+        })
         .collect()
 }
 
@@ -189,6 +272,11 @@ pub fn next_proposal_id(kv: &mut impl Kv) -> Result<u64, Fatal> {
 /// The key a reshare made, until it activates.
 pub fn next_key(kv: &impl KvRead) -> Result<Option<NextKey>, Fatal> {
     load(kv, keys::NEXT_KEY, "next key")
+}
+
+/// The record of the key waiting in `n`.
+pub fn next_key_record(n: &NextKey) -> Result<KeyEpoch, Fatal> {
+    serde_json::from_slice(&n.key).map_err(|_| Fatal::Corrupt("next key"))
 }
 
 /// Stores (or with `None` removes) the waiting key.

@@ -16,30 +16,19 @@
 //! it lands).
 
 use blst::min_pk::PublicKey;
-use ed25519_dalek::VerifyingKey;
 use tally_store::{Kv, KvRead};
 
-use super::crypto::{scalar_from_bytes, verify_pop, verify_share};
-use super::msg::{pop_context, Opened};
-use super::state::{self as st, MAX_VALIDATORS, STATUS_ACCEPTED, STATUS_OPEN};
+use super::crypto::{scalar_from_bytes, verify_share};
+use super::msg::Opened;
+use super::proposal::{accept_if_enough, current_validator, plan_proposal, proposal_event};
+use super::state::{self as st};
+use super::types::{CeremonyKind, ProposalStatus};
 use crate::bls::parse_public_key;
 use crate::codes::Code;
 use crate::error::{reject, ExecError};
-use crate::proto::{validator_msg::Sum, Ceremony, Dealing, DkgReveal, Proposal, ValidatorProposal};
+use crate::proto::{validator_msg::Sum, Ceremony, Dealing, DkgReveal, Proposal};
 use crate::state::chain::chain_id;
-use crate::state::sync::threshold_key;
 use crate::types::{Event, TxResult};
-
-/// Open proposals one validator may have at once.
-pub const MAX_OPEN_PER_PROPOSER: usize = 4;
-/// Open proposals in all.
-pub const MAX_OPEN: usize = 32;
-/// Proposal actions.
-pub const ADD: u32 = 1;
-/// Remove a validator.
-pub const REMOVE: u32 = 2;
-/// Change a validator's power and/or encryption key (and reshare).
-pub const UPDATE: u32 = 3;
 
 /// A checked validator transaction.
 #[derive(Debug)]
@@ -125,33 +114,6 @@ impl ValidatorPlan {
     }
 }
 
-fn proposal_event(p: &Proposal) -> Event {
-    Event::new(
-        "validator_proposal",
-        [
-            ("id", p.id.to_string()),
-            ("status", p.status.to_string()),
-            ("approvals", p.approvals.len().to_string()),
-        ],
-    )
-}
-
-/// Marks `p` accepted when its approvers hold more than 2/3 of the
-/// current voting power.
-fn accept_if_enough(kv: &impl KvRead, p: &mut Proposal) -> Result<(), ExecError> {
-    let vals = st::validators(kv)?;
-    let total: u128 = vals.iter().map(|(_, v)| u128::from(v.power)).sum();
-    let approved: u128 = vals
-        .iter()
-        .filter(|(a, _)| p.approvals.iter().any(|x| x.as_slice() == a.as_slice()))
-        .map(|(_, v)| u128::from(v.power))
-        .sum();
-    if p.status == STATUS_OPEN && total > 0 && approved * 3 > total * 2 {
-        p.status = STATUS_ACCEPTED;
-    }
-    Ok(())
-}
-
 /// Plans an opened validator transaction ([`super::msg::open`]) at the
 /// last block begun.
 pub fn plan_validator_tx(kv: &impl KvRead, o: &Opened) -> Result<ValidatorPlan, ExecError> {
@@ -188,12 +150,14 @@ pub fn plan_validator_tx(kv: &impl KvRead, o: &Opened) -> Result<ValidatorPlan, 
             Ok(ValidatorPlan::Ack(c.round, a.dealers, p))
         }
         Some(Sum::Reveal(r)) => plan_reveal(kv, height, o, r),
-        Some(Sum::Propose(p)) => plan_proposal(kv, &chain, height, o, p),
+        Some(Sum::Propose(p)) => {
+            plan_proposal(kv, &chain, height, o, p).map(|p| ValidatorPlan::Propose(Box::new(p)))
+        }
         Some(Sum::Approve(a)) => {
             current_validator(kv, o)?;
             let mut p = st::proposal(kv, a.proposal)?
-                .ok_or_else(|| reject(Code::NotFound, format!("no proposal {}", a.proposal)))?;
-            if p.status != STATUS_OPEN {
+                .ok_or_else(|| reject(Code::BadProposal, format!("no proposal {}", a.proposal)))?;
+            if st::proposal_status(&p)? != ProposalStatus::Open {
                 return Err(reject(
                     Code::BadProposal,
                     format!("proposal {} is not open (status {})", p.id, p.status),
@@ -254,16 +218,6 @@ fn player_pos(c: &Ceremony, o: &Opened) -> Result<u32, ExecError> {
         })
 }
 
-fn current_validator(kv: &impl KvRead, o: &Opened) -> Result<(), ExecError> {
-    match st::validator(kv, &o.address)? {
-        Some(v) if v.power > 0 => Ok(()),
-        _ => Err(reject(
-            Code::NotValidator,
-            "the sender is not a current validator",
-        )),
-    }
-}
-
 fn plan_dealing(
     kv: &impl KvRead,
     height: u64,
@@ -311,12 +265,12 @@ fn plan_dealing(
             return Err(bad(format!("share {}: ciphertext is not 32 bytes", j + 1)));
         }
     }
-    if c.kind == super::RESHARE {
+    if st::ceremony_kind(&c)? == CeremonyKind::Reshare {
         // A reshare deals the dealer's current share: the commitment's
         // constant term must be its public share in the current key.
-        let key = threshold_key(kv)?.ok_or_else(|| phase("no key to reshare".into()))?;
+        let key = st::active_key_record(kv)?.ok_or_else(|| phase("no key to reshare".into()))?;
         let idx = c.dealers[pos as usize - 1].share_index;
-        let want = key.shares.share(idx).map(|p| p.compress());
+        let want = key.public_share(idx)?;
         if first.map(|f| f.compress()) != want {
             return Err(bad(format!(
                 "commitment does not start with the dealer's public share {idx}"
@@ -385,111 +339,4 @@ fn plan_reveal(
         out.push((p, s.share.clone()));
     }
     Ok(ValidatorPlan::Reveal(c.round, d, out))
-}
-
-fn plan_proposal(
-    kv: &impl KvRead,
-    chain: &str,
-    height: u64,
-    o: &Opened,
-    p: ValidatorProposal,
-) -> Result<ValidatorPlan, ExecError> {
-    current_validator(kv, o)?;
-    let bad = |why: String| reject(Code::BadProposal, why);
-    let key: [u8; 32] = p
-        .pubkey
-        .as_slice()
-        .try_into()
-        .map_err(|_| bad("the validator key is not 32 bytes".into()))?;
-    VerifyingKey::from_bytes(&key).map_err(|_| bad("not a valid ed25519 key".into()))?;
-    let addr = super::msg::address_of(&key);
-    let existing = st::validator(kv, &addr)?;
-    let vals = st::validators(kv)?;
-    let check_enc = |required: bool| -> Result<(), ExecError> {
-        if p.enc_key.is_empty() && !required {
-            return Ok(());
-        }
-        let ek = parse_public_key(&p.enc_key).map_err(|e| bad(format!("encryption key: {e}")))?;
-        if !verify_pop(&ek, &pop_context(chain, &key), &p.enc_pop) {
-            return Err(bad(
-                "the encryption key's proof of possession does not verify".into(),
-            ));
-        }
-        Ok(())
-    };
-    match p.action {
-        ADD => {
-            if existing.is_some() {
-                return Err(bad("already a validator".into()));
-            }
-            if vals.len() >= MAX_VALIDATORS {
-                return Err(bad(format!(
-                    "the set already has {MAX_VALIDATORS} validators"
-                )));
-            }
-            if p.power == 0 {
-                return Err(bad("power must be above 0".into()));
-            }
-            check_enc(true)?;
-        }
-        REMOVE => {
-            if existing.is_none() {
-                return Err(bad("not a validator".into()));
-            }
-            if vals.len() <= 1 {
-                return Err(bad("the last validator cannot be removed".into()));
-            }
-            if p.power != 0 || !p.enc_key.is_empty() || !p.enc_pop.is_empty() {
-                return Err(bad("a removal carries no power or key".into()));
-            }
-        }
-        UPDATE => {
-            if existing.is_none() {
-                return Err(bad("not a validator".into()));
-            }
-            if p.power == 0 {
-                return Err(bad("power must be above 0 (remove instead)".into()));
-            }
-            check_enc(false)?;
-        }
-        other => return Err(bad(format!("unknown action {other}"))),
-    }
-    if p.power > (i64::MAX as u64) / 8 {
-        return Err(bad("power is too large".into()));
-    }
-    let open = st::open_proposals(kv)?;
-    if open.len() >= MAX_OPEN {
-        return Err(bad(format!("{MAX_OPEN} proposals are open already")));
-    }
-    if open
-        .iter()
-        .filter(|q| q.proposer.as_slice() == o.address)
-        .count()
-        >= MAX_OPEN_PER_PROPOSER
-    {
-        return Err(bad(format!(
-            "the sender has {MAX_OPEN_PER_PROPOSER} proposals open already"
-        )));
-    }
-    if open.iter().any(|q| {
-        q.action == p.action && q.pubkey == p.pubkey && q.power == p.power && q.enc_key == p.enc_key
-    }) {
-        return Err(reject(
-            Code::DkgDuplicate,
-            "the same proposal is already open",
-        ));
-    }
-    Ok(ValidatorPlan::Propose(Box::new(Proposal {
-        id: 0,
-        action: p.action,
-        pubkey: p.pubkey,
-        power: p.power,
-        enc_key: p.enc_key,
-        proposer: o.address.to_vec(),
-        height,
-        status: STATUS_OPEN,
-        approvals: vec![o.address.to_vec()],
-        reason: String::new(),
-        applied_height: 0,
-    })))
 }

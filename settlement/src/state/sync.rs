@@ -1,60 +1,16 @@
-//! Settlement-sync state: the threshold key, hub calls and the pending set,
-//! batches, each hub chain's sync state and deposit cursor, and the partial
-//! signatures stored while a message collects its threshold.
+//! Settlement-sync state: hub calls and the pending set, batches, each
+//! hub chain's sync state and deposit cursor, and the partial signatures
+//! stored while a message collects its threshold. (The threshold key they
+//! are checked against is the DKG's: [`crate::dkg::state::active_key`].)
 
 use prost::Message;
 use tally_store::{prefix_end, Kv, KvRead};
 
 use super::{load, put_u64, u64_or};
 use crate::error::Fatal;
-use crate::genesis::{DkgGenesis, GenesisError};
 use crate::keys;
 use crate::proto::{BatchRecord, HubCall, PendingMessage, SyncState};
-use crate::types::{BatchStatus, HubCursor, ThresholdKey};
-
-/// The threshold key from genesis, if the chain has one.
-pub fn threshold_key(kv: &impl KvRead) -> Result<Option<ThresholdKey>, Fatal> {
-    match kv.get(keys::DKG)? {
-        None => Ok(None),
-        Some(b) => parse_threshold_key(&b).map(Some),
-    }
-}
-
-/// Parses the stored threshold key, remembering the last one parsed: the
-/// key is written once at genesis and read on every proposal and vote
-/// extension, and checking n public keys (curve points) costs milliseconds
-/// each time. A pure memo of the stored bytes, so every node still derives
-/// the same result from the same state.
-fn parse_threshold_key(b: &[u8]) -> Result<ThresholdKey, Fatal> {
-    type Memo = Option<(Vec<u8>, ThresholdKey)>;
-    static MEMO: std::sync::Mutex<Memo> = std::sync::Mutex::new(None);
-    let mut memo = MEMO.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((bytes, key)) = memo.as_ref() {
-        if bytes.as_slice() == b {
-            return Ok(key.clone());
-        }
-    }
-    let genesis: DkgGenesis = serde_json::from_slice(b).map_err(|_| Fatal::Corrupt("dkg"))?;
-    let shares = genesis
-        .public_shares()
-        .map_err(|_| Fatal::Corrupt("dkg keys"))?;
-    let signers = genesis
-        .signer_addresses()
-        .map_err(|_| Fatal::Corrupt("dkg signers"))?;
-    let key = ThresholdKey {
-        genesis,
-        shares,
-        signers,
-    };
-    *memo = Some((b.to_vec(), key.clone()));
-    Ok(key)
-}
-
-/// Stores the genesis threshold key.
-pub fn put_threshold_key(kv: &mut impl Kv, d: &DkgGenesis) -> Result<(), GenesisError> {
-    kv.put(keys::DKG.to_vec(), serde_json::to_vec(d)?);
-    Ok(())
-}
+use crate::types::{BatchStatus, HubCursor};
 
 /// A hub chain's sync state (zeroes and nonce 1 before the first attempt).
 pub fn sync_state(kv: &impl KvRead, chain: &str) -> Result<SyncState, Fatal> {
@@ -204,6 +160,13 @@ pub fn delete_message(kv: &mut impl Kv, digest: &[u8], expires: u64) {
     kv.delete(keys::pexp(expires, digest));
 }
 
+/// Deletes every stored partial signature (a new key epoch began: no
+/// partial of the old key can ever combine with the new one's). The
+/// messages and their expiry entries stay and expire as usual.
+pub fn delete_all_partials(kv: &mut impl Kv) {
+    kv.delete_range(keys::PSIG.to_vec(), prefix_end(keys::PSIG));
+}
+
 /// Deletes the partials and messages whose expiry is at or before
 /// `height`: per message a range delete and a delete, then one range
 /// delete of the expiry entries.
@@ -240,45 +203,6 @@ mod tests {
     use tally_store::{MemBackend, Pending};
 
     use super::*;
-    use crate::bls::PublicShares;
-
-    fn stored_dkg(seed: u8) -> (Vec<u8>, PublicShares) {
-        let randomness: Vec<[u8; 64]> = (0..2).map(|i| [seed.wrapping_add(i); 64]).collect();
-        let (pubs, _) = crate::bls::deal(3, 2, &randomness).unwrap();
-        let d = DkgGenesis {
-            epoch: 0,
-            threshold: 2,
-            group_key: hex::encode(pubs.group.compress()),
-            public_shares: pubs
-                .shares
-                .iter()
-                .map(|k| hex::encode(k.compress()))
-                .collect(),
-            signers: (0..3u8).map(|i| hex::encode([i; 20])).collect(),
-        };
-        (serde_json::to_vec(&d).unwrap(), pubs)
-    }
-
-    #[test]
-    fn the_dkg_memo_follows_the_stored_bytes() {
-        let (a, pubs_a) = stored_dkg(1);
-        let (b, pubs_b) = stored_dkg(2);
-        assert_ne!(pubs_a, pubs_b);
-        for _ in 0..2 {
-            assert_eq!(parse_threshold_key(&a).unwrap().shares, pubs_a);
-            assert_eq!(parse_threshold_key(&b).unwrap().shares, pubs_b);
-        }
-        // Corrupt bytes are refused and do not poison the memo.
-        assert!(parse_threshold_key(b"{}").is_err());
-        let mut bad = a.clone();
-        let at = bad.len() / 2;
-        bad[at] ^= 1;
-        assert!(
-            parse_threshold_key(&bad).is_err()
-                || parse_threshold_key(&bad).unwrap().shares != pubs_a
-        );
-        assert_eq!(parse_threshold_key(&a).unwrap().shares, pubs_a);
-    }
 
     #[test]
     fn corrupt_cursors_and_unknown_batch_statuses_are_fatal() {

@@ -22,13 +22,14 @@ use tally_store::{Kv, KvRead};
 
 use super::digest::batch_digest;
 use crate::codes::Code;
+use crate::dkg::state::has_active_key;
 use crate::error::{reject, ExecError, Fatal};
 use crate::genesis::Params;
 use crate::proto::{BatchRecord, SyncState, SyncTxStart};
 use crate::state::chain::params;
 use crate::state::sync::{
     batch, batch_status, hub_call, pending_calls, put_batch, put_sync_state, sync_state,
-    threshold_key, unpend_call,
+    unpend_call,
 };
 use crate::types::{BatchStatus, Block, Event, TxResult};
 
@@ -52,7 +53,7 @@ pub fn next_attempt_not_before(st: &SyncState, p: &Params) -> Option<u64> {
 /// pending calls. `None` while a sync runs or nothing is pending, or
 /// without a threshold key.
 pub fn next_sync_start(kv: &impl KvRead, now: u64) -> Result<Option<SyncTxStart>, Fatal> {
-    if threshold_key(kv)?.is_none() {
+    if !has_active_key(kv)? {
         return Ok(None);
     }
     let p = params(kv)?;

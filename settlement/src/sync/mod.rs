@@ -30,10 +30,8 @@ pub mod partials;
 pub mod results;
 pub mod vote_extension;
 
-pub use crate::state::sync::{
-    batch, hub_call, hub_cursor, pending_calls, sync_state, threshold_key as dkg,
-};
-pub use crate::types::{BatchStatus, HubCursor, ThresholdKey};
+pub use crate::state::sync::{batch, hub_call, hub_cursor, pending_calls, sync_state};
+pub use crate::types::{BatchStatus, HubCursor};
 pub use awaited::Bodies;
 pub use batch::{is_running, next_attempt_not_before, next_sync_start};
 pub use digest::{batch_digest, block_digest, result_digest};

@@ -15,13 +15,15 @@ use super::deposits::credit_deposits;
 use super::results::hub_sync_end;
 use crate::bls::{Kind, Partial, PublicShares};
 use crate::codes::Code;
+use crate::dkg::key::KeyCache;
+use crate::dkg::state::active_key;
 use crate::error::{reject, ExecError, Fatal};
 use crate::genesis::Params;
 use crate::proto::{PendingMessage, SubmitPartials};
 use crate::state::chain::params;
 use crate::state::sync::{
     delete_message, expire_messages_through, has_partial, pending_message, put_partial,
-    put_pending_message, stored_partials, threshold_key,
+    put_pending_message, stored_partials,
 };
 use crate::types::{Awaited, Block, Event, TxResult};
 
@@ -118,14 +120,15 @@ pub fn check_shape(tx: &SubmitPartials, p: &Params, signers: usize) -> Result<Bo
 /// one.
 pub fn apply_partials(
     kv: &mut impl Kv,
+    cache: &KeyCache,
     block: &Block,
     chain_id: &str,
     tx: &SubmitPartials,
     strict: bool,
 ) -> Result<TxResult, ExecError> {
-    let key = threshold_key(kv)?
+    let key = active_key(kv, cache)?
         .ok_or_else(|| reject(Code::BadSystemTx, "the chain has no threshold key"))?;
-    let epoch = key.genesis.epoch;
+    let epoch = key.record.epoch;
     let pubs = key.shares;
     let p = params(kv)?;
     let bodies = check_shape(tx, &p, pubs.shares.len())

@@ -33,14 +33,14 @@ use tally_store::KvRead;
 
 use super::awaited::{recognize, Bodies};
 use crate::bls::{self, Kind, Partial, SecretShare};
+use crate::dkg::key::{KeyCache, ThresholdKey};
+use crate::dkg::state::active_key;
 use crate::error::Fatal;
 use crate::genesis::Params;
 use crate::proto::{HubBlock, HubResult, PartialSig, SubmitPartials, SyncTxStart, VoteExtension};
 use crate::state::chain::params;
-use crate::state::sync::{
-    batch, batch_status, has_partial, pending_message, sync_state, threshold_key,
-};
-use crate::types::{Awaited, BatchStatus, ThresholdKey};
+use crate::state::sync::{batch, batch_status, has_partial, pending_message, sync_state};
+use crate::types::{Awaited, BatchStatus};
 
 /// The partials a validator with `share` should sign now: the batch of
 /// `start` (a SyncTxStart in the block being voted on, which the caller
@@ -49,8 +49,11 @@ use crate::types::{Awaited, BatchStatus, ThresholdKey};
 /// only while the chain waits for it and this signer has no partial stored
 /// for it. At most `max_extension_partials`, and never more bytes than
 /// `max_vote_extension_bytes` (batches first, then results, then blocks).
+/// The active key is read through `cache`.
+#[allow(clippy::too_many_arguments)]
 pub fn extension(
     kv: &impl KvRead,
+    cache: &KeyCache,
     chain_id: &str,
     share: &SecretShare,
     share_epoch: u64,
@@ -59,12 +62,12 @@ pub fn extension(
     blocks: &[HubBlock],
 ) -> Result<VoteExtension, Fatal> {
     let mut out = VoteExtension::default();
-    let Some(key) = threshold_key(kv)? else {
+    let Some(key) = active_key(kv, cache)? else {
         return Ok(out);
     };
     // A share of another key epoch (the old key after a reshare, or the
     // next one before it activates) signs nothing.
-    if key.genesis.epoch != share_epoch || key.shares.share(share.index).is_none() {
+    if key.record.epoch != share_epoch || key.shares.share(share.index).is_none() {
         return Ok(out);
     }
     let params = params(kv)?;
@@ -191,6 +194,7 @@ pub enum BadExtension {
 /// can only ever count against its own sender's index.
 pub fn check_extension(
     kv: &impl KvRead,
+    cache: &KeyCache,
     address: &[u8],
     bytes: &[u8],
 ) -> Result<VoteExtension, BadExtension> {
@@ -198,7 +202,7 @@ pub fn check_extension(
         return Ok(VoteExtension::default());
     }
     let p = params(kv).map_err(|e| BadExtension::State(e.to_string()))?;
-    let key = threshold_key(kv).map_err(|e| BadExtension::State(e.to_string()))?;
+    let key = active_key(kv, cache).map_err(|e| BadExtension::State(e.to_string()))?;
     check_extension_with(&p, key.as_ref(), address, bytes)
 }
 
@@ -230,7 +234,7 @@ pub fn check_extension_with(
     let own = key
         .and_then(|k| k.index_of(address))
         .ok_or(BadExtension::NotASigner)?;
-    let epoch = key.map(|k| k.genesis.epoch).unwrap_or_default();
+    let epoch = key.map(|k| k.record.epoch).unwrap_or_default();
     let mut seen: Vec<(u32, &[u8])> = Vec::with_capacity(ext.partials.len());
     for (position, q) in ext.partials.iter().enumerate() {
         let bad = |why| BadExtension::Malformed { position, why };
@@ -284,11 +288,12 @@ struct Harvest {
 /// most candidates; at most twice that many are verified.
 pub fn collect_partials(
     kv: &impl KvRead,
+    cache: &KeyCache,
     chain_id: &str,
     votes: &[(Vec<u8>, Vec<u8>)],
     bodies: &Bodies,
 ) -> Result<Option<SubmitPartials>, Fatal> {
-    let Some(key) = threshold_key(kv)? else {
+    let Some(key) = active_key(kv, cache)? else {
         return Ok(None);
     };
     let p = params(kv)?;

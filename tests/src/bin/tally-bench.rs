@@ -400,10 +400,11 @@ fn proposal_bench() -> Result<()> {
     app.commit();
     // Every validator's extension: a partial over the batch digest.
     let backend = app.committed_state();
+    let cache = tally_settlement::KeyCache::new();
     let exts: Vec<ExtendedVoteInfo> = shares
         .iter()
         .map(|s| {
-            let e = tally_settlement::sync::extension(backend, CHAIN, s, 0, None, &[], &[])
+            let e = tally_settlement::sync::extension(backend, &cache, CHAIN, s, 0, None, &[], &[])
                 .unwrap_or_default();
             ExtendedVoteInfo {
                 validator: Some(tendermint_proto::v0_38::abci::Validator {

@@ -125,13 +125,13 @@ impl Net {
     /// Node `i`'s share of the active key, if it holds it.
     fn active_share(&self, i: usize) -> Result<Option<(u64, tally_settlement::bls::SecretShare)>> {
         let kv = self.nodes[i].app.committed_state();
-        let Some(key) = tally_settlement::sync::dkg(kv)? else {
+        let Some(key) = tally_settlement::dkg::state::active_key_record(kv)? else {
             return Ok(None);
         };
         Ok(self.nodes[i]
             .epoch_shares
             .iter()
-            .find(|(e, _)| *e == key.genesis.epoch)
+            .find(|(e, _)| *e == key.epoch)
             .cloned())
     }
 

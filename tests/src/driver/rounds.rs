@@ -89,7 +89,8 @@ impl Net {
         };
         let kv = self.nodes[i].app.committed_state();
         let p = tally_settlement::params(kv)?;
-        Ok(tally_settlement::sync::dkg(kv)?.map(|k| (p, k.shares.shares.len())))
+        let key = tally_settlement::dkg::state::active_key_record(kv)?;
+        Ok(key.map(|k| (p, k.public_shares.len())))
     }
 
     /// Rounds of proposals at `height` until honest nodes accept one;

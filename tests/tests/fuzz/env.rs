@@ -22,7 +22,7 @@ use tally_settlement::proto::{
 };
 use tally_settlement::sync::{block_digest, result_digest};
 use tally_settlement::{
-    sign_report, AllowanceEntry, BalanceEntry, DkgGenesis, GatewayEntry, Genesis, Params,
+    sign_report, AllowanceEntry, BalanceEntry, GatewayEntry, Genesis, KeyEpoch, Params,
 };
 use tally_store::MemBackend;
 use tally_tests::driver::{address, signers};
@@ -179,7 +179,7 @@ impl Env {
                 max_per_window: u64::MAX,
                 expires_at: u64::MAX,
             }],
-            dkg: Some(DkgGenesis {
+            dkg: Some(KeyEpoch {
                 epoch: 0,
                 threshold: T as u32,
                 group_key: hexk(&pubs.group),

@@ -16,6 +16,7 @@ use prost::Message;
 use tally_settlement::bls::Kind;
 use tally_settlement::proto::{HubBlock, HubResult, PartialSig, VoteExtension};
 use tally_settlement::sync::{self, check_extension, BadExtension};
+use tally_settlement::KeyCache;
 use tally_tests::driver::address;
 use tendermint_abci::Application;
 use tendermint_proto::v0_38::abci::{
@@ -244,7 +245,7 @@ fn verify_vote_extension_on_arbitrary_and_mutated_extensions() {
             Sender::Signer(i) => address(*i).to_vec(),
             Sender::Stranger(a) => a.clone(),
         };
-        let got = check_extension(&backend, &addr, &bytes);
+        let got = check_extension(&backend, &KeyCache::new(), &addr, &bytes);
         if bytes.len() > max {
             prop_assert!(
                 matches!(got, Err(BadExtension::TooLarge { len, .. }) if len == bytes.len()),
@@ -305,6 +306,7 @@ fn honest_extensions_fit_the_caps_and_sign_only_awaited_messages() {
         let start = with_start.then_some(&env.start);
         let ext = sync::extension(
             &backend,
+            &KeyCache::new(),
             CHAIN,
             &env.shares[signer],
             0,
@@ -317,7 +319,7 @@ fn honest_extensions_fit_the_caps_and_sign_only_awaited_messages() {
         prop_assert!(bytes.len() <= p.max_vote_extension_bytes as usize);
         prop_assert!(ext.partials.len() <= p.max_extension_partials as usize);
         prop_assert_eq!(
-            check_extension(&backend, &address(signer), &bytes),
+            check_extension(&backend, &KeyCache::new(), &address(signer), &bytes),
             Ok(ext.clone())
         );
         // The oracle: the batch, then the inbox in order, awaited, new for

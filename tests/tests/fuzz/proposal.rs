@@ -16,7 +16,7 @@ use bytes::Bytes;
 use proptest::prelude::*;
 use proptest::sample::Index;
 use tally_settlement::proto::{tx, PartialSig, SubmitPartials, SyncTxStart};
-use tally_settlement::{decode_tx, sync, verify_system, Block, Code, ExecError};
+use tally_settlement::{decode_tx, sync, verify_system, Block, Code, ExecError, KeyCache};
 use tally_store::Pending;
 use tally_tests::driver::address;
 use tendermint_abci::Application;
@@ -354,7 +354,12 @@ fn process_proposal_with_arbitrary_system_transactions() {
         let mut sim =
             Pending::open(backend.clone()).map_err(|e| TestCaseError::fail(e.to_string()))?;
         let refs: Vec<&[u8]> = txs.iter().map(Vec::as_slice).collect();
-        let got = verify_system(&mut sim, &Block { height: 4, time }, &refs);
+        let got = verify_system(
+            &mut sim,
+            &KeyCache::new(),
+            &Block { height: 4, time },
+            &refs,
+        );
         if let Err(ExecError::Fatal(f)) = &got {
             return Err(TestCaseError::fail(format!("fatal: {f}")));
         }

@@ -1,7 +1,16 @@
-//! Keys of the validator set, DKG ceremonies and validator-set proposals
-//! (ADR 0015), re-exported by [`crate::keys`].
+//! Keys of the DKG component (ADR 0015): the active threshold key, the
+//! validator set, ceremonies and validator-set proposals. Only
+//! [`crate::dkg::state`] reads and writes them; [`crate::keys::LAYOUT`]
+//! lists them with every other prefix. A leaf: it imports nothing.
 
-use super::cat;
+/// The concatenation of `parts`.
+fn cat(parts: &[&[u8]]) -> Vec<u8> {
+    parts.concat()
+}
+
+/// `dkg`: the active threshold key (a [`crate::dkg::key::KeyEpoch`] as
+/// JSON): the dealer's genesis key, or the last key a ceremony made.
+pub const ACTIVE_KEY: &[u8] = b"dkg";
 
 /// `val/<address>`: a validator (consensus key, power, encryption key).
 pub const VALIDATOR: &[u8] = b"val/";

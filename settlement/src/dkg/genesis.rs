@@ -1,0 +1,71 @@
+//! The genesis validator set: CometBFT's validators with the DKG
+//! encryption keys genesis lists for them, each proof of possession
+//! checked.
+
+use tally_store::Kv;
+
+use super::crypto::verify_pop;
+use super::msg::{address_of, pop_context};
+use super::state::{put_validator, MAX_VALIDATORS};
+use crate::genesis::{parse_pubkey, Genesis, GenesisError};
+use crate::proto::ValidatorRecord;
+
+/// Stores the genesis validators (CometBFT's ed25519 keys and powers) with
+/// the encryption keys genesis lists for them, each proof checked. An
+/// encryption key for a key CometBFT does not list is refused.
+pub fn init_validators(
+    kv: &mut impl Kv,
+    chain_id: &str,
+    genesis: &Genesis,
+    validators: &[([u8; 32], u64)],
+) -> Result<(), GenesisError> {
+    if validators.len() > MAX_VALIDATORS {
+        return Err(GenesisError::Invalid(format!(
+            "{} validators, at most {}",
+            validators.len(),
+            MAX_VALIDATORS
+        )));
+    }
+    let bad = |m: String| GenesisError::Invalid(m);
+    let mut enc: Vec<([u8; 32], Vec<u8>)> = Vec::new();
+    for e in &genesis.encryption_keys {
+        let v = parse_pubkey(&e.validator).map_err(bad)?;
+        if !validators.iter().any(|(k, _)| *k == v) {
+            return Err(bad(format!(
+                "encryption key for {}, which is not a genesis validator",
+                e.validator
+            )));
+        }
+        let key = hex::decode(&e.key).map_err(|_| bad("encryption key is not hex".into()))?;
+        let pk = crate::bls::parse_public_key(&key)
+            .map_err(|err| bad(format!("encryption key of {}: {err}", e.validator)))?;
+        let pop = hex::decode(&e.pop).map_err(|_| bad("encryption key proof is not hex".into()))?;
+        if !verify_pop(&pk, &pop_context(chain_id, &v), &pop) {
+            return Err(bad(format!(
+                "the encryption key proof of {} does not verify",
+                e.validator
+            )));
+        }
+        if enc.iter().any(|(k, _)| *k == v) {
+            return Err(bad(format!("two encryption keys for {}", e.validator)));
+        }
+        enc.push((v, key));
+    }
+    for (k, power) in validators {
+        let enc_key = enc
+            .iter()
+            .find(|(v, _)| v == k)
+            .map(|(_, e)| e.clone())
+            .unwrap_or_default();
+        put_validator(
+            kv,
+            &address_of(k),
+            &ValidatorRecord {
+                pubkey: k.to_vec(),
+                power: *power,
+                enc_key,
+            },
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,197 @@
+//! Validator-set proposals: who may propose what ([`plan_proposal`]), the
+//! limits on open proposals, and acceptance once approvers hold more than
+//! 2/3 of the current voting power ([`accept_if_enough`]). The
+//! transactions that carry them are planned and applied in
+//! [`super::tx`]; accepted proposals are carried out (reshared, or applied
+//! at once without a key) by [`super::ceremony`].
+
+use ed25519_dalek::VerifyingKey;
+use tally_store::KvRead;
+
+use super::crypto::verify_pop;
+use super::msg::{address_of, pop_context, Opened};
+use super::state::{self as st, MAX_VALIDATORS};
+use super::types::{ProposalAction, ProposalStatus};
+use crate::bls::parse_public_key;
+use crate::codes::Code;
+use crate::error::{reject, ExecError};
+use crate::proto::{Proposal, ValidatorProposal, ValidatorRecord};
+use crate::types::Event;
+
+/// Open proposals one validator may have at once.
+pub const MAX_OPEN_PER_PROPOSER: usize = 4;
+/// Open proposals in all.
+pub const MAX_OPEN: usize = 32;
+
+/// The `validator_proposal` event of a proposal opened or approved.
+pub fn proposal_event(p: &Proposal) -> Event {
+    Event::new(
+        "validator_proposal",
+        [
+            ("id", p.id.to_string()),
+            ("status", p.status.to_string()),
+            ("approvals", p.approvals.len().to_string()),
+        ],
+    )
+}
+
+/// Marks `p` accepted when its approvers hold more than 2/3 of the
+/// current voting power.
+pub fn accept_if_enough(kv: &impl KvRead, p: &mut Proposal) -> Result<(), ExecError> {
+    let vals = st::validators(kv)?;
+    let total: u128 = vals.iter().map(|(_, v)| u128::from(v.power)).sum();
+    let approved: u128 = vals
+        .iter()
+        .filter(|(a, _)| p.approvals.iter().any(|x| x.as_slice() == a.as_slice()))
+        .map(|(_, v)| u128::from(v.power))
+        .sum();
+    let open = st::proposal_status(p)? == ProposalStatus::Open;
+    if open && total > 0 && approved * 3 > total * 2 {
+        p.status = ProposalStatus::Accepted.into();
+    }
+    Ok(())
+}
+
+/// Refuses a sender that is not a current validator (voting power > 0).
+pub fn current_validator(kv: &impl KvRead, o: &Opened) -> Result<(), ExecError> {
+    match st::validator(kv, &o.address)? {
+        Some(v) if v.power > 0 => Ok(()),
+        _ => Err(reject(
+            Code::NotValidator,
+            "the sender is not a current validator",
+        )),
+    }
+}
+
+fn bad(why: String) -> ExecError {
+    reject(Code::BadProposal, why)
+}
+
+/// The proposal `p` of the current validator `o` would open at `height`
+/// (id 0: the id is taken when it is applied), if the change fits the
+/// current set and the limits on open proposals.
+pub fn plan_proposal(
+    kv: &impl KvRead,
+    chain: &str,
+    height: u64,
+    o: &Opened,
+    p: ValidatorProposal,
+) -> Result<Proposal, ExecError> {
+    current_validator(kv, o)?;
+    let key: [u8; 32] = p
+        .pubkey
+        .as_slice()
+        .try_into()
+        .map_err(|_| bad("the validator key is not 32 bytes".into()))?;
+    VerifyingKey::from_bytes(&key).map_err(|_| bad("not a valid ed25519 key".into()))?;
+    let existing = st::validator(kv, &address_of(&key))?;
+    let vals = st::validators(kv)?;
+    check_change(chain, &key, &p, existing.as_ref(), &vals)?;
+    if p.power > (i64::MAX as u64) / 8 {
+        return Err(bad("power is too large".into()));
+    }
+    check_open(kv, o, &p)?;
+    Ok(Proposal {
+        id: 0,
+        action: p.action,
+        pubkey: p.pubkey,
+        power: p.power,
+        enc_key: p.enc_key,
+        proposer: o.address.to_vec(),
+        height,
+        status: ProposalStatus::Open.into(),
+        approvals: vec![o.address.to_vec()],
+        reason: String::new(),
+        applied_height: 0,
+    })
+}
+
+/// Whether the change fits the current set: `existing` is the validator
+/// with consensus key `key`, if any, `vals` the whole set.
+fn check_change(
+    chain: &str,
+    key: &[u8; 32],
+    p: &ValidatorProposal,
+    existing: Option<&ValidatorRecord>,
+    vals: &[([u8; 20], ValidatorRecord)],
+) -> Result<(), ExecError> {
+    let check_enc = |required: bool| -> Result<(), ExecError> {
+        if p.enc_key.is_empty() && !required {
+            return Ok(());
+        }
+        let ek = parse_public_key(&p.enc_key).map_err(|e| bad(format!("encryption key: {e}")))?;
+        if !verify_pop(&ek, &pop_context(chain, key), &p.enc_pop) {
+            return Err(bad(
+                "the encryption key's proof of possession does not verify".into(),
+            ));
+        }
+        Ok(())
+    };
+    let action = ProposalAction::try_from(p.action)
+        .map_err(|_| bad(format!("unknown action {}", p.action)))?;
+    match action {
+        ProposalAction::Add => {
+            if existing.is_some() {
+                return Err(bad("already a validator".into()));
+            }
+            if vals.len() >= MAX_VALIDATORS {
+                return Err(bad(format!(
+                    "the set already has {MAX_VALIDATORS} validators"
+                )));
+            }
+            if p.power == 0 {
+                return Err(bad("power must be above 0".into()));
+            }
+            check_enc(true)
+        }
+        ProposalAction::Remove => {
+            if existing.is_none() {
+                return Err(bad("not a validator".into()));
+            }
+            if vals.len() <= 1 {
+                return Err(bad("the last validator cannot be removed".into()));
+            }
+            if p.power != 0 || !p.enc_key.is_empty() || !p.enc_pop.is_empty() {
+                return Err(bad("a removal carries no power or key".into()));
+            }
+            Ok(())
+        }
+        ProposalAction::Update => {
+            if existing.is_none() {
+                return Err(bad("not a validator".into()));
+            }
+            if p.power == 0 {
+                return Err(bad("power must be above 0 (remove instead)".into()));
+            }
+            check_enc(false)
+        }
+    }
+}
+
+/// The limits on open proposals (in all, per proposer) and no duplicate
+/// of an open one.
+fn check_open(kv: &impl KvRead, o: &Opened, p: &ValidatorProposal) -> Result<(), ExecError> {
+    let open = st::open_proposals(kv)?;
+    if open.len() >= MAX_OPEN {
+        return Err(bad(format!("{MAX_OPEN} proposals are open already")));
+    }
+    if open
+        .iter()
+        .filter(|q| q.proposer.as_slice() == o.address)
+        .count()
+        >= MAX_OPEN_PER_PROPOSER
+    {
+        return Err(bad(format!(
+            "the sender has {MAX_OPEN_PER_PROPOSER} proposals open already"
+        )));
+    }
+    if open.iter().any(|q| {
+        q.action == p.action && q.pubkey == p.pubkey && q.power == p.power && q.enc_key == p.enc_key
+    }) {
+        return Err(reject(
+            Code::DkgDuplicate,
+            "the same proposal is already open",
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,228 @@
+//! The validator-set and key queries of [`crate::query`]: `/validators`,
+//! `/proposals?from=ID` and `/dkg`. Read-only JSON over committed state,
+//! hex for every key and address.
+//!
+//! - `/validators`: `{"validators": [{"address", "pubkey", "power",
+//!   "enc_key", "share_index"}], "total_power"}`; `enc_key` is `null` for a
+//!   validator without an encryption key, `share_index` is its index in the
+//!   active key or `null`.
+//! - `/proposals?from=ID`: up to [`PROPOSALS_PAGE`] proposals from id `ID`
+//!   (default 1), each with its action and status by name (`add`, `remove`,
+//!   `update`; `open`, `accepted`, `applied`, `refused`), its approvals,
+//!   the current power of its approvers and the current total power;
+//!   `next_from` is the id to ask for next, or `null`.
+//! - `/dkg`: the active key as before (`threshold`, `validators`,
+//!   `group_key`, `public_shares`, `signers`, `dst`) plus its `epoch`; the
+//!   running `ceremony` (round, kind, phase at the last height, heights,
+//!   dealer and player counts, dealings, acks and reveals so far), the
+//!   `next_key` waiting to activate and the `last_ceremony` that made a
+//!   key (each `null` when there is none). Without a key the key fields are
+//!   `null` (or empty); a chain with no key and no ceremony at all answers
+//!   `NotFound`, as before the on-chain DKG.
+
+use serde_json::{json, Value};
+use tally_store::KvRead;
+
+use super::msg::address_of;
+use super::state::{self as st};
+use super::types::Phase;
+use crate::codes::Code;
+use crate::error::{reject, ExecError, Fatal};
+use crate::proto::{Ceremony, Proposal, ValidatorRecord};
+use crate::query_path;
+
+/// Most proposals one `/proposals` answer holds.
+pub const PROPOSALS_PAGE: usize = 100;
+
+fn bad(msg: impl Into<String>) -> ExecError {
+    reject(Code::BadArgument, msg)
+}
+
+fn hex_or_null(b: &[u8]) -> Value {
+    if b.is_empty() {
+        Value::Null
+    } else {
+        json!(hex::encode(b))
+    }
+}
+
+/// `/validators`.
+pub fn validators(kv: &impl KvRead) -> Result<Value, ExecError> {
+    let signers = match st::active_key_record(kv)? {
+        Some(k) => k
+            .signer_addresses()
+            .map_err(|_| Fatal::Corrupt("dkg signers"))?,
+        None => Vec::new(),
+    };
+    let share_index = |a: &[u8; 20]| {
+        signers
+            .iter()
+            .position(|s| s == a)
+            .and_then(|i| u32::try_from(i + 1).ok())
+    };
+    let vals = st::validators(kv)?;
+    let total: u64 = vals
+        .iter()
+        .map(|(_, v)| v.power)
+        .fold(0, u64::saturating_add);
+    let rows: Vec<Value> = vals
+        .iter()
+        .map(|(a, v)| {
+            json!({
+                "address": hex::encode(a),
+                "pubkey": hex::encode(&v.pubkey),
+                "power": v.power,
+                "enc_key": hex_or_null(&v.enc_key),
+                "share_index": share_index(a),
+            })
+        })
+        .collect();
+    Ok(json!({"validators": rows, "total_power": total}))
+}
+
+/// `/proposals?from=ID`.
+pub fn proposals(kv: &impl KvRead, qs: Option<&str>) -> Result<Value, ExecError> {
+    let mut from = 1u64;
+    for (k, v) in query_path::parse_params(qs).map_err(|e| bad(e.to_string()))? {
+        match k.as_str() {
+            "from" => {
+                from = v
+                    .parse()
+                    .map_err(|_| bad(format!("from must be a proposal id, got {v:?}")))?
+            }
+            _ => return Err(bad(format!("unknown query parameter {k:?}; use from"))),
+        }
+    }
+    let vals = st::validators(kv)?;
+    let total: u64 = vals
+        .iter()
+        .map(|(_, v)| v.power)
+        .fold(0, u64::saturating_add);
+    let mut page = st::proposals_from(kv, from, PROPOSALS_PAGE + 1)?;
+    let next = if page.len() > PROPOSALS_PAGE {
+        page.truncate(PROPOSALS_PAGE);
+        page.last().map(|p| p.id.saturating_add(1))
+    } else {
+        None
+    };
+    let rows = page
+        .iter()
+        .map(|p| proposal_json(p, &vals, total))
+        .collect::<Result<Vec<Value>, Fatal>>()?;
+    Ok(json!({"proposals": rows, "next_from": next}))
+}
+
+fn proposal_json(
+    p: &Proposal,
+    vals: &[([u8; 20], ValidatorRecord)],
+    total: u64,
+) -> Result<Value, Fatal> {
+    let approving: u64 = vals
+        .iter()
+        .filter(|(a, _)| p.approvals.iter().any(|x| x.as_slice() == a.as_slice()))
+        .map(|(_, v)| v.power)
+        .fold(0, u64::saturating_add);
+    Ok(json!({
+        "id": p.id,
+        "action": st::proposal_action(p)?.name(),
+        "pubkey": hex::encode(&p.pubkey),
+        "address": hex::encode(address_of(&p.pubkey)),
+        "power": p.power,
+        "enc_key": hex_or_null(&p.enc_key),
+        "proposer": hex::encode(&p.proposer),
+        "height": p.height,
+        "status": st::proposal_status(p)?.name(),
+        "reason": p.reason,
+        "applied_height": p.applied_height,
+        "approvals": p.approvals.iter().map(hex::encode).collect::<Vec<_>>(),
+        "approving_power": approving,
+        "total_power": total,
+    }))
+}
+
+fn ceremony_json(kv: &impl KvRead, c: &Ceremony, h: u64) -> Result<Value, ExecError> {
+    let [dealings, acks, reveals] = st::round_counts(kv, c.round)?;
+    Ok(json!({
+        "round": c.round,
+        "kind": st::ceremony_kind(c)?.name(),
+        "phase": Phase::at(c, h).name(),
+        "start_height": c.start_height,
+        "deal_end": c.deal_end,
+        "ack_end": c.ack_end,
+        "end": c.end,
+        "threshold": c.threshold,
+        "old_threshold": c.old_threshold,
+        "epoch": c.epoch,
+        "proposal": c.proposal,
+        "attempt": c.attempt,
+        "dealers": c.dealers.len(),
+        "players": c.players.len(),
+        "dealings": dealings,
+        "acks": acks,
+        "reveals": reveals,
+    }))
+}
+
+/// `/dkg`.
+pub fn dkg(kv: &impl KvRead) -> Result<Value, ExecError> {
+    let key = st::active_key_record(kv)?;
+    let running = st::ceremony(kv)?;
+    let next = st::next_key(kv)?;
+    let last = st::last_ceremony(kv)?;
+    if key.is_none() && running.is_none() && next.is_none() && last.is_none() {
+        return Err(reject(
+            Code::NotFound,
+            "this chain has no threshold key (no dkg in genesis) and no ceremony",
+        ));
+    }
+    let h = st::last_height(kv)?;
+    let mut v = match &key {
+        Some(k) => json!({
+            "epoch": k.epoch,
+            "threshold": k.threshold,
+            "validators": k.public_shares.len(),
+            "group_key": k.group_key,
+            "public_shares": k.public_shares,
+            "signers": k.signers,
+        }),
+        None => json!({
+            "epoch": null, "threshold": null, "validators": 0, "group_key": null,
+            "public_shares": [], "signers": [],
+        }),
+    };
+    v["dst"] = json!(String::from_utf8_lossy(crate::bls::DST));
+    v["height"] = json!(h);
+    v["ceremony"] = match &running {
+        Some(c) => ceremony_json(kv, c, h)?,
+        None => Value::Null,
+    };
+    v["next_key"] = match &next {
+        Some(n) => {
+            let k = st::next_key_record(n)?;
+            json!({
+                "epoch": k.epoch,
+                "activate_height": n.activate_height,
+                "proposal": n.proposal,
+                "threshold": k.threshold,
+                "group_key": k.group_key,
+                "signers": k.signers,
+            })
+        }
+        None => Value::Null,
+    };
+    v["last_ceremony"] = match &last {
+        Some(c) => json!({
+            "round": c.round,
+            "kind": st::ceremony_kind(c)?.name(),
+            "epoch": c.epoch,
+            "qualified": c.qualified,
+            "dealers": c.dealers.len(),
+            "players": c.players.len(),
+        }),
+        None => Value::Null,
+    };
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,205 @@
+//! The DKG's named numbers: proposal actions and statuses, ceremony kinds
+//! and phases. State and the wire keep `u32` fields (the numbers below
+//! must never change); the accessors and the code between them use these
+//! enums, converted with `TryFrom<u32>` (an unknown number is an
+//! [`UnknownValue`]) and shown by `name()` in queries and events. A leaf
+//! of [`crate::dkg`].
+
+use crate::error::UnknownValue;
+use crate::proto::Ceremony;
+
+/// Defines a `#[repr(u32)]` enum with `ALL`, `value()`, `name()`,
+/// `From<Self> for u32` and `TryFrom<u32>`.
+macro_rules! stored_enum {
+    (
+        $(#[$meta:meta])*
+        $name:ident, $what:literal {
+            $($(#[$vmeta:meta])* $variant:ident = $value:literal => $label:literal,)+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        #[repr(u32)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant = $value,)+
+        }
+
+        impl $name {
+            /// Every value.
+            pub const ALL: &'static [$name] = &[$($name::$variant,)+];
+
+            /// The stored number.
+            pub fn value(self) -> u32 {
+                self as u32
+            }
+
+            /// The name queries and events show.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $($name::$variant => $label,)+
+                }
+            }
+        }
+
+        impl From<$name> for u32 {
+            fn from(v: $name) -> u32 {
+                v.value()
+            }
+        }
+
+        impl TryFrom<u32> for $name {
+            type Error = UnknownValue;
+
+            fn try_from(v: u32) -> Result<Self, Self::Error> {
+                $name::ALL
+                    .iter()
+                    .copied()
+                    .find(|x| x.value() == v)
+                    .ok_or(UnknownValue { what: $what, value: v })
+            }
+        }
+    };
+}
+
+stored_enum! {
+    /// What a validator-set proposal changes (`Proposal.action`).
+    ProposalAction, "proposal action" {
+        /// Add a validator.
+        Add = 1 => "add",
+        /// Remove a validator.
+        Remove = 2 => "remove",
+        /// Change a validator's power and/or encryption key (and reshare).
+        Update = 3 => "update",
+    }
+}
+
+stored_enum! {
+    /// Where a validator-set proposal is (`Proposal.status`).
+    ProposalStatus, "proposal status" {
+        /// Collecting approvals.
+        Open = 1 => "open",
+        /// Approved, waiting for (or in) its reshare.
+        Accepted = 2 => "accepted",
+        /// Its reshare finished (or, with no key, the change was made at
+        /// once): the set changed.
+        Applied = 3 => "applied",
+        /// Refused or expired (see its reason).
+        Refused = 4 => "refused",
+    }
+}
+
+impl ProposalStatus {
+    /// Whether the proposal is still in the open index (open or accepted).
+    pub fn is_pending(self) -> bool {
+        matches!(self, ProposalStatus::Open | ProposalStatus::Accepted)
+    }
+}
+
+stored_enum! {
+    /// What a ceremony makes (`Ceremony.kind`).
+    CeremonyKind, "ceremony kind" {
+        /// A fresh key (no key yet).
+        Fresh = 1 => "fresh",
+        /// New shares of the current key for the next validator set.
+        Reshare = 2 => "reshare",
+    }
+}
+
+/// Where a ceremony is once a block is committed: what the next block may
+/// still carry. Not stored: derived from the ceremony's heights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Dealings are taken.
+    Dealings,
+    /// Acks are taken.
+    Acks,
+    /// Reveals are taken.
+    Reveals,
+    /// The next block finalises the ceremony.
+    Finalising,
+}
+
+impl Phase {
+    /// The phase of `c` once block `h` is committed.
+    pub fn at(c: &Ceremony, h: u64) -> Phase {
+        if h < c.deal_end {
+            Phase::Dealings
+        } else if h < c.ack_end {
+            Phase::Acks
+        } else if h < c.end {
+            Phase::Reveals
+        } else {
+            Phase::Finalising
+        }
+    }
+
+    /// The name `/dkg` shows.
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Dealings => "dealings",
+            Phase::Acks => "acks",
+            Phase::Reveals => "reveals",
+            Phase::Finalising => "finalising",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_numbers_and_names_are_the_documented_ones() {
+        // The numbers are in state (ADR 0015); the names in /proposals and
+        // /dkg (docs/ARCHITECTURE.md).
+        let actions = [(1, "add"), (2, "remove"), (3, "update")];
+        for (v, name) in actions {
+            let a = ProposalAction::try_from(v).unwrap();
+            assert_eq!((u32::from(a), a.name()), (v, name));
+        }
+        let statuses = [(1, "open"), (2, "accepted"), (3, "applied"), (4, "refused")];
+        for (v, name) in statuses {
+            let s = ProposalStatus::try_from(v).unwrap();
+            assert_eq!((u32::from(s), s.name()), (v, name));
+        }
+        for (v, name) in [(1, "fresh"), (2, "reshare")] {
+            let k = CeremonyKind::try_from(v).unwrap();
+            assert_eq!((u32::from(k), k.name()), (v, name));
+        }
+        for v in [0, 4, u32::MAX] {
+            assert_eq!(
+                ProposalAction::try_from(v),
+                Err(UnknownValue {
+                    what: "proposal action",
+                    value: v
+                })
+            );
+        }
+        assert!(ProposalStatus::try_from(0).is_err());
+        assert!(ProposalStatus::try_from(5).is_err());
+        assert!(CeremonyKind::try_from(0).is_err());
+        assert!(CeremonyKind::try_from(3).is_err());
+        assert_eq!(ProposalStatus::ALL.len(), 4);
+    }
+
+    #[test]
+    fn phases_follow_the_ceremony_heights() {
+        let c = Ceremony {
+            deal_end: 10,
+            ack_end: 20,
+            end: 30,
+            ..Ceremony::default()
+        };
+        for (h, p) in [
+            (0, "dealings"),
+            (9, "dealings"),
+            (10, "acks"),
+            (19, "acks"),
+            (20, "reveals"),
+            (29, "reveals"),
+            (30, "finalising"),
+        ] {
+            assert_eq!(Phase::at(&c, h).name(), p, "height {h}");
+        }
+    }
+}

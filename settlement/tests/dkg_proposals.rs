@@ -1,0 +1,102 @@
+//! Validator-set proposals through `deliver_tx`, as a validator sends
+//! them: the result codes of approvals (a missing proposal is a refused
+//! transaction, `bad_proposal`, not a query's `not_found`) and the status
+//! names `/proposals` shows as a proposal moves on.
+
+use std::sync::Arc;
+
+use ed25519_dalek::SigningKey;
+use tally_settlement::dkg::{init_validators, sign_validator_msg};
+use tally_settlement::proto::{
+    validator_msg::Sum, ProposalApproval, ValidatorMsg, ValidatorProposal,
+};
+use tally_settlement::query::query;
+use tally_settlement::{begin_block, deliver_tx, init_chain, Block, Code, Genesis};
+use tally_store::{MemBackend, Pending};
+
+const CHAIN: &str = "c";
+
+fn send(kv: &mut Pending, key: &SigningKey, height: u64, sum: Sum) -> Code {
+    let tx = sign_validator_msg(
+        key,
+        &ValidatorMsg {
+            chain_id: CHAIN.into(),
+            sum: Some(sum),
+        },
+    );
+    let block = Block {
+        height,
+        time: 100 + height,
+    };
+    deliver_tx(kv, &block, &tx).unwrap().code
+}
+
+fn statuses(kv: &Pending) -> Vec<(String, String)> {
+    let r = query(kv, "/proposals");
+    assert_eq!(r.code, Code::Ok, "{}", r.log);
+    let v: serde_json::Value = serde_json::from_slice(&r.value).unwrap();
+    v["proposals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["action"].as_str().unwrap().to_string(),
+                p["status"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn approvals_of_missing_or_closed_proposals_are_bad_proposals() {
+    let mut kv = Pending::open(Arc::new(MemBackend::new())).unwrap();
+    init_chain(&mut kv, CHAIN, &Genesis::default()).unwrap();
+    // Two validators without encryption keys: no ceremony ever starts.
+    let a = SigningKey::from_bytes(&[7; 32]);
+    let b = SigningKey::from_bytes(&[8; 32]);
+    let set = [
+        (a.verifying_key().to_bytes(), 10),
+        (b.verifying_key().to_bytes(), 10),
+    ];
+    init_validators(&mut kv, CHAIN, &Genesis::default(), &set).unwrap();
+    begin_block(
+        &mut kv,
+        &Block {
+            height: 1,
+            time: 101,
+        },
+    )
+    .unwrap();
+
+    let approve = |id| Sum::Approve(ProposalApproval { proposal: id });
+    assert_eq!(send(&mut kv, &a, 1, approve(1)), Code::BadProposal);
+    assert_eq!(send(&mut kv, &a, 1, approve(u64::MAX)), Code::BadProposal);
+
+    // a proposes an update of b; its own approval is half the power.
+    let update = Sum::Propose(ValidatorProposal {
+        action: 3,
+        pubkey: b.verifying_key().to_bytes().to_vec(),
+        power: 5,
+        ..ValidatorProposal::default()
+    });
+    assert_eq!(send(&mut kv, &a, 1, update), Code::Ok);
+    assert_eq!(statuses(&kv), [("update".into(), "open".into())]);
+    assert_eq!(send(&mut kv, &a, 1, approve(1)), Code::DkgDuplicate);
+    assert_eq!(send(&mut kv, &b, 1, approve(1)), Code::Ok);
+    assert_eq!(statuses(&kv), [("update".into(), "accepted".into())]);
+    // Accepted: no longer open for approvals.
+    assert_eq!(send(&mut kv, &b, 1, approve(1)), Code::BadProposal);
+    // The next block carries it out: b has no encryption key, so the
+    // reshare cannot run and the proposal is refused.
+    begin_block(
+        &mut kv,
+        &Block {
+            height: 2,
+            time: 102,
+        },
+    )
+    .unwrap();
+    assert_eq!(statuses(&kv), [("update".into(), "refused".into())]);
+    assert_eq!(send(&mut kv, &a, 2, approve(1)), Code::BadProposal);
+}
