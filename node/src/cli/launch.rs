@@ -11,7 +11,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use tally_abci::TallyApp;
 use tally_settlement::bls::SecretShare;
-use tally_settlement::DkgGenesis;
+use tally_settlement::KeyEpoch;
 use tally_settlement::Genesis;
 use tally_store::RocksBackend;
 
@@ -106,7 +106,7 @@ fn load_shares(
     app: &TallyApp,
     home: &Path,
     cfg: &AppConfig,
-    dkg: Option<&DkgGenesis>,
+    dkg: Option<&KeyEpoch>,
 ) -> anyhow::Result<Shares> {
     let share_path = cfg.share_path(home);
     let mut shares = Shares {
