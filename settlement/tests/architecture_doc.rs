@@ -292,9 +292,9 @@ fn a_missing_or_stale_name_is_reported() {
     let e = check_crates(&renamed, &members).expect_err("wrong package name");
     assert!(e.contains("tally-stor\""), "{e}");
     let mut extra = members.clone();
-    extra.insert("light".into());
+    extra.insert("ghost-crate".into());
     let e = check_crates(ARCH, &extra).expect_err("crate missing from the table");
-    assert!(e.contains("light"), "{e}");
+    assert!(e.contains("ghost-crate"), "{e}");
 }
 
 #[test]
