@@ -1,12 +1,14 @@
 //! Every query answer, byte for byte: a few hundred paths (each served path
 //! with good, missing and malformed arguments, each paging parameter, every
 //! page of each listing, and word soup) asked of one state with records in
-//! several windows, a settled and a pending batch, pending hub calls,
+//! several windows, a settled and a signed batch, pending hub calls,
 //! allowances and a threshold key. The answers (code, log, value) were
 //! recorded from the server as it was before the route table
-//! (`settlement/src/query/`) replaced its one long `match`, so a change in
-//! any answer shows here. `TALLY_RECORD=1` writes the file again: only for
-//! a change made on purpose, said in the commit.
+//! (`settlement/src/query/`) replaced its one long `match`, and recorded
+//! again with the table once every answer but the "unknown path" log (which
+//! now lists the table's patterns) was shown equal, so a change in any
+//! answer shows here. `TALLY_RECORD=1` writes the file again: only for a
+//! change made on purpose, said in the commit.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
