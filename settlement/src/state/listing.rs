@@ -34,6 +34,12 @@ pub enum Party {
     User,
 }
 
+/// The pairs of one page and the next page's cursor.
+type RawPage = (Pairs, Option<Vec<u8>>);
+
+/// A record of a party listing: its route, window and counters.
+pub type PartyRecord = (RouteId, u64, Counters);
+
 fn corrupt() -> Fatal {
     Fatal::Corrupt("state")
 }
@@ -45,7 +51,7 @@ fn page(
     prefix: &[u8],
     cursor: Option<&[u8]>,
     limit: usize,
-) -> Result<Option<(Pairs, Option<Vec<u8>>)>, Fatal> {
+) -> Result<Option<RawPage>, Fatal> {
     let start = match cursor {
         Some(c) if !c.starts_with(prefix) => return Ok(None),
         Some(c) => {
@@ -100,7 +106,7 @@ pub fn party_routes(
     window: Option<u64>,
     cursor: Option<&[u8]>,
     limit: usize,
-) -> Result<Option<Listing<(RouteId, u64, Counters)>>, Fatal> {
+) -> Result<Option<Listing<PartyRecord>>, Fatal> {
     let by_provider = whose == Party::Provider;
     let prefix = if by_provider {
         keys::by_provider_prefix(party, window)
