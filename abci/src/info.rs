@@ -37,7 +37,7 @@ pub(crate) fn info(app: &TallyApp, _req: RequestInfo) -> ResponseInfo {
 pub const MAX_QUERY_KEY: usize = 1024;
 
 pub(crate) fn query(app: &TallyApp, req: RequestQuery) -> ResponseQuery {
-    if req.path == "/key" {
+    if req.path == settlement::query::KEY_PATH {
         return query_key(app, &req);
     }
     let height = app.last_commit().height as i64;

@@ -7,7 +7,9 @@
 //! first and decodes each piece after. Both sides use this module:
 //! [`QueryPath`] and its constructors build paths (`tallyd query`), and
 //! [`parse`] and [`parse_params`] take them apart ([`crate::query`]), so the
-//! two cannot disagree on the encoding.
+//! two cannot disagree on the encoding. [`match_pattern`] matches the
+//! decoded segments against a pattern of the server's route table
+//! (`/sla/provider/{provider}[/{window}]`) and names the arguments.
 //!
 //! Characters an identifier may use other than `/` (`A-Z a-z 0-9 . _ : -`)
 //! are written as they are; every other byte, `/` included, as `%XX`. So a
@@ -112,6 +114,46 @@ pub fn parse_params(query: Option<&str>) -> Result<Vec<(String, String)>, PathEr
             Ok((decode(k)?, decode(v)?))
         })
         .collect()
+}
+
+/// The arguments a path's segments give a route pattern: each
+/// placeholder's name and its decoded segment, in pattern order.
+pub type Args<'p, 's> = Vec<(&'p str, &'s str)>;
+
+/// Matches decoded `segments` against a route `pattern`: literal segments,
+/// `{name}` placeholders (any segment, even empty) and at most one
+/// optional trailing `[/{name}]`; a `?...` tail documents the route's own
+/// parameters and is not matched. `None` when the path is not this route.
+/// `/sla/provider/{provider}[/{window}]` matches `["sla", "provider", "p"]`
+/// with `[("provider", "p")]`.
+pub fn match_pattern<'p, 's>(pattern: &'p str, segments: &'s [String]) -> Option<Args<'p, 's>> {
+    let path = pattern.split('?').next().unwrap_or_default();
+    let (required, optional) = match path.split_once("[/") {
+        Some((r, o)) => (r, Some(placeholder(o.strip_suffix(']')?)?)),
+        None => (path, None),
+    };
+    let required: Vec<&str> = required.trim_start_matches('/').split('/').collect();
+    let extra = segments.len().checked_sub(required.len())?;
+    if extra > usize::from(optional.is_some()) {
+        return None;
+    }
+    let mut args = Vec::new();
+    for (p, s) in required.iter().zip(segments) {
+        match placeholder(p) {
+            Some(name) => args.push((name, s.as_str())),
+            None if *p == s.as_str() => {}
+            None => return None,
+        }
+    }
+    if let (Some(name), Some(s)) = (optional, segments.get(required.len())) {
+        args.push((name, s.as_str()));
+    }
+    Some(args)
+}
+
+/// `name` for a `{name}` pattern segment.
+fn placeholder(p: &str) -> Option<&str> {
+    p.strip_prefix('{')?.strip_suffix('}')
 }
 
 /// A query path being built; [`fmt::Display`] writes it encoded.
@@ -353,6 +395,35 @@ mod tests {
         assert_eq!(parse("/params").unwrap().query, None);
         assert!(parse_params(None).unwrap().is_empty());
         assert!(parse_params(Some("cursor=%g0")).is_err());
+    }
+
+    #[test]
+    fn patterns_match_literal_segments_and_bind_placeholders() {
+        let segs = |s: &str| parse(s).unwrap().segments;
+        let p = "/sla/provider/{provider}[/{window}]";
+        assert_eq!(
+            match_pattern(p, &segs("/sla/provider/a%2Fb")),
+            Some(vec![("provider", "a/b")])
+        );
+        assert_eq!(
+            match_pattern(p, &segs("/sla/provider/a/7")),
+            Some(vec![("provider", "a"), ("window", "7")])
+        );
+        assert_eq!(
+            match_pattern(p, &segs("/sla/provider/a/")),
+            Some(vec![("provider", "a"), ("window", "")])
+        );
+        assert_eq!(match_pattern(p, &segs("/sla/provider/a/7/8")), None);
+        assert_eq!(match_pattern(p, &segs("/sla/provider")), None);
+        assert_eq!(match_pattern(p, &segs("/sla/user/a")), None);
+        assert_eq!(match_pattern("/params", &segs("params")), Some(vec![]));
+        assert_eq!(match_pattern("/params", &segs("/params/")), None);
+        assert_eq!(
+            match_pattern("/proposals?from={id}", &segs("/proposals")),
+            Some(vec![])
+        );
+        assert_eq!(match_pattern("/windows", &segs("")), None);
+        assert_eq!(match_pattern("/a[/{b}", &segs("/a")), None, "malformed");
     }
 
     proptest! {

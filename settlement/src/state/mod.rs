@@ -11,11 +11,14 @@
 //! - [`allowance`]: users' keys and the allowances they give gateways.
 //! - [`sync`]: the threshold key, hub calls, batches, sync state, deposit
 //!   cursors and stored partial signatures.
+//! - [`listing`]: paged reads of what queries list (a route's records, a
+//!   provider's or user's records, windows, gateways).
 //!
 //! Imports only leaves (keys, types, errors, protobuf and genesis types).
 
 pub mod allowance;
 pub mod chain;
+pub mod listing;
 pub mod sync;
 
 use prost::Message;

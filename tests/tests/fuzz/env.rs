@@ -7,7 +7,9 @@
 //! reachable rejection).
 //!
 //! Also the pool of messages the proposal target signs, each with what the
-//! oracle needs to know about it, and every signer's good signature on it.
+//! oracle needs to know about it, and every signer's good signature on it;
+//! digests and signed bytes come from `spec` (the layouts of
+//! `docs/signing.md`), not from the state machine.
 
 use std::sync::Arc;
 
@@ -15,12 +17,11 @@ use bytes::Bytes;
 use ed25519_dalek::SigningKey;
 use prost::Message;
 use tally_abci::{Halt, HaltLog, TallyApp};
-use tally_settlement::bls::{self, deal, Kind, SecretShare};
+use tally_settlement::bls::{deal, Kind, SecretShare};
 use tally_settlement::proto::{
     tx, HubBlock, HubDeposit, HubResult, Outcome, PartialSig, ReportUsage, SubmitPartials,
     SyncTxStart, Tx, UsageRecord,
 };
-use tally_settlement::sync::{block_digest, result_digest};
 use tally_settlement::{
     sign_report, AllowanceEntry, BalanceEntry, GatewayEntry, Genesis, KeyEpoch, Params,
 };
@@ -32,6 +33,8 @@ use tendermint_proto::v0_38::abci::{
     RequestFinalizeBlock, RequestInitChain, RequestPrepareProposal,
 };
 
+use crate::spec::{self, block_digest, result_digest};
+
 /// Chain id.
 pub const CHAIN: &str = "tally-fuzz";
 /// Genesis time, a 60 s window boundary.
@@ -40,6 +43,8 @@ pub const T0: u64 = 1_800_000_000;
 pub const N: usize = 4;
 /// Threshold.
 pub const T: usize = 3;
+/// The epoch of the dealt key (a test dealer's key is epoch 0).
+pub const EPOCH: u64 = 0;
 /// Time of block 2, where attempt 1 of batch 1 started.
 pub const LAST_SYNC: u64 = T0 + 61;
 /// Time of the last committed block (3): CheckTx's "now".
@@ -180,7 +185,7 @@ impl Env {
                 expires_at: u64::MAX,
             }],
             dkg: Some(KeyEpoch {
-                epoch: 0,
+                epoch: EPOCH,
                 threshold: T as u32,
                 group_key: hexk(&pubs.group),
                 public_shares: pubs.shares.iter().map(hexk).collect(),
@@ -333,7 +338,7 @@ impl Env {
         self.msgs = pool
             .into_iter()
             .map(|(kind, digest, result, block)| {
-                let m = bls::message(CHAIN, kind, &digest);
+                let m = spec::message(CHAIN, kind.value(), &digest);
                 Msg {
                     kind,
                     digest,

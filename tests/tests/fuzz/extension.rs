@@ -1,19 +1,22 @@
 //! Target 2: vote-extension decode and VerifyVoteExtension, on arbitrary
-//! bytes, on extensions built from fuzzed partials (own, foreign and
-//! out-of-range indices, unknown kinds, digests of every length, good,
-//! foreign, junk and infinity signatures, repeated messages, hundreds of
-//! partials) and on byte-level mutations of them, from signers and
-//! strangers. `check_extension` must give exactly what the oracle here
-//! computes (anything over `max_vote_extension_bytes` is `TooLarge`,
-//! whatever the bytes), and the adapter's VerifyVoteExtension must accept
-//! exactly what it accepts. Also ExtendVote's side: an honest
-//! [`sync::extension`] for any relay inbox stays within the caps, passes
-//! verification and signs only what the chain waits for.
+//! bytes, on extensions built from fuzzed partials (own, foreign, zero and
+//! out-of-range indices, the key's and other epochs, unknown kinds, digests
+//! of every length, good, foreign, junk and infinity signatures, repeated
+//! messages, hundreds of partials) and on byte-level mutations of them,
+//! from signers and strangers. The oracle ([`broken`]) is the rules of
+//! ADR 0006, 0010 and 0015 written out, each citing its rule, with prost's
+//! decode and blst's point check and none of the state machine's helpers:
+//! `check_extension` must accept exactly what breaks no rule, and a refusal
+//! must name a rule the extension breaks (anything over
+//! `max_vote_extension_bytes` is `TooLarge`, whatever the bytes); the
+//! adapter's VerifyVoteExtension must accept exactly what the rules accept.
+//! Also ExtendVote's side: an honest [`sync::extension`] for any relay
+//! inbox stays within the caps, breaks no rule and signs only what the
+//! chain waits for.
 
 use bytes::Bytes;
 use proptest::prelude::*;
 use prost::Message;
-use tally_settlement::bls::Kind;
 use tally_settlement::proto::{HubBlock, HubResult, PartialSig, VoteExtension};
 use tally_settlement::sync::{self, check_extension, BadExtension};
 use tally_settlement::KeyCache;
@@ -23,8 +26,9 @@ use tendermint_proto::v0_38::abci::{
     response_verify_vote_extension::VerifyStatus, RequestVerifyVoteExtension,
 };
 
-use crate::env::{params, Env, CHAIN, N};
+use crate::env::{params, Env, CHAIN, EPOCH, N};
 use crate::mutate::{apply, mutation, Mutation};
+use crate::spec;
 
 /// Who sends the extension.
 #[derive(Clone, Debug)]
@@ -63,6 +67,7 @@ enum Sig {
 #[derive(Clone, Debug)]
 struct Spec {
     idx: Idx,
+    epoch: u64,
     kind: u32,
     dig: Dig,
     sig: Sig,
@@ -82,6 +87,7 @@ fn spec(pool: usize) -> impl Strategy<Value = Spec> {
         2 => (0..N).prop_map(Idx::Signer),
         1 => prop_oneof![Just(0u32), Just(N as u32 + 1), any::<u32>()].prop_map(Idx::Raw),
     ];
+    let epoch = prop_oneof![8 => Just(EPOCH), 1 => Just(EPOCH + 1), 1 => any::<u64>()];
     let kind = prop_oneof![8 => 1u32..=3, 1 => Just(0u32), 1 => any::<u32>()];
     let dig = prop_oneof![
         6 => (0..pool).prop_map(Dig::Pool),
@@ -92,8 +98,9 @@ fn spec(pool: usize) -> impl Strategy<Value = Spec> {
         2 => prop::collection::vec(any::<u8>(), 0..100).prop_map(Sig::Raw),
         1 => Just(Sig::Infinity),
     ];
-    (idx, kind, dig, sig).prop_map(|(idx, kind, dig, sig)| Spec {
+    (idx, epoch, kind, dig, sig).prop_map(|(idx, epoch, kind, dig, sig)| Spec {
         idx,
+        epoch,
         kind,
         dig,
         sig,
@@ -144,7 +151,7 @@ fn own_index(sender: &Sender) -> u32 {
 
 fn partial(env: &Env, sender: &Sender, s: &Spec) -> PartialSig {
     PartialSig {
-        epoch: 0,
+        epoch: s.epoch,
         index: match s.idx {
             Idx::Own => own_index(sender),
             Idx::Signer(i) => i as u32 + 1,
@@ -183,54 +190,113 @@ fn build(env: &Env, sender: &Sender, input: &Input) -> Vec<u8> {
     }
 }
 
-/// The oracle: what VerifyVoteExtension must answer, from the rules in
-/// the vote-extension ADR, checked in the documented order.
-fn expected(addr: &[u8], bytes: &[u8]) -> Result<VoteExtension, BadExtension> {
+/// A rule of the ADRs that a vote extension can break.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Rule {
+    /// ADR 0010, limits table: more bytes than `max_vote_extension_bytes`
+    /// are refused before decoding.
+    Size,
+    /// ADR 0006, VerifyVoteExtension "decodes": not a `VoteExtension`.
+    Decode,
+    /// ADR 0010, limits table: more partials than `max_extension_partials`.
+    Count,
+    /// ADR 0010 decision 3: a partial from a sender that holds no share.
+    Stranger,
+    /// ADR 0010 decision 3: a partial under another share index than the
+    /// sender's own (genesis `dkg.signers[i-1]` holds share `i`), so zero
+    /// and out-of-range indices too.
+    Foreign,
+    /// ADR 0006: kinds 1 to 3 (signing.md section 2).
+    Kind,
+    /// ADR 0015, "Epochs": a partial of another key epoch than the active
+    /// key's.
+    Epoch,
+    /// ADR 0006: 32-byte digests.
+    Digest,
+    /// ADR 0010, limits table (one partial per signer and message) and
+    /// signing.md 6 (duplicate indices are refused): one message signed
+    /// twice by the sender's one index.
+    Twice,
+    /// ADR 0006: signatures that parse as G2 points in the subgroup.
+    Point,
+}
+
+/// Every rule the extension `bytes` from `addr` breaks, each with the
+/// position of the partial that breaks it (`None`: the whole extension).
+/// Empty: VerifyVoteExtension must accept it. The size is judged before
+/// decoding (ADR 0010) and decoding before anything in it; the ADRs give
+/// the other rules no order, so every broken one is listed and a refusal
+/// may name any of them. Decoding is prost's (the wire format), the point
+/// check blst's; nothing here calls the state machine.
+fn broken(addr: &[u8], bytes: &[u8]) -> Vec<(Option<usize>, Rule)> {
     let p = params();
-    let max = p.max_vote_extension_bytes as usize;
-    if bytes.len() > max {
-        return Err(BadExtension::TooLarge {
-            len: bytes.len(),
-            max,
-        });
+    if bytes.len() > p.max_vote_extension_bytes as usize {
+        return vec![(None, Rule::Size)];
     }
-    let ext = VoteExtension::decode(bytes).map_err(|_| BadExtension::Undecodable)?;
-    let cap = p.max_extension_partials as usize;
-    if ext.partials.len() > cap {
-        return Err(BadExtension::TooManyPartials {
-            count: ext.partials.len(),
-            max: cap,
-        });
-    }
-    if ext.partials.is_empty() {
-        return Ok(ext);
+    let Ok(ext) = VoteExtension::decode(bytes) else {
+        return vec![(None, Rule::Decode)];
+    };
+    let mut out = Vec::new();
+    if ext.partials.len() > p.max_extension_partials as usize {
+        out.push((None, Rule::Count));
     }
     let own = (0..N)
         .find(|&i| address(i).as_ref() == addr)
-        .map(|i| i as u32 + 1)
-        .ok_or(BadExtension::NotASigner)?;
-    for (position, q) in ext.partials.iter().enumerate() {
-        let bad = |why| Err(BadExtension::Malformed { position, why });
-        if q.index != own {
-            return Err(BadExtension::ForeignIndex { got: q.index, own });
+        .map(|i| i as u32 + 1);
+    let mut seen: Vec<(u32, &[u8])> = Vec::new();
+    for (i, q) in ext.partials.iter().enumerate() {
+        let mut rule = |r| out.push((Some(i), r));
+        match own {
+            None => rule(Rule::Stranger),
+            Some(own) if q.index != own => rule(Rule::Foreign),
+            Some(_) => {}
         }
-        if !(1..=3).contains(&q.kind) {
-            return bad("unknown kind");
+        if !spec::KINDS.contains(&q.kind) {
+            rule(Rule::Kind);
+        }
+        if q.epoch != EPOCH {
+            rule(Rule::Epoch);
         }
         if q.digest.len() != 32 {
-            return bad("digest is not 32 bytes");
+            rule(Rule::Digest);
         }
-        if ext.partials[..position]
-            .iter()
-            .any(|o| o.kind == q.kind && o.digest == q.digest)
-        {
-            return bad("signs a message twice");
+        if seen.contains(&(q.kind, q.digest.as_slice())) {
+            rule(Rule::Twice);
         }
+        seen.push((q.kind, q.digest.as_slice()));
         if blst::min_pk::Signature::sig_validate(&q.signature, true).is_err() {
-            return bad("signature is not a valid G2 point");
+            rule(Rule::Point);
         }
     }
-    Ok(ext)
+    out
+}
+
+/// The rule a refusal names, and the partial it blames; `None` for a
+/// refusal no rule explains.
+fn named(e: &BadExtension, addr: &[u8]) -> Option<(Option<usize>, Rule)> {
+    let own = (0..N).find(|&i| address(i).as_ref() == addr);
+    Some(match e {
+        BadExtension::TooLarge { .. } => (None, Rule::Size),
+        BadExtension::Undecodable => (None, Rule::Decode),
+        BadExtension::TooManyPartials { .. } => (None, Rule::Count),
+        BadExtension::NotASigner => return own.is_none().then_some((None, Rule::Stranger)),
+        // Names no position: any foreign partial, if `own` is the sender's.
+        BadExtension::ForeignIndex { own: o, .. } => {
+            return (own.map(|i| i as u32 + 1) == Some(*o)).then_some((None, Rule::Foreign))
+        }
+        BadExtension::Malformed { position, why } => {
+            let rule = match *why {
+                "unknown kind" => Rule::Kind,
+                "signed with a share of another key epoch" => Rule::Epoch,
+                "digest is not 32 bytes" => Rule::Digest,
+                "signs a message twice" => Rule::Twice,
+                "signature is not a valid G2 point" => Rule::Point,
+                _ => return None,
+            };
+            (Some(*position), rule)
+        }
+        BadExtension::State(_) => return None,
+    })
 }
 
 #[test]
@@ -253,14 +319,30 @@ fn verify_vote_extension_on_arbitrary_and_mutated_extensions() {
                 bytes.len()
             );
         }
-        prop_assert_eq!(&got, &expected(&addr, &bytes));
+        let rules = broken(&addr, &bytes);
+        match &got {
+            Ok(ext) => {
+                prop_assert!(rules.is_empty(), "accepted, but it breaks {rules:?}");
+                let decoded = VoteExtension::decode(bytes.as_slice()).ok();
+                prop_assert_eq!(Some(ext), decoded.as_ref());
+            }
+            Err(e) => {
+                let n = named(e, &addr);
+                let explained = n.is_some_and(|(at, rule)| {
+                    rules
+                        .iter()
+                        .any(|&(p, r)| r == rule && (at.is_none() || at == p))
+                });
+                prop_assert!(explained, "refused with {e:?}, but it breaks {rules:?}");
+            }
+        }
         let v = env.app.verify_vote_extension(RequestVerifyVoteExtension {
             hash: Bytes::new(),
             validator_address: addr.into(),
             height: 4,
             vote_extension: bytes.into(),
         });
-        let want = if got.is_ok() {
+        let want = if rules.is_empty() {
             VerifyStatus::Accept
         } else {
             VerifyStatus::Reject
@@ -342,7 +424,8 @@ fn honest_extensions_fit_the_caps_and_sign_only_awaited_messages() {
             oracle.partials.pop();
         }
         prop_assert_eq!(&ext, &oracle);
-        prop_assert!(ext.partials.iter().all(|q| Kind::try_from(q.kind).is_ok()));
+        prop_assert!(ext.partials.iter().all(|q| spec::KINDS.contains(&q.kind)));
+        prop_assert!(broken(&address(signer), &bytes).is_empty());
         Ok(())
     });
     crate::report("extension", r);

@@ -18,6 +18,7 @@ mod mutate;
 mod oracle;
 mod proposal;
 mod query;
+mod spec;
 mod tx;
 
 use proptest::test_runner::{Config, FileFailurePersistence, TestError, TestRunner};

@@ -1,17 +1,19 @@
 //! The proposal target's oracle: what ProcessProposal (strict) and
 //! FinalizeBlock (lenient) must do with a SubmitPartials, computed from the
-//! rules of the issue-10 design on a small model of the chain state, without
-//! the state machine's code and without pairings (a BLS signature is
-//! unique, so a partial is valid exactly when its bytes are the signer's
-//! good signature from the pool).
+//! rules of ADR 0006 (settlement sync), ADR 0010 (byzantine limits) and
+//! `docs/signing.md` on a small model of the chain state, without the state
+//! machine's code (digests from `spec`, the doc's layouts) and without
+//! pairings (a BLS signature is unique, so a partial is valid exactly when
+//! its bytes are the signer's good signature from the pool). Each check
+//! names the rule it implements.
 
 use std::collections::BTreeSet;
 
 use tally_settlement::bls::Kind;
 use tally_settlement::proto::{HubBlock, SubmitPartials};
-use tally_settlement::sync::{block_digest, result_digest};
 
 use crate::env::{params, Env, N, T};
+use crate::spec::{block_digest, result_digest};
 
 /// The parts of the state the messages depend on.
 #[derive(Clone, Debug)]
@@ -53,6 +55,12 @@ impl Sim {
         }
     }
 
+    /// signing.md 3.3: the chain accepts partials only for the range at
+    /// its cursor, deposits numbered consecutively from its next sequence
+    /// number, at most `max_block_deposits` and exactly that many when
+    /// `more`; `deposit_count` equals what is credited after the message
+    /// (`more` = 0) or exceeds it (`more` = 1). DESIGN (hub events): a
+    /// deposit credits a positive amount to an identifier.
     fn block_awaited(&self, b: &HubBlock) -> bool {
         let cap = params().max_block_deposits as usize;
         let sized = if b.more {
@@ -82,7 +90,11 @@ impl Sim {
             }
     }
 
-    /// Whether the chain now waits for pool message `m`.
+    /// Whether the chain now waits for pool message `m`. ADR 0006: a
+    /// batch while it is current and unsigned; a `settled` result of any
+    /// attempt up to the current one (an earlier attempt may settle late),
+    /// a `failed` result only of the current attempt and only once; a hub
+    /// block per [`Self::block_awaited`].
     pub fn awaited(&self, env: &Env, m: usize) -> bool {
         let msg = &env.msgs[m];
         match msg.kind {
@@ -99,7 +111,11 @@ impl Sim {
         }
     }
 
-    /// Message `m` reached the threshold: what acting on it changes.
+    /// Message `m` reached the threshold: what acting on it changes
+    /// (ADR 0006: a batch becomes signed; `settled` ends the batch, `failed`
+    /// backdates `last_sync` so the sync still counts as running; a hub
+    /// block moves the deposit sequence, and the cursor with the range's
+    /// last message).
     fn act(&mut self, env: &Env, m: usize) {
         let msg = &env.msgs[m];
         match msg.kind {
@@ -130,7 +146,12 @@ impl Sim {
     }
 }
 
-/// The shape rules: caps, duplicates, bodies carried once and referenced.
+/// The shape rules of ADR 0010 (decision 5, "shape before work", and the
+/// limits table): each body carried once, every deposit list within
+/// `max_block_deposits`, one partial per (message, signer), at most
+/// `max_block_messages` messages and `max_block_messages × n` partials, and
+/// every carried body referenced by a partial (decision 1: bodies travel
+/// once, with the partials that sign them).
 pub fn shape_ok(tx: &SubmitPartials) -> bool {
     let p = params();
     let msgs = p.max_block_messages as usize;
@@ -180,7 +201,13 @@ pub fn apply(env: &Env, sim: &mut Sim, tx: &SubmitPartials, strict: bool) -> Res
         .map(result_digest)
         .chain(tx.hub_blocks.iter().map(block_digest))
         .collect();
-    // Recognised, parsed and fresh partials, grouped by message.
+    // Recognised, parsed and fresh partials, grouped by message. ADR 0006:
+    // a partial counts only for a message the chain waits for, whose body
+    // is a batch's (in state), carried here or held with earlier partials
+    // (ADR 0010 decision 1); its index must be a share's (signing.md 6:
+    // zero or unknown indices are refused), new for that message, and its
+    // signature a G2 point in the subgroup. ProcessProposal (strict)
+    // refuses the block for any other partial; FinalizeBlock skips it.
     let mut groups: Vec<(usize, Vec<Signed>)> = Vec::new();
     for q in &tx.partials {
         let m = env
@@ -211,6 +238,8 @@ pub fn apply(env: &Env, sim: &mut Sim, tx: &SubmitPartials, strict: bool) -> Res
         if !sim.awaited(env, m) {
             continue;
         }
+        // ADR 0010 decision 4: verify, then de-duplicate; a bad partial
+        // refuses a proposal (strict) and is dropped in FinalizeBlock.
         let valid = |(i, sig): &Signed| env.msgs[m].sigs[*i as usize - 1].as_slice() == sig;
         if strict && !partials.iter().all(valid) {
             return Err(());
@@ -225,7 +254,8 @@ pub fn apply(env: &Env, sim: &mut Sim, tx: &SubmitPartials, strict: bool) -> Res
         sim.stored[m].extend(good);
         sim.held[m] = true;
         if sim.stored[m].len() >= T {
-            // Combined and acted on; its partials and body are deleted.
+            // ADR 0006: at t partials they are combined and acted on, and
+            // the message's partials and body are deleted.
             sim.stored[m].clear();
             sim.held[m] = false;
             sim.act(env, m);

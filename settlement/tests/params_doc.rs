@@ -1,0 +1,126 @@
+//! The README documents every chain parameter: its genesis example's
+//! `params` object and its parameter table must hold exactly the fields of
+//! `Params`, each with its default. The oracle is `Params::default()` as it
+//! serializes (what genesis, `/params` and `tallyd genesis set-param` use),
+//! not the doc. A field added to `Params` without its doc row fails here.
+
+use serde_json::{Map, Value};
+use tally_settlement::Params;
+
+const README: &str = include_str!("../../README.md");
+const SECTION: &str = "\n### Genesis `app_state`";
+
+fn section(doc: &str) -> Result<&str, String> {
+    let start = doc
+        .find(SECTION)
+        .ok_or_else(|| format!("no {SECTION:?} section"))?;
+    let rest = &doc[start + 1..];
+    let end = rest.find("\n## ").unwrap_or(rest.len());
+    Ok(&rest[..end])
+}
+
+/// The `params` object of the section's first JSON block.
+fn example(section: &str) -> Result<Map<String, Value>, String> {
+    let start = section.find("```json\n").ok_or("no json block")? + 8;
+    let len = section[start..]
+        .find("```")
+        .ok_or("unterminated json block")?;
+    let v: Value = serde_json::from_str(&section[start..start + len])
+        .map_err(|e| format!("the example is not JSON: {e}"))?;
+    v.get("params")
+        .and_then(Value::as_object)
+        .cloned()
+        .ok_or_else(|| "the example has no params object".into())
+}
+
+/// `(name, default)` of each row of the section's `| param | default |`
+/// table; the default cell is read as JSON.
+fn table(section: &str) -> Result<Vec<(String, Value)>, String> {
+    let mut rows = Vec::new();
+    for line in section.lines() {
+        let Some(rest) = line.strip_prefix("| `") else {
+            continue;
+        };
+        let cells: Vec<&str> = rest.split(" | ").collect();
+        let name = cells[0]
+            .strip_suffix('`')
+            .ok_or(format!("bad row {line:?}"))?;
+        let default = cells.get(1).ok_or(format!("no default in {line:?}"))?;
+        let default = default.trim().trim_matches('`');
+        let v = serde_json::from_str(default)
+            .map_err(|_| format!("default {default:?} of {name} is not a JSON value"))?;
+        rows.push((name.to_string(), v));
+    }
+    Ok(rows)
+}
+
+fn defaults() -> Map<String, Value> {
+    match serde_json::to_value(Params::default()) {
+        Ok(Value::Object(m)) => m,
+        other => panic!("Params does not serialize to an object: {other:?}"),
+    }
+}
+
+/// Names missing from the doc, documented but not fields, and wrong
+/// defaults.
+fn compare(doc: &[(String, Value)], what: &str) -> Result<(), String> {
+    let code = defaults();
+    let mut faults = Vec::new();
+    for (name, v) in &code {
+        match doc.iter().find(|(n, _)| n == name) {
+            None => faults.push(format!("{name} is not documented")),
+            Some((_, d)) if d != v => faults.push(format!("{name}: documented {d}, default {v}")),
+            Some(_) => {}
+        }
+    }
+    for (name, _) in doc {
+        if !code.contains_key(name) {
+            faults.push(format!("{name} is not a parameter"));
+        }
+        if doc.iter().filter(|(n, _)| n == name).count() > 1 {
+            faults.push(format!("{name} is documented twice"));
+        }
+    }
+    if faults.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("README {what}: {}", faults.join("; ")))
+    }
+}
+
+fn check(doc: &str) -> Result<(), String> {
+    let s = section(doc)?;
+    let example: Vec<(String, Value)> = example(s)?.into_iter().collect();
+    compare(&example, "genesis example")?;
+    compare(&table(s)?, "parameter table")
+}
+
+#[test]
+fn the_readme_documents_every_parameter_with_its_default() {
+    if let Err(e) = check(README) {
+        panic!("{e}");
+    }
+}
+
+#[test]
+fn a_missing_row_or_a_wrong_default_is_reported() {
+    let row = README
+        .lines()
+        .find(|l| l.starts_with("| `max_block_messages` |"))
+        .expect("row");
+    let without = README.replacen(&format!("{row}\n"), "", 1);
+    let e = check(&without).expect_err("a missing row must be caught");
+    assert!(e.contains("max_block_messages is not documented"), "{e}");
+    let wrong = README.replacen(
+        "| `dkg_phase_blocks` | 5 |",
+        "| `dkg_phase_blocks` | 6 |",
+        1,
+    );
+    let e = check(&wrong).expect_err("a wrong default must be caught");
+    assert!(
+        e.contains("dkg_phase_blocks: documented 6, default 5"),
+        "{e}"
+    );
+    let e = check(&README.replacen("\"max_tx_bytes\": 1048576,", "", 1)).unwrap_err();
+    assert!(e.contains("genesis example: max_tx_bytes"), "{e}");
+}
