@@ -22,8 +22,8 @@ use tally_settlement::proto::{
 use tally_settlement::query::query;
 use tally_settlement::sync;
 use tally_settlement::{
-    begin_block, init_chain, sign_report, AllowanceEntry, BalanceEntry, Block, Code, DkgGenesis,
-    GatewayEntry, Genesis, Params, UserEntry,
+    begin_block, init_chain, sign_report, AllowanceEntry, BalanceEntry, Block, Code, GatewayEntry,
+    Genesis, KeyEpoch, Params, UserEntry,
 };
 use tally_store::{MemBackend, Pending};
 
@@ -78,7 +78,7 @@ impl Env {
                     expires_at: if *u == "bob" { T0 + 124 } else { u64::MAX },
                 })
                 .collect(),
-            dkg: Some(DkgGenesis {
+            dkg: Some(KeyEpoch {
                 epoch: 0,
                 threshold: 3,
                 group_key: hexk(&pubs.group),

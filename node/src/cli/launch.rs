@@ -11,8 +11,8 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use tally_abci::TallyApp;
 use tally_settlement::bls::SecretShare;
-use tally_settlement::KeyEpoch;
 use tally_settlement::Genesis;
+use tally_settlement::KeyEpoch;
 use tally_store::RocksBackend;
 
 use super::genesis::read_app_state;

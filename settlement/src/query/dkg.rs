@@ -4,8 +4,8 @@
 use serde_json::Value;
 
 use super::ask::Ask;
+use crate::dkg::query as dkg_query;
 use crate::error::ExecError;
-use crate::dkg::query;
 
 /// `/dkg`.
 pub fn dkg(a: &Ask) -> Result<Value, ExecError> {
