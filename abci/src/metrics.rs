@@ -354,6 +354,42 @@ fn gauge(e: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> std::fmt:
     ConstGauge::new(v).encode(e.encode_descriptor(name, help, None, MetricType::Gauge)?)
 }
 
+/// The transaction counters: reports and records accepted, transactions
+/// refused by phase and code.
+fn encode_tx_counters(e: &mut DescriptorEncoder, v: &Values) -> std::fmt::Result {
+    let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    counter(
+        e,
+        "reports_accepted",
+        "Usage reports committed with code 0",
+        load(&v.reports),
+    )?;
+    counter(
+        e,
+        "records_accepted",
+        "Usage records in accepted reports",
+        load(&v.records),
+    )?;
+    {
+        let mut d = e.encode_descriptor(
+            "tx_rejected",
+            "Transactions refused, by phase (check_tx, recheck, block) and result code",
+            None,
+            MetricType::Counter,
+        )?;
+        for (phase, row) in Phase::ALL.iter().zip(&v.rejected) {
+            for (code, n) in Code::ALL.iter().zip(row.iter()) {
+                if *code == Code::Ok {
+                    continue;
+                }
+                let labels = [("phase", phase.as_str()), ("code", code.name())];
+                ConstCounter::new(load(n)).encode(d.encode_family(&labels)?)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 impl Collector for AppCollector {
     fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let v = &self.values;
@@ -369,35 +405,7 @@ impl Collector for AppCollector {
                 h.encode(d.encode_family(&[("method", m.as_str())])?)?;
             }
         }
-        counter(
-            &mut e,
-            "reports_accepted",
-            "Usage reports committed with code 0",
-            load(&v.reports),
-        )?;
-        counter(
-            &mut e,
-            "records_accepted",
-            "Usage records in accepted reports",
-            load(&v.records),
-        )?;
-        {
-            let mut d = e.encode_descriptor(
-                "tx_rejected",
-                "Transactions refused, by phase (check_tx, recheck, block) and result code",
-                None,
-                MetricType::Counter,
-            )?;
-            for (phase, row) in Phase::ALL.iter().zip(&v.rejected) {
-                for (code, n) in Code::ALL.iter().zip(row.iter()) {
-                    if *code == Code::Ok {
-                        continue;
-                    }
-                    let labels = [("phase", phase.as_str()), ("code", code.name())];
-                    ConstCounter::new(load(n)).encode(d.encode_family(&labels)?)?;
-                }
-            }
-        }
+        encode_tx_counters(&mut e, v)?;
         counter(
             &mut e,
             "windows_closed",

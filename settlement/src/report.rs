@@ -216,8 +216,37 @@ pub fn plan_report(
         owed: owed_add,
     } = CallTotals::of(&report, &overflow)?;
 
+    let balances = plan_balances(kv, &rid, &debits)?;
+    let spend = check_spend(kv, &gateway, now, window, &debits)?;
+    let (planned, info, parties) = plan_routes(kv, window, routes, &overflow)?;
+    let owed_new = plan_owed(kv, window, owed_add, &overflow)?;
+
+    Ok(Plan {
+        scope,
+        body_hash,
+        report_id: report.report_id,
+        expires_at: report.expires_at,
+        gateway,
+        records,
+        window,
+        routes: planned,
+        balances,
+        owed: owed_new,
+        window_info: info,
+        parties,
+        spend,
+    })
+}
+
+/// Each charged user's balance after the report (users charged 0 are left
+/// out); a balance that would go negative refuses the report.
+fn plan_balances(
+    kv: &impl KvRead,
+    rid: &str,
+    debits: &BTreeMap<&str, u64>,
+) -> Result<Vec<(String, u64)>, ExecError> {
     let mut balances = Vec::with_capacity(debits.len());
-    for (&user, &debit) in &debits {
+    for (&user, &debit) in debits {
         let have = balance(kv, user)?;
         let left = have.checked_sub(debit).ok_or_else(|| {
             reject(
@@ -229,8 +258,25 @@ pub fn plan_report(
             balances.push((user.to_string(), left));
         }
     }
+    Ok(balances)
+}
 
-    let spend = check_spend(kv, &gateway, now, window, &debits)?;
+/// The report's route records after it, and the window's and each
+/// party's totals after it, by key.
+#[allow(clippy::type_complexity)]
+fn plan_routes(
+    kv: &impl KvRead,
+    window: u64,
+    routes: BTreeMap<RouteId, Counters>,
+    overflow: &dyn Fn() -> ExecError,
+) -> Result<
+    (
+        Vec<PlannedRoute>,
+        WindowInfo,
+        BTreeMap<Vec<u8>, PartyWindow>,
+    ),
+    ExecError,
+> {
     let mut info = window_info(kv, window)?.unwrap_or_default();
     let mut planned = Vec::with_capacity(routes.len());
     let mut parties: BTreeMap<Vec<u8>, PartyWindow> = BTreeMap::new();
@@ -265,6 +311,17 @@ pub fn plan_report(
             is_new,
         });
     }
+    Ok((planned, info, parties))
+}
+
+/// What each provider is owed by each user in `window` after the report
+/// (pairs the report owes nothing are left out).
+fn plan_owed(
+    kv: &impl KvRead,
+    window: u64,
+    owed_add: BTreeMap<(&str, &str), u64>,
+    overflow: &dyn Fn() -> ExecError,
+) -> Result<Vec<OwedSlot>, ExecError> {
     let mut owed_new = Vec::with_capacity(owed_add.len());
     for ((provider, user), amount) in owed_add {
         if amount == 0 {
@@ -274,22 +331,7 @@ pub fn plan_report(
         slot.amount = slot.amount.checked_add(amount).ok_or_else(overflow)?;
         owed_new.push(slot);
     }
-
-    Ok(Plan {
-        scope,
-        body_hash,
-        report_id: report.report_id,
-        expires_at: report.expires_at,
-        gateway,
-        records,
-        window,
-        routes: planned,
-        balances,
-        owed: owed_new,
-        window_info: info,
-        parties,
-        spend,
-    })
+    Ok(owed_new)
 }
 
 impl Plan {

@@ -29,7 +29,7 @@ use tally_store::{MemBackend, Pending};
 
 const CHAIN: &str = "answers";
 const T0: u64 = 1_800_000_000;
-const GOLDEN: &str = "tests/query_answers.jsonl";
+const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/query_answers.jsonl");
 
 struct Env {
     kv: Pending,

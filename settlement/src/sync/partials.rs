@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use tally_store::Kv;
+use tally_store::{Kv, KvRead};
 
 use super::awaited::{recognize, Bodies};
 use super::batch::batch_signed;
@@ -133,52 +133,7 @@ pub fn apply_partials(
     let p = params(kv)?;
     let bodies = check_shape(tx, &p, pubs.shares.len())
         .map_err(|e| reject(Code::BadSystemTx, format!("SubmitPartials refused: {e}")))?;
-    let mut groups: BTreeMap<[u8; 32], Group> = BTreeMap::new();
-    let mut ignored = 0usize;
-    // One recognition per message, not per partial (a hub block body is
-    // hashed and its users checked once).
-    let mut known_cache: BTreeMap<(u32, &[u8]), Option<Awaited>> = BTreeMap::new();
-    for ps in &tx.partials {
-        let key = (ps.kind, ps.digest.as_slice());
-        let known = match known_cache.get(&key) {
-            Some(k) => k.clone(),
-            None => {
-                let k = recognize(kv, chain_id, ps.kind, &ps.digest, &bodies)?;
-                known_cache.insert(key, k.clone());
-                k
-            }
-        };
-        let parsed = Partial::from_bytes(ps.index, &ps.signature).ok();
-        let fresh = match &known {
-            // Partials of another key epoch never combine with this key's.
-            Some(a) => {
-                ps.epoch == epoch
-                    && pubs.share(ps.index).is_some()
-                    && !has_partial(kv, &a.digest, ps.index)?
-            }
-            None => false,
-        };
-        match (known, parsed, fresh) {
-            (Some(a), Some(q), true) => groups
-                .entry(a.digest)
-                .or_insert_with(|| Group {
-                    awaited: a,
-                    partials: Vec::new(),
-                })
-                .partials
-                .push(q),
-            _ if strict => {
-                return Err(reject(
-                    Code::BadSystemTx,
-                    format!(
-                        "partial of signer {} is not for a message the chain is waiting for, or already stored",
-                        ps.index
-                    ),
-                ))
-            }
-            _ => ignored += 1,
-        }
-    }
+    let (groups, mut ignored) = group_partials(kv, chain_id, tx, &bodies, &pubs, epoch, strict)?;
     let mut events = Vec::new();
     let mut stored = 0usize;
     // Batches first, then results, then blocks; each message is checked
@@ -220,6 +175,67 @@ pub fn apply_partials(
         format!("{stored} partial signature(s) stored, {ignored} ignored"),
         events,
     ))
+}
+
+/// The partials of `tx` that are new, parse and are for a message the
+/// chain awaits, grouped by message digest, and how many were ignored;
+/// with `strict` any other partial refuses the transaction.
+fn group_partials(
+    kv: &impl KvRead,
+    chain_id: &str,
+    tx: &SubmitPartials,
+    bodies: &Bodies,
+    pubs: &PublicShares,
+    epoch: u64,
+    strict: bool,
+) -> Result<(BTreeMap<[u8; 32], Group>, usize), ExecError> {
+    let mut groups: BTreeMap<[u8; 32], Group> = BTreeMap::new();
+    let mut ignored = 0usize;
+    // One recognition per message, not per partial (a hub block body is
+    // hashed and its users checked once).
+    let mut known_cache: BTreeMap<(u32, &[u8]), Option<Awaited>> = BTreeMap::new();
+    for ps in &tx.partials {
+        let key = (ps.kind, ps.digest.as_slice());
+        let known = match known_cache.get(&key) {
+            Some(k) => k.clone(),
+            None => {
+                let k = recognize(kv, chain_id, ps.kind, &ps.digest, bodies)?;
+                known_cache.insert(key, k.clone());
+                k
+            }
+        };
+        let parsed = Partial::from_bytes(ps.index, &ps.signature).ok();
+        let fresh = match &known {
+            // Partials of another key epoch never combine with this key's.
+            Some(a) => {
+                ps.epoch == epoch
+                    && pubs.share(ps.index).is_some()
+                    && !has_partial(kv, &a.digest, ps.index)?
+            }
+            None => false,
+        };
+        match (known, parsed, fresh) {
+            (Some(a), Some(q), true) => groups
+                .entry(a.digest)
+                .or_insert_with(|| Group {
+                    awaited: a,
+                    partials: Vec::new(),
+                })
+                .partials
+                .push(q),
+            _ if strict => {
+                return Err(reject(
+                    Code::BadSystemTx,
+                    format!(
+                        "partial of signer {} is not for a message the chain is waiting for, or already stored",
+                        ps.index
+                    ),
+                ))
+            }
+            _ => ignored += 1,
+        }
+    }
+    Ok((groups, ignored))
 }
 
 /// Verify, then de-duplicate: the valid partials, one per signer, and how

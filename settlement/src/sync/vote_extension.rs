@@ -37,7 +37,9 @@ use crate::dkg::key::{KeyCache, ThresholdKey};
 use crate::dkg::state::active_key;
 use crate::error::Fatal;
 use crate::genesis::Params;
-use crate::proto::{HubBlock, HubResult, PartialSig, SubmitPartials, SyncTxStart, VoteExtension};
+use crate::proto::{
+    HubBlock, HubResult, PartialSig, SubmitPartials, SyncState, SyncTxStart, VoteExtension,
+};
 use crate::state::chain::params;
 use crate::state::sync::{batch, batch_status, has_partial, pending_message, sync_state};
 use crate::types::{Awaited, BatchStatus};
@@ -72,34 +74,7 @@ pub fn extension(
     }
     let params = params(kv)?;
     let st = sync_state(kv, &params.hub_chain)?;
-    // (kind, digest, already known to be awaited): the batch of a start in
-    // the voted block is not in committed state yet, but was re-derived.
-    let mut wanted: Vec<(Kind, Vec<u8>, bool)> = Vec::new();
-    if let Some(s) = start {
-        let signed = match batch(kv, &s.chain, s.batch_nonce)? {
-            Some(b) => batch_status(&b)? != BatchStatus::Pending,
-            None => false,
-        };
-        if !signed {
-            wanted.push((Kind::Batch, s.digest.clone(), true));
-        }
-    }
-    if st.current_nonce != 0 {
-        if let Some(b) = batch(kv, &params.hub_chain, st.current_nonce)? {
-            if batch_status(&b)? == BatchStatus::Pending {
-                wanted.push((Kind::Batch, b.digest, false));
-            }
-        }
-    }
-    let mut bodies = Bodies::default();
-    for r in observed {
-        let (d, _) = bodies.add_result(r.clone());
-        wanted.push((Kind::HubResult, d.to_vec(), false));
-    }
-    for b in blocks {
-        let (d, _) = bodies.add_block(b.clone());
-        wanted.push((Kind::HubBlock, d.to_vec(), false));
-    }
+    let (wanted, bodies) = wanted_messages(kv, &params, &st, start, observed, blocks)?;
     let max = params.max_extension_partials as usize;
     let mut done: Vec<(Kind, Vec<u8>)> = Vec::new();
     for (kind, digest, derived) in wanted {
@@ -136,6 +111,49 @@ pub fn extension(
         out.partials.pop();
     }
     Ok(out)
+}
+
+/// The messages an extension may sign, in order (batches, then results,
+/// then blocks), as (kind, digest, already known to be awaited), and the
+/// bodies of the hub results and blocks the relay handed in.
+#[allow(clippy::type_complexity)]
+fn wanted_messages(
+    kv: &impl KvRead,
+    params: &Params,
+    st: &SyncState,
+    start: Option<&SyncTxStart>,
+    observed: &[HubResult],
+    blocks: &[HubBlock],
+) -> Result<(Vec<(Kind, Vec<u8>, bool)>, Bodies), Fatal> {
+    // (kind, digest, already known to be awaited): the batch of a start in
+    // the voted block is not in committed state yet, but was re-derived.
+    let mut wanted: Vec<(Kind, Vec<u8>, bool)> = Vec::new();
+    if let Some(s) = start {
+        let signed = match batch(kv, &s.chain, s.batch_nonce)? {
+            Some(b) => batch_status(&b)? != BatchStatus::Pending,
+            None => false,
+        };
+        if !signed {
+            wanted.push((Kind::Batch, s.digest.clone(), true));
+        }
+    }
+    if st.current_nonce != 0 {
+        if let Some(b) = batch(kv, &params.hub_chain, st.current_nonce)? {
+            if batch_status(&b)? == BatchStatus::Pending {
+                wanted.push((Kind::Batch, b.digest, false));
+            }
+        }
+    }
+    let mut bodies = Bodies::default();
+    for r in observed {
+        let (d, _) = bodies.add_result(r.clone());
+        wanted.push((Kind::HubResult, d.to_vec(), false));
+    }
+    for b in blocks {
+        let (d, _) = bodies.add_block(b.clone());
+        wanted.push((Kind::HubBlock, d.to_vec(), false));
+    }
+    Ok((wanted, bodies))
 }
 
 /// Why a vote extension was refused.
