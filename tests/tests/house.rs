@@ -552,7 +552,10 @@ fn cycles(g: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>) -> Vec<Vec<Vec<Strin
 }
 
 /// Each crate's non-test files, stripped, by module path.
-fn stripped_crates() -> Vec<(String, PathBuf, BTreeMap<Vec<String>, (PathBuf, String)>)> {
+/// A crate's non-test files: module path -> (file, stripped text).
+type Files = BTreeMap<Vec<String>, (PathBuf, String)>;
+
+fn stripped_crates() -> Vec<(String, PathBuf, Files)> {
     crates()
         .into_iter()
         .map(|(name, src)| {
