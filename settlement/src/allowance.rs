@@ -2,7 +2,7 @@
 //! per settlement window, until an expiry. Reports are checked against
 //! them, so a leaked gateway key reaches only the users who authorised
 //! that gateway, and only up to what they allowed (see
-//! `docs/adr/0011-allowances-and-money-at-the-edges.md`).
+//! `docs/adr/0011-money-at-the-edges.md`).
 //!
 //! A user changes its allowances with a transaction signed by its own
 //! ed25519 key (registered in genesis `users`), opened like every signed
