@@ -21,6 +21,7 @@ use tally_store::{Kv, KvRead};
 use super::crypto::{combine_commitments, eval_commitment, threshold_for};
 use super::key::KeyEpoch;
 use super::msg::address_of;
+use super::rules::{check_change, check_updates};
 use super::state::{self as st};
 use super::types::{CeremonyKind, ProposalAction, ProposalStatus};
 use crate::bls::{lagrange_at_zero, parse_public_key};
@@ -184,25 +185,32 @@ fn start_next(kv: &mut impl Kv, h: u64) -> Result<Option<Event>, Fatal> {
         }
     }
     if let Some(mut p) = accepted {
-        let players = next_set(kv, Some(&p))?;
-        if let Some(v) = players.iter().find(|v| v.enc_key.is_empty()) {
-            p.status = ProposalStatus::Refused.into();
-            p.reason = format!(
-                "validator {} has no encryption key",
-                hex::encode(&v.address)
-            );
-            st::put_proposal(kv, &p);
-            return Ok(Some(proposal_closed(&p)));
+        let action = st::proposal_action(&p)?;
+        let set = st::validators(kv)?;
+        if let Err(why) = check_change(&set, action, &address_of(&p.pubkey), p.power) {
+            return refuse(kv, &mut p, why);
         }
+        let players = next_set(kv, Some(&p))?;
         let Some(key) = key else {
             // No key to keep: the set changes at once.
+            let update = update_of(&p)?;
+            if let Err(why) = check_update(&set, &update) {
+                return refuse(kv, &mut p, why);
+            }
             apply_change(kv, &p)?;
-            st::put_validator_updates(kv, h, vec![update_of(&p)?]);
+            st::put_validator_updates(kv, h, vec![update]);
             p.status = ProposalStatus::Applied.into();
             p.applied_height = h;
             st::put_proposal(kv, &p);
             return Ok(Some(proposal_closed(&p)));
         };
+        if let Some(v) = players.iter().find(|v| v.enc_key.is_empty()) {
+            let why = format!(
+                "validator {} has no encryption key",
+                hex::encode(&v.address)
+            );
+            return refuse(kv, &mut p, why);
+        }
         let signers = key
             .signer_addresses()
             .map_err(|_| Fatal::Corrupt("dkg signers"))?;
@@ -271,6 +279,26 @@ fn update_of(p: &Proposal) -> Result<ValidatorRecord, Fatal> {
         power: if removed { 0 } else { p.power },
         enc_key: Vec::new(),
     })
+}
+
+/// Closes accepted proposal `p` as refused with `why` (it no longer fits
+/// the set it would run on).
+fn refuse(kv: &mut impl Kv, p: &mut Proposal, why: String) -> Result<Option<Event>, Fatal> {
+    p.status = ProposalStatus::Refused.into();
+    p.reason = why;
+    st::put_proposal(kv, p);
+    Ok(Some(proposal_closed(p)))
+}
+
+/// CometBFT's check of `update` against `set`, the set it applies to
+/// (the stored set: changes reach it only through this module, one at a
+/// time, so it is CometBFT's next set whenever an update is made).
+fn check_update(
+    set: &[([u8; 20], ValidatorRecord)],
+    update: &ValidatorRecord,
+) -> Result<(), String> {
+    let powers: Vec<([u8; 20], u64)> = set.iter().map(|(a, v)| (*a, v.power)).collect();
+    check_updates(&powers, &[(address_of(&update.pubkey), update.power)])
 }
 
 fn proposal_closed(p: &Proposal) -> Event {
@@ -352,6 +380,28 @@ fn finalise(kv: &mut impl Kv, h: u64, mut c: Ceremony) -> Result<Event, Fatal> {
     let Some(key) = made else {
         return fail(kv, h, c, q.len(), need);
     };
+    // The change is checked once more before anything of the current key
+    // is replaced: a reshare whose update CometBFT would refuse ends here.
+    let proposal = match kind {
+        CeremonyKind::Reshare => st::proposal(kv, c.proposal)?,
+        CeremonyKind::Fresh => None,
+    };
+    let update = proposal.as_ref().map(update_of).transpose()?;
+    if let (Some(mut p), Some(u)) = (proposal.clone(), update.as_ref()) {
+        if let Err(why) = check_update(&st::validators(kv)?, u) {
+            st::delete_round(kv, c.round);
+            st::put_ceremony(kv, None);
+            let _ = refuse(kv, &mut p, why.clone())?;
+            return Ok(Event::new(
+                "dkg_failed",
+                [
+                    ("round", c.round.to_string()),
+                    ("proposal", p.id.to_string()),
+                    ("reason", why),
+                ],
+            ));
+        }
+    }
     c.qualified = q.iter().map(|(d, _)| *d).collect();
     if let Some(last) = st::last_ceremony(kv)? {
         st::delete_round(kv, last.round);
@@ -382,8 +432,8 @@ fn finalise(kv: &mut impl Kv, h: u64, mut c: Ceremony) -> Result<Event, Fatal> {
             proposal: c.proposal,
         }),
     );
-    if let Some(mut p) = st::proposal(kv, c.proposal)? {
-        st::put_validator_updates(kv, h, vec![update_of(&p)?]);
+    if let (Some(mut p), Some(u)) = (proposal, update) {
+        st::put_validator_updates(kv, h, vec![u]);
         p.status = ProposalStatus::Applied.into();
         p.applied_height = h;
         st::put_proposal(kv, &p);

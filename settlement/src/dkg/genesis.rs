@@ -1,11 +1,14 @@
 //! The genesis validator set: CometBFT's validators with the DKG
 //! encryption keys genesis lists for them, each proof of possession
-//! checked.
+//! checked. Every validator has the same power, and either every one
+//! has an encryption key or none does (the first key then waits until
+//! update proposals have registered one for each).
 
 use tally_store::Kv;
 
 use super::crypto::verify_pop;
 use super::msg::{address_of, pop_context};
+use super::rules::MAX_POWER;
 use super::state::{put_validator, MAX_VALIDATORS};
 use crate::genesis::{parse_pubkey, Genesis, GenesisError};
 use crate::proto::ValidatorRecord;
@@ -27,6 +30,21 @@ pub fn init_validators(
         )));
     }
     let bad = |m: String| GenesisError::Invalid(m);
+    // Every validator has the same power (ADR 0017), within the cap that
+    // keeps a full set under CometBFT's total.
+    if let Some((_, p)) = validators.first() {
+        if validators.iter().any(|(_, q)| q != p) {
+            return Err(bad(
+                "genesis validators have unequal powers: Tally keeps one common power (ADR 0017)"
+                    .into(),
+            ));
+        }
+        if *p == 0 || *p > MAX_POWER {
+            return Err(bad(format!(
+                "validator power must be 1..={MAX_POWER}, not {p}"
+            )));
+        }
+    }
     let mut enc: Vec<([u8; 32], Vec<u8>)> = Vec::new();
     for e in &genesis.encryption_keys {
         let v = parse_pubkey(&e.validator).map_err(bad)?;
@@ -50,6 +68,19 @@ pub fn init_validators(
             return Err(bad(format!("two encryption keys for {}", e.validator)));
         }
         enc.push((v, key));
+    }
+    // All or none: a set where only some validators have encryption keys
+    // could never start its first ceremony.
+    if !enc.is_empty() && enc.len() != validators.len() {
+        let missing: Vec<String> = validators
+            .iter()
+            .filter(|(k, _)| !enc.iter().any(|(v, _)| v == k))
+            .map(|(k, _)| hex::encode(k))
+            .collect();
+        return Err(bad(format!(
+            "encryption_keys must list every genesis validator or none; missing: {}",
+            missing.join(", ")
+        )));
     }
     for (k, power) in validators {
         let enc_key = enc

@@ -44,6 +44,7 @@
 //! | [`crypto`] | the arithmetic: polynomials, commitments, share encryption, proofs of possession |
 //! | [`msg`] | validator messages on the wire: signing and opening |
 //! | [`state`] | the typed accessors: the only code that reads or writes DKG state |
+//! | [`rules`] | the validator-set rules, checked when a proposal opens and again when it runs (CometBFT's own check of updates included) |
 //! | [`genesis`] | the genesis validator set and its encryption keys |
 //! | [`ceremony`] | begin-block work: activate a waiting key, finalise or fail a ceremony, expire proposals, start the next ceremony |
 //! | [`proposal`] | validator-set proposals: checked, accepted at more than 2/3 of the power |
@@ -63,6 +64,7 @@ pub mod msg;
 pub mod participant;
 pub mod proposal;
 pub mod query;
+pub mod rules;
 pub mod state;
 pub mod tx;
 pub mod types;

@@ -10,12 +10,13 @@ use tally_store::KvRead;
 
 use super::crypto::verify_pop;
 use super::msg::{address_of, pop_context, Opened};
-use super::state::{self as st, MAX_VALIDATORS};
+use super::rules::check_change;
+use super::state::{self as st};
 use super::types::{ProposalAction, ProposalStatus};
 use crate::bls::parse_public_key;
 use crate::codes::Code;
 use crate::error::{reject, ExecError};
-use crate::proto::{Proposal, ValidatorProposal, ValidatorRecord};
+use crate::proto::{Proposal, ValidatorProposal};
 use crate::types::Event;
 
 /// Open proposals one validator may have at once.
@@ -84,13 +85,20 @@ pub fn plan_proposal(
         .try_into()
         .map_err(|_| bad("the validator key is not 32 bytes".into()))?;
     VerifyingKey::from_bytes(&key).map_err(|_| bad("not a valid ed25519 key".into()))?;
-    let existing = st::validator(kv, &address_of(&key))?;
-    let vals = st::validators(kv)?;
-    check_change(chain, &key, &p, existing.as_ref(), &vals)?;
-    if p.power > (i64::MAX as u64) / 8 {
-        return Err(bad("power is too large".into()));
+    let action = ProposalAction::try_from(p.action)
+        .map_err(|_| bad(format!("unknown action {}", p.action)))?;
+    // Cheap checks first; the proof of possession (a pairing) last.
+    check_change(&st::validators(kv)?, action, &address_of(&key), p.power).map_err(bad)?;
+    if action == ProposalAction::Remove
+        && (p.power != 0 || !p.enc_key.is_empty() || !p.enc_pop.is_empty())
+    {
+        return Err(bad("a removal carries no power or key".into()));
     }
     check_open(kv, o, &p)?;
+    let key_required = action == ProposalAction::Add;
+    if key_required || !p.enc_key.is_empty() {
+        check_enc(chain, &key, &p)?;
+    }
     Ok(Proposal {
         id: 0,
         action: p.action,
@@ -106,66 +114,15 @@ pub fn plan_proposal(
     })
 }
 
-/// Whether the change fits the current set: `existing` is the validator
-/// with consensus key `key`, if any, `vals` the whole set.
-fn check_change(
-    chain: &str,
-    key: &[u8; 32],
-    p: &ValidatorProposal,
-    existing: Option<&ValidatorRecord>,
-    vals: &[([u8; 20], ValidatorRecord)],
-) -> Result<(), ExecError> {
-    let check_enc = |required: bool| -> Result<(), ExecError> {
-        if p.enc_key.is_empty() && !required {
-            return Ok(());
-        }
-        let ek = parse_public_key(&p.enc_key).map_err(|e| bad(format!("encryption key: {e}")))?;
-        if !verify_pop(&ek, &pop_context(chain, key), &p.enc_pop) {
-            return Err(bad(
-                "the encryption key's proof of possession does not verify".into(),
-            ));
-        }
-        Ok(())
-    };
-    let action = ProposalAction::try_from(p.action)
-        .map_err(|_| bad(format!("unknown action {}", p.action)))?;
-    match action {
-        ProposalAction::Add => {
-            if existing.is_some() {
-                return Err(bad("already a validator".into()));
-            }
-            if vals.len() >= MAX_VALIDATORS {
-                return Err(bad(format!(
-                    "the set already has {MAX_VALIDATORS} validators"
-                )));
-            }
-            if p.power == 0 {
-                return Err(bad("power must be above 0".into()));
-            }
-            check_enc(true)
-        }
-        ProposalAction::Remove => {
-            if existing.is_none() {
-                return Err(bad("not a validator".into()));
-            }
-            if vals.len() <= 1 {
-                return Err(bad("the last validator cannot be removed".into()));
-            }
-            if p.power != 0 || !p.enc_key.is_empty() || !p.enc_pop.is_empty() {
-                return Err(bad("a removal carries no power or key".into()));
-            }
-            Ok(())
-        }
-        ProposalAction::Update => {
-            if existing.is_none() {
-                return Err(bad("not a validator".into()));
-            }
-            if p.power == 0 {
-                return Err(bad("power must be above 0 (remove instead)".into()));
-            }
-            check_enc(false)
-        }
+/// The encryption key `p` registers and its proof of possession.
+fn check_enc(chain: &str, key: &[u8; 32], p: &ValidatorProposal) -> Result<(), ExecError> {
+    let ek = parse_public_key(&p.enc_key).map_err(|e| bad(format!("encryption key: {e}")))?;
+    if !verify_pop(&ek, &pop_context(chain, key), &p.enc_pop) {
+        return Err(bad(
+            "the encryption key's proof of possession does not verify".into(),
+        ));
     }
+    Ok(())
 }
 
 /// The limits on open proposals (in all, per proposer) and no duplicate

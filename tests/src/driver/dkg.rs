@@ -20,7 +20,7 @@ use tendermint_abci::Application;
 use tendermint_proto::v0_38::abci::{RequestInfo, ValidatorUpdate};
 use tendermint_proto::v0_38::crypto::{public_key::Sum, PublicKey};
 
-use super::{finalize_request, Net, Node, Storage};
+use super::{finalize_request, CometSet, Net, Node, Storage};
 
 /// Rewrites (or with `None` drops) a node's DKG message before it is
 /// sent: a byzantine dealer or a silent player.
@@ -58,6 +58,7 @@ impl Net {
             net.nodes[i].enc = Some(enc_key(i));
         }
         net.genesis_validators = (0..n).map(|i| update(&consensus_key(i), 10)).collect();
+        net.comet = Some(CometSet::new(&net.genesis_validators)?);
         net.auto_dkg = true;
         Ok(net)
     }

@@ -16,10 +16,12 @@
 //! [`Net::record`]. With [`Net::hub`] set, every node's relay hands in
 //! what it sees before each height ([`crate::hub`]).
 
+mod cometbft;
 mod dkg;
 mod rounds;
 pub mod statesync;
 
+pub use cometbft::{CometSet, MAX_TOTAL_VOTING_POWER};
 pub use dkg::{consensus_key, enc_key, entry as dkg_entry, DkgFilter};
 
 use std::path::PathBuf;
@@ -176,6 +178,9 @@ pub struct Net {
     genesis_validators: Vec<tendermint_proto::v0_38::abci::ValidatorUpdate>,
     /// DKG transactions already offered (each is sent once).
     dkg_sent: std::collections::BTreeSet<Vec<u8>>,
+    /// CometBFT's next validator set, checked against every update list
+    /// (keyed nets; see [`cometbft`]).
+    pub comet: Option<CometSet>,
 }
 
 /// A precommit of the last height, and the nodes that refused its
@@ -239,6 +244,7 @@ impl Net {
             pending_updates: Vec::new(),
             genesis_validators: Vec::new(),
             dkg_sent: Default::default(),
+            comet: None,
         }
     }
 
@@ -383,6 +389,11 @@ impl Net {
             self.nodes[i].ensure_running(i)?;
         }
         let first = first.context("no live node")?;
+        if let Some(set) = self.comet.as_mut() {
+            set.apply(&first.validator_updates).with_context(|| {
+                format!("CometBFT refuses the validator updates of height {height} (CONSENSUS FAILURE on every node)")
+            })?;
+        }
         if !first.validator_updates.is_empty() {
             self.pending_updates
                 .push((height + 2, first.validator_updates.clone()));
