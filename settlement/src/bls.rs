@@ -58,11 +58,19 @@ pub enum Kind {
     HubResult = 2,
     /// Finalized hub blocks' events: payload is their digest.
     HubBlock = 3,
+    /// A key rotation the hub applies: payload is its digest, signed by
+    /// the key being replaced.
+    KeyRotation = 4,
 }
 
 impl Kind {
     /// Every kind, in signing-order (batches first).
-    pub const ALL: [Kind; 3] = [Kind::Batch, Kind::HubResult, Kind::HubBlock];
+    pub const ALL: [Kind; 4] = [
+        Kind::Batch,
+        Kind::HubResult,
+        Kind::HubBlock,
+        Kind::KeyRotation,
+    ];
 
     /// The number on the wire (`PartialSig.kind`, `PendingMessage.kind`)
     /// and in the signed message.
@@ -76,6 +84,7 @@ impl Kind {
             Kind::Batch => "batch",
             Kind::HubResult => "hub_result",
             Kind::HubBlock => "hub_block",
+            Kind::KeyRotation => "key_rotation",
         }
     }
 }

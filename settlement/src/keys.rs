@@ -8,7 +8,8 @@
 //! imports only [`RouteId`] and those keys.
 
 use crate::dkg::keys::{
-    ACK, ACTIVE_KEY, CEREMONY, CEREMONY_ROUND, DEALING, LAST_CEREMONY, NEXT_KEY, NEXT_PROPOSAL,
+    ACK, ACTIVE_KEY, CEREMONY, CEREMONY_ROUND, DEALING, LAST_CEREMONY, LAST_ROTATION, NEXT_KEY,
+    NEXT_PROPOSAL, ROTATION,
     PROPOSAL, PROPOSAL_OPEN, REVEAL, VALIDATOR, VALIDATOR_UPDATES,
 };
 use crate::record::RouteId;
@@ -136,13 +137,15 @@ pub const LAYOUT: &[(&[u8], &str)] = &[
         VALIDATOR,
         "validators (consensus key, power, encryption key)",
     ),
-    (CEREMONY, "the running DKG or reshare ceremony"),
+    (CEREMONY, "the running DKG or re-key ceremony"),
     (LAST_CEREMONY, "the last ceremony that made a key"),
     (DEALING, "dealings by round and dealer"),
     (ACK, "acks by round, dealer and player"),
     (REVEAL, "revealed shares by round, dealer and player"),
     (CEREMONY_ROUND, "last ceremony round number"),
-    (NEXT_KEY, "a reshared key waiting for its activation height"),
+    (NEXT_KEY, "a new key waiting for its rotation signature and activation height"),
+    (ROTATION, "key rotations for the hub, by nonce (the history of keys)"),
+    (LAST_ROTATION, "nonce of the last key rotation"),
     (VALIDATOR_UPDATES, "validator updates of the current block"),
     (PROPOSAL, "validator-set proposals"),
     (PROPOSAL_OPEN, "open and accepted proposals"),

@@ -1,38 +1,45 @@
-//! The ceremony's life in `begin_block`: activating a reshared key at its
-//! height, finalising a ceremony at its `end` height, starting the next
-//! one, and expiring proposals nobody approved.
+//! The ceremony's life in `begin_block`: finalising a ceremony at its
+//! `end` height, activating a new key once the outgoing key signed its
+//! rotation, starting the next ceremony, and expiring proposals nobody
+//! approved.
 //!
 //! Finalisation (ack-or-reveal): a dealer qualifies when its dealing is on
 //! chain and every player either acked it or had its share revealed and
 //! checked, with at most `players - threshold` reveals (so at least
-//! `threshold` players hold secret shares of it). A fresh key needs
-//! `threshold` qualified dealers and is the sum of their polynomials; a
-//! reshare needs the current key's threshold of them and combines their
-//! polynomials with the Lagrange coefficients of their current indices at
-//! 0, so the constant term, the group key, is unchanged. Too few: the
+//! `threshold` players hold secret shares of it). A key needs `threshold`
+//! qualified dealers and is the sum of their polynomials: the first key
+//! (`fresh`) and every key after a set change (`rekey`, dealt by the next
+//! set) have a secret no past committee ever held shares of. Too few: the
 //! round's data is deleted and the same ceremony runs again as the next
-//! round (a reshare gives up after [`MAX_RESHARE_ROUNDS`] and refuses its
+//! round (a re-key gives up after [`MAX_REKEY_ROUNDS`] and refuses its
 //! proposal); the current key, if any, stays.
+//!
+//! A re-key's key does not become active when it is made. It waits in
+//! `cer/next` with a rotation (`rot/<nonce>`) that the *outgoing* key must
+//! sign through vote extensions ([`super::rotation`]); the hub accepts the
+//! new key only with that signature. The block that combines it returns
+//! the validator update, and the new key becomes active two blocks later,
+//! when CometBFT's set changes.
 
 use blst::min_pk::PublicKey;
-use num_bigint::BigUint;
 use tally_store::{Kv, KvRead};
 
 use super::crypto::{combine_commitments, eval_commitment, threshold_for};
 use super::key::KeyEpoch;
 use super::msg::address_of;
-use super::rules::{check_change, check_updates};
+use super::rotation;
+use super::rules::{check_change, check_update, proposal_closed, refuse, update_of};
 use super::state::{self as st};
 use super::types::{CeremonyKind, ProposalAction, ProposalStatus};
-use crate::bls::{lagrange_at_zero, parse_public_key};
 use crate::error::Fatal;
 use crate::proto::{Ceremony, CeremonyDealer, CeremonyPlayer, NextKey, Proposal, ValidatorRecord};
 use crate::state::chain::params;
 use crate::state::sync::delete_all_partials;
+use crate::sync::batch::resign_current_batch;
 use crate::types::{Block, Event};
 
-/// Rounds a reshare may fail before its proposal is refused.
-pub const MAX_RESHARE_ROUNDS: u64 = 3;
+/// Rounds a re-key may fail before its proposal is refused.
+pub const MAX_REKEY_ROUNDS: u64 = 3;
 
 /// The validator-set and key work at the start of `block`.
 pub fn begin_block(kv: &mut impl Kv, block: &Block) -> Result<Vec<Event>, Fatal> {
@@ -40,13 +47,14 @@ pub fn begin_block(kv: &mut impl Kv, block: &Block) -> Result<Vec<Event>, Fatal>
     st::put_last_height(kv, h);
     let mut events = Vec::new();
     if let Some(next) = st::next_key(kv)? {
-        if h >= next.activate_height {
-            events.push(activate(kv, &next)?);
+        // 0: the rotation is not signed yet.
+        if next.activate_height != 0 && h >= next.activate_height {
+            events.push(activate(kv, h, &next)?);
         }
     }
     if let Some(c) = st::ceremony(kv)? {
         if h >= c.end {
-            events.push(finalise(kv, h, c)?);
+            events.extend(finalise(kv, h, c)?);
         }
     }
     expire_proposals(kv, h, &mut events)?;
@@ -59,12 +67,16 @@ pub fn begin_block(kv: &mut impl Kv, block: &Block) -> Result<Vec<Event>, Fatal>
 }
 
 /// The active key becomes `next`; stored partials of the old key are
-/// dropped (they can never combine with the new key's), and the proposal
-/// changes the stored validator set as CometBFT does at this height.
-fn activate(kv: &mut impl Kv, next: &NextKey) -> Result<Event, Fatal> {
+/// dropped (they can never combine with the new key's), a batch the old
+/// key signed but the hub has not settled is signed again by the new key,
+/// and the proposal changes the stored validator set as CometBFT does at
+/// this height.
+fn activate(kv: &mut impl Kv, h: u64, next: &NextKey) -> Result<Event, Fatal> {
     let key = st::next_key_record(next)?;
     st::put_active_key(kv, &key)?;
     delete_all_partials(kv);
+    resign_current_batch(kv, &params(kv)?)?;
+    rotation::activated(kv, next.rotation, h)?;
     if let Some(p) = st::proposal(kv, next.proposal)? {
         apply_change(kv, &p)?;
     }
@@ -211,32 +223,20 @@ fn start_next(kv: &mut impl Kv, h: u64) -> Result<Option<Event>, Fatal> {
             );
             return refuse(kv, &mut p, why);
         }
-        let signers = key
-            .signer_addresses()
-            .map_err(|_| Fatal::Corrupt("dkg signers"))?;
-        let dealers = signers
-            .iter()
-            .enumerate()
-            .map(|(i, a)| CeremonyDealer {
-                address: a.to_vec(),
-                share_index: i as u32 + 1,
-            })
-            .collect();
         let c = schedule(
             kv,
             h,
             Ceremony {
-                kind: CeremonyKind::Reshare.into(),
-                dealers,
+                kind: CeremonyKind::Rekey.into(),
+                dealers: dealers_of(&players),
                 players,
-                old_threshold: key.threshold,
                 proposal: p.id,
                 epoch: key.epoch + 1,
                 ..Ceremony::default()
             },
         )?;
         st::put_ceremony(kv, Some(&c));
-        return Ok(Some(started(&c, CeremonyKind::Reshare)));
+        return Ok(Some(started(&c, CeremonyKind::Rekey)));
     }
     if key.is_none() {
         return start_fresh(kv, h);
@@ -250,19 +250,12 @@ fn start_fresh(kv: &mut impl Kv, h: u64) -> Result<Option<Event>, Fatal> {
     if players.is_empty() || players.iter().any(|v| v.enc_key.is_empty()) {
         return Ok(None);
     }
-    let dealers = players
-        .iter()
-        .map(|p| CeremonyDealer {
-            address: p.address.clone(),
-            share_index: 0,
-        })
-        .collect();
     let c = schedule(
         kv,
         h,
         Ceremony {
             kind: CeremonyKind::Fresh.into(),
-            dealers,
+            dealers: dealers_of(&players),
             players,
             epoch: 1,
             ..Ceremony::default()
@@ -272,44 +265,15 @@ fn start_fresh(kv: &mut impl Kv, h: u64) -> Result<Option<Event>, Fatal> {
     Ok(Some(started(&c, CeremonyKind::Fresh)))
 }
 
-fn update_of(p: &Proposal) -> Result<ValidatorRecord, Fatal> {
-    let removed = st::proposal_action(p)? == ProposalAction::Remove;
-    Ok(ValidatorRecord {
-        pubkey: p.pubkey.clone(),
-        power: if removed { 0 } else { p.power },
-        enc_key: Vec::new(),
-    })
-}
-
-/// Closes accepted proposal `p` as refused with `why` (it no longer fits
-/// the set it would run on).
-fn refuse(kv: &mut impl Kv, p: &mut Proposal, why: String) -> Result<Option<Event>, Fatal> {
-    p.status = ProposalStatus::Refused.into();
-    p.reason = why;
-    st::put_proposal(kv, p);
-    Ok(Some(proposal_closed(p)))
-}
-
-/// CometBFT's check of `update` against `set`, the set it applies to
-/// (the stored set: changes reach it only through this module, one at a
-/// time, so it is CometBFT's next set whenever an update is made).
-fn check_update(
-    set: &[([u8; 20], ValidatorRecord)],
-    update: &ValidatorRecord,
-) -> Result<(), String> {
-    let powers: Vec<([u8; 20], u64)> = set.iter().map(|(a, v)| (*a, v.power)).collect();
-    check_updates(&powers, &[(address_of(&update.pubkey), update.power)])
-}
-
-fn proposal_closed(p: &Proposal) -> Event {
-    Event::new(
-        "validator_proposal",
-        [
-            ("id", p.id.to_string()),
-            ("status", p.status.to_string()),
-            ("reason", p.reason.clone()),
-        ],
-    )
+/// Every player deals: a fresh secret needs no share of the old one.
+fn dealers_of(players: &[CeremonyPlayer]) -> Vec<CeremonyDealer> {
+    players
+        .iter()
+        .map(|p| CeremonyDealer {
+            address: p.address.clone(),
+            share_index: 0,
+        })
+        .collect()
 }
 
 /// The qualified dealers' positions and commitments (ack-or-reveal).
@@ -343,63 +307,38 @@ pub fn qualified(kv: &impl KvRead, c: &Ceremony) -> Result<Vec<(u32, Vec<PublicK
     Ok(out)
 }
 
-/// The weights a ceremony combines qualified dealings with: none for a
-/// fresh key, the Lagrange coefficients of the dealers' current indices
-/// at 0 for a reshare.
-pub fn weights(c: &Ceremony, qualified: &[u32]) -> Result<Option<Vec<BigUint>>, Fatal> {
-    if st::ceremony_kind(c)? != CeremonyKind::Reshare {
-        return Ok(None);
-    }
-    let xs: Vec<u32> = qualified
-        .iter()
-        .map(|d| {
-            c.dealers
-                .get(*d as usize - 1)
-                .map(|x| x.share_index)
-                .unwrap_or(0)
-        })
-        .collect();
-    lagrange_at_zero(&xs)
-        .map(Some)
-        .map_err(|_| Fatal::Corrupt("dealer indices"))
-}
-
-fn finalise(kv: &mut impl Kv, h: u64, mut c: Ceremony) -> Result<Event, Fatal> {
+fn finalise(kv: &mut impl Kv, h: u64, mut c: Ceremony) -> Result<Vec<Event>, Fatal> {
     let q = qualified(kv, &c)?;
     let kind = st::ceremony_kind(&c)?;
-    let need = if kind == CeremonyKind::Reshare {
-        c.old_threshold
-    } else {
-        c.threshold
-    } as usize;
+    let need = c.threshold as usize;
     let made = if q.len() >= need {
-        make_key(kv, &c, &q)?
+        make_key(&c, &q)?
     } else {
         None
     };
     let Some(key) = made else {
-        return fail(kv, h, c, q.len(), need);
+        return Ok(vec![fail(kv, h, c, q.len(), need)?]);
     };
     // The change is checked once more before anything of the current key
-    // is replaced: a reshare whose update CometBFT would refuse ends here.
+    // is replaced: a re-key whose update CometBFT would refuse ends here.
     let proposal = match kind {
-        CeremonyKind::Reshare => st::proposal(kv, c.proposal)?,
+        CeremonyKind::Rekey => st::proposal(kv, c.proposal)?,
         CeremonyKind::Fresh => None,
     };
-    let update = proposal.as_ref().map(update_of).transpose()?;
-    if let (Some(mut p), Some(u)) = (proposal.clone(), update.as_ref()) {
-        if let Err(why) = check_update(&st::validators(kv)?, u) {
+    if let Some(mut p) = proposal.clone() {
+        if let Err(why) = check_update(&st::validators(kv)?, &update_of(&p)?) {
             st::delete_round(kv, c.round);
             st::put_ceremony(kv, None);
-            let _ = refuse(kv, &mut p, why.clone())?;
-            return Ok(Event::new(
+            let closed = refuse(kv, &mut p, why.clone())?;
+            let failed = Event::new(
                 "dkg_failed",
                 [
                     ("round", c.round.to_string()),
                     ("proposal", p.id.to_string()),
                     ("reason", why),
                 ],
-            ));
+            );
+            return Ok([Some(failed), closed].into_iter().flatten().collect());
         }
     }
     c.qualified = q.iter().map(|(d, _)| *d).collect();
@@ -417,55 +356,25 @@ fn finalise(kv: &mut impl Kv, h: u64, mut c: Ceremony) -> Result<Event, Fatal> {
             ("group_key", key.group_key.clone()),
         ],
     );
-    if kind == CeremonyKind::Fresh {
+    let Some(p) = proposal else {
         st::put_active_key(kv, &key)?;
-        return Ok(ev);
-    }
-    let bytes = serde_json::to_vec(&key).map_err(|_| Fatal::Corrupt("key"))?;
-    // CometBFT applies validator updates returned at h from h + 2: the
-    // BLS key switches at the same height.
-    st::put_next_key(
-        kv,
-        Some(&NextKey {
-            key: bytes,
-            activate_height: h.saturating_add(2),
-            proposal: c.proposal,
-        }),
-    );
-    if let (Some(mut p), Some(u)) = (proposal, update) {
-        st::put_validator_updates(kv, h, vec![u]);
-        p.status = ProposalStatus::Applied.into();
-        p.applied_height = h;
-        st::put_proposal(kv, &p);
-    }
-    Ok(ev)
+        return Ok(vec![ev]);
+    };
+    let from_epoch = st::active_key_record(kv)?.map_or(0, |k| k.epoch);
+    let rotation = rotation::begin(kv, h, &key, from_epoch, p.id)?;
+    Ok(vec![ev, rotation])
 }
 
 /// The key the qualified dealings make, `None` if it does not come out
-/// well-formed (a point at infinity, or a reshare whose group key moved).
-fn make_key(
-    kv: &impl KvRead,
-    c: &Ceremony,
-    q: &[(u32, Vec<PublicKey>)],
-) -> Result<Option<KeyEpoch>, Fatal> {
-    let positions: Vec<u32> = q.iter().map(|(d, _)| *d).collect();
-    let w = weights(c, &positions)?;
+/// well-formed (a point at infinity).
+fn make_key(c: &Ceremony, q: &[(u32, Vec<PublicKey>)]) -> Result<Option<KeyEpoch>, Fatal> {
     let commits: Vec<&[PublicKey]> = q.iter().map(|(_, c)| c.as_slice()).collect();
-    let Ok(group_poly) = combine_commitments(&commits, w.as_deref()) else {
+    let Ok(group_poly) = combine_commitments(&commits, None) else {
         return Ok(None);
     };
     let Some(group) = group_poly.first() else {
         return Ok(None);
     };
-    if st::ceremony_kind(c)? == CeremonyKind::Reshare {
-        let current = match st::active_key_record(kv)? {
-            Some(k) => Some(group_key(&k)?),
-            None => None,
-        };
-        if current != Some(group.compress()) {
-            return Ok(None);
-        }
-    }
     let mut shares = Vec::with_capacity(c.players.len());
     for j in 1..=c.players.len() as u32 {
         match eval_commitment(&group_poly, j) {
@@ -492,11 +401,11 @@ fn fail(kv: &mut impl Kv, h: u64, c: Ceremony, got: usize, need: usize) -> Resul
             ("needed", need.to_string()),
         ],
     );
-    let reshare = st::ceremony_kind(&c)? == CeremonyKind::Reshare;
-    if reshare && u64::from(c.attempt) + 1 >= MAX_RESHARE_ROUNDS {
+    let rekey = st::ceremony_kind(&c)? == CeremonyKind::Rekey;
+    if rekey && u64::from(c.attempt) + 1 >= MAX_REKEY_ROUNDS {
         if let Some(mut p) = st::proposal(kv, c.proposal)? {
             p.status = ProposalStatus::Refused.into();
-            p.reason = format!("its reshare failed {MAX_RESHARE_ROUNDS} times");
+            p.reason = format!("its re-key failed {MAX_REKEY_ROUNDS} times");
             st::put_proposal(kv, &p);
         }
         st::put_ceremony(kv, None);
@@ -520,14 +429,4 @@ fn expire_proposals(kv: &mut impl Kv, h: u64, events: &mut Vec<Event>) -> Result
         }
     }
     Ok(())
-}
-
-/// The compressed group key of a stored key record (checked when the key
-/// was made, so one that does not parse now is corruption).
-fn group_key(k: &KeyEpoch) -> Result<[u8; 48], Fatal> {
-    hex::decode(&k.group_key)
-        .ok()
-        .and_then(|b| parse_public_key(&b).ok())
-        .map(|p| p.compress())
-        .ok_or(Fatal::Corrupt("dkg group key"))
 }

@@ -27,8 +27,12 @@ pub const ACK: &[u8] = b"cer/a/";
 pub const REVEAL: &[u8] = b"cer/r/";
 /// `cer/round`: the last ceremony round number used.
 pub const CEREMONY_ROUND: &[u8] = b"cer/round";
-/// `cer/next`: the key a finished reshare made, until it activates.
+/// `cer/next`: the key a finished re-key made, until it activates.
 pub const NEXT_KEY: &[u8] = b"cer/next";
+/// `rot/<nonce>`: a key rotation for the hub (the history of keys).
+pub const ROTATION: &[u8] = b"rot/";
+/// `meta/last_rotation`: the nonce of the last rotation made.
+pub const LAST_ROTATION: &[u8] = b"meta/last_rotation";
 /// `cer/vupd`: the validator updates of the current block.
 pub const VALIDATOR_UPDATES: &[u8] = b"cer/vupd";
 /// `prop/<id>`: a validator-set proposal.
@@ -81,6 +85,11 @@ pub fn reveal(round: u64, dealer: u32, player: u32) -> Vec<u8> {
 /// `cer/r/<round>`: every reveal of a round.
 pub fn reveal_round(round: u64) -> Vec<u8> {
     cat(&[REVEAL, &round.to_be_bytes()])
+}
+
+/// `rot/<nonce>`.
+pub fn rotation(nonce: u64) -> Vec<u8> {
+    cat(&[ROTATION, &nonce.to_be_bytes()])
 }
 
 /// `prop/<id>`.

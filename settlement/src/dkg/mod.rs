@@ -46,6 +46,7 @@
 //! | [`state`] | the typed accessors: the only code that reads or writes DKG state |
 //! | [`rules`] | the validator-set rules, checked when a proposal opens and again when it runs (CometBFT's own check of updates included) |
 //! | [`genesis`] | the genesis validator set and its encryption keys |
+//! | [`rotation`] | key rotations: the outgoing key signs its successor for the hub; activation waits for that signature |
 //! | [`ceremony`] | begin-block work: activate a waiting key, finalise or fail a ceremony, expire proposals, start the next ceremony |
 //! | [`proposal`] | validator-set proposals: checked, accepted at more than 2/3 of the power |
 //! | [`tx`] | validator transactions: planned against state, then applied |
@@ -64,6 +65,7 @@ pub mod msg;
 pub mod participant;
 pub mod proposal;
 pub mod query;
+pub mod rotation;
 pub mod rules;
 pub mod state;
 pub mod tx;

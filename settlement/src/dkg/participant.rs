@@ -11,13 +11,11 @@ use blst::min_pk::PublicKey;
 use num_bigint::BigUint;
 use tally_store::KvRead;
 
-use super::ceremony::weights;
 use super::crypto::{
     combine_shares, encrypt, scalar_from_bytes, scalar_to_bytes, verify_share, EncKey, Poly,
 };
 use super::msg::share_context;
 use super::state as st;
-use super::types::CeremonyKind;
 use crate::bls::{parse_public_key, SecretShare};
 use crate::error::Fatal;
 use crate::proto::{
@@ -64,28 +62,12 @@ fn seed_label(chain: &str, round: u64, what: &[u8]) -> Vec<u8> {
     l
 }
 
-/// The dealer's polynomial for `c` (a reshare's constant term is the
-/// dealer's current share), `None` if it cannot deal (no share of the
-/// current key under its dealer index).
-pub fn polynomial(
-    chain: &str,
-    c: &Ceremony,
-    pos: u32,
-    me: &Me,
-    key_epoch: Option<u64>,
-) -> Option<Poly> {
+/// The dealer's polynomial for `c`: a fresh secret, derived from the
+/// dealer's encryption key and the round (so a restarted dealer deals the
+/// same bytes).
+pub fn polynomial(chain: &str, c: &Ceremony, me: &Me) -> Option<Poly> {
     let seed = me.enc.seed(&seed_label(chain, c.round, b"poly"));
-    let constant = if CeremonyKind::try_from(c.kind) == Ok(CeremonyKind::Reshare) {
-        let want = c.dealers.get(pos as usize - 1)?.share_index;
-        let (epoch, share) = me.share?;
-        if Some(epoch) != key_epoch || share.index != want {
-            return None;
-        }
-        Some(scalar_from_bytes(&share.to_bytes())?)
-    } else {
-        None
-    };
-    Poly::from_seed(c.threshold, &seed, constant.as_ref()).ok()
+    Poly::from_seed(c.threshold, &seed, None).ok()
 }
 
 /// This validator's dealing for the running round.
@@ -168,7 +150,6 @@ pub fn next_messages(kv: &impl KvRead, me: &Me) -> Result<Vec<ValidatorMsg>, Fat
         sum: Some(sum),
     };
     let mut out = Vec::new();
-    let key_epoch = st::active_key_record(kv)?.map(|k| k.epoch);
     let dealer = c
         .dealers
         .iter()
@@ -177,14 +158,14 @@ pub fn next_messages(kv: &impl KvRead, me: &Me) -> Result<Vec<ValidatorMsg>, Fat
     if let Some(pos) = dealer {
         let mine = st::dealing(kv, c.round, pos)?;
         if mine.is_none() && h < c.deal_end {
-            if let Some(d) = polynomial(&chain, &c, pos, me, key_epoch)
+            if let Some(d) = polynomial(&chain, &c, me)
                 .and_then(|poly| dealing(&chain, &c, pos, &poly, me))
             {
                 out.push(msg(Sum::Dealing(d)));
             }
         }
         if mine.is_some() && h >= c.ack_end && h < c.end {
-            if let Some(poly) = polynomial(&chain, &c, pos, me, key_epoch) {
+            if let Some(poly) = polynomial(&chain, &c, me) {
                 let mut shares = Vec::new();
                 for j in 1..=c.players.len() as u32 {
                     if !st::has_ack(kv, c.round, pos, j)?
@@ -231,7 +212,7 @@ pub fn next_messages(kv: &impl KvRead, me: &Me) -> Result<Vec<ValidatorMsg>, Fat
 }
 
 /// This validator's share of the newest key a ceremony made (the active
-/// key, or a reshared key waiting to activate), from the chain's record
+/// key, or a new key waiting to activate), from the chain's record
 /// of that ceremony and its encryption key. `None` when it is not a
 /// player of that ceremony or no ceremony made a key yet.
 pub fn derive_share(
@@ -258,8 +239,7 @@ pub fn derive_share(
             None => return Err(DeriveError::BadShare(d)),
         }
     }
-    let w = weights(&c, &c.qualified)?;
-    let s = combine_shares(&values, w.as_deref());
+    let s = combine_shares(&values, None);
     let share = SecretShare::from_bytes(j, &scalar_to_bytes(&s))
         .map_err(|e| DeriveError::Crypto(e.to_string()))?;
     // The public share the chain recorded for j, in the key this

@@ -28,9 +28,14 @@
 //! replaces the encryption key) and then `t = n − ⌊(n − 1)/3⌋` shares are
 //! exactly "more than 2/3 of the power". ADR 0017 has the arithmetic.
 
-use super::state::MAX_VALIDATORS;
-use super::types::ProposalAction;
-use crate::proto::ValidatorRecord;
+use tally_store::Kv;
+
+use super::msg::address_of;
+use super::state::{self as st, MAX_VALIDATORS};
+use super::types::{ProposalAction, ProposalStatus};
+use crate::error::Fatal;
+use crate::proto::{Proposal, ValidatorRecord};
+use crate::types::Event;
 
 /// CometBFT's `MaxTotalVotingPower` (`i64::MAX / 8`).
 pub const MAX_TOTAL_VOTING_POWER: u64 = (i64::MAX as u64) / 8;
@@ -127,6 +132,48 @@ pub fn check_updates(set: &[([u8; 20], u64)], updates: &[([u8; 20], u64)]) -> Re
         ));
     }
     Ok(())
+}
+
+/// The validator update `p` makes.
+pub fn update_of(p: &Proposal) -> Result<ValidatorRecord, Fatal> {
+    let removed = st::proposal_action(p)? == ProposalAction::Remove;
+    Ok(ValidatorRecord {
+        pubkey: p.pubkey.clone(),
+        power: if removed { 0 } else { p.power },
+        enc_key: Vec::new(),
+    })
+}
+
+/// Closes accepted proposal `p` as refused with `why` (it no longer fits
+/// the set it would run on).
+pub fn refuse(kv: &mut impl Kv, p: &mut Proposal, why: String) -> Result<Option<Event>, Fatal> {
+    p.status = ProposalStatus::Refused.into();
+    p.reason = why;
+    st::put_proposal(kv, p);
+    Ok(Some(proposal_closed(p)))
+}
+
+/// CometBFT's check of `update` against `set`, the set it applies to
+/// (the stored set: changes reach it only through this module, one at a
+/// time, so it is CometBFT's next set whenever an update is made).
+pub fn check_update(
+    set: &[([u8; 20], ValidatorRecord)],
+    update: &ValidatorRecord,
+) -> Result<(), String> {
+    let powers: Vec<([u8; 20], u64)> = set.iter().map(|(a, v)| (*a, v.power)).collect();
+    check_updates(&powers, &[(address_of(&update.pubkey), update.power)])
+}
+
+/// The `validator_proposal` event of a proposal that closed.
+pub fn proposal_closed(p: &Proposal) -> Event {
+    Event::new(
+        "validator_proposal",
+        [
+            ("id", p.id.to_string()),
+            ("status", p.status.to_string()),
+            ("reason", p.reason.clone()),
+        ],
+    )
 }
 
 #[cfg(test)]

@@ -12,7 +12,9 @@ use super::keys;
 use super::types::{CeremonyKind, ProposalAction, ProposalStatus};
 use crate::error::Fatal;
 use crate::keys::{LAST_HEIGHT, PRESENT};
-use crate::proto::{Ceremony, Dealing, NextKey, Proposal, ValidatorRecord, ValidatorUpdates};
+use crate::proto::{
+    Ceremony, Dealing, KeyRotation, NextKey, Proposal, ValidatorRecord, ValidatorUpdates,
+};
 use crate::state::{get_u64, load, put_u64, u64_or};
 
 /// The most validators a set may hold (a cap on every ceremony's size).
@@ -269,7 +271,38 @@ pub fn next_proposal_id(kv: &mut impl Kv) -> Result<u64, Fatal> {
     Ok(id)
 }
 
-/// The key a reshare made, until it activates.
+/// The rotation with `nonce`.
+pub fn rotation(kv: &impl KvRead, nonce: u64) -> Result<Option<KeyRotation>, Fatal> {
+    load(kv, &keys::rotation(nonce), "key rotation")
+}
+
+/// Stores a rotation.
+pub fn put_rotation(kv: &mut impl Kv, r: &KeyRotation) {
+    kv.put(keys::rotation(r.nonce), r.encode_to_vec());
+}
+
+/// Rotations from nonce `from` on, at most `limit`, ascending.
+pub fn rotations(kv: &impl KvRead, from: u64, limit: usize) -> Result<Vec<KeyRotation>, Fatal> {
+    let end = tally_store::prefix_end(keys::ROTATION);
+    let rows = kv.scan(&keys::rotation(from), &end, limit)?;
+    rows.into_iter()
+        .map(|(_, v)| KeyRotation::decode(v.as_slice()).map_err(|_| Fatal::Corrupt("key rotation")))
+        .collect()
+}
+
+/// The nonce of the last rotation made (0: none).
+pub fn last_rotation(kv: &impl KvRead) -> Result<u64, Fatal> {
+    u64_or(kv, keys::LAST_ROTATION, 0)
+}
+
+/// Takes the next rotation nonce.
+pub fn next_rotation_nonce(kv: &mut impl Kv) -> Result<u64, Fatal> {
+    let n = last_rotation(kv)?.saturating_add(1);
+    put_u64(kv, keys::LAST_ROTATION.to_vec(), n);
+    Ok(n)
+}
+
+/// The key a re-key made, until it activates.
 pub fn next_key(kv: &impl KvRead) -> Result<Option<NextKey>, Fatal> {
     load(kv, keys::NEXT_KEY, "next key")
 }

@@ -15,14 +15,13 @@
 //! message accepted there may still miss its window and be refused when
 //! it lands).
 
-use blst::min_pk::PublicKey;
 use tally_store::{Kv, KvRead};
 
 use super::crypto::{scalar_from_bytes, verify_share};
 use super::msg::Opened;
 use super::proposal::{accept_if_enough, current_validator, plan_proposal, proposal_event};
 use super::state::{self as st};
-use super::types::{CeremonyKind, ProposalStatus};
+use super::types::ProposalStatus;
 use crate::bls::parse_public_key;
 use crate::codes::Code;
 use crate::error::{reject, ExecError};
@@ -253,28 +252,14 @@ fn plan_dealing(
             c.players.len()
         )));
     }
-    let mut first: Option<PublicKey> = None;
     for (k, p) in d.commitment.iter().enumerate() {
-        let pk = parse_public_key(p).map_err(|e| bad(format!("commitment point {k}: {e}")))?;
-        first.get_or_insert(pk);
+        parse_public_key(p).map_err(|e| bad(format!("commitment point {k}: {e}")))?;
     }
     for (j, s) in d.shares.iter().enumerate() {
         parse_public_key(&s.ephemeral)
             .map_err(|e| bad(format!("share {}: ephemeral key: {e}", j + 1)))?;
         if s.ciphertext.len() != 32 {
             return Err(bad(format!("share {}: ciphertext is not 32 bytes", j + 1)));
-        }
-    }
-    if st::ceremony_kind(&c)? == CeremonyKind::Reshare {
-        // A reshare deals the dealer's current share: the commitment's
-        // constant term must be its public share in the current key.
-        let key = st::active_key_record(kv)?.ok_or_else(|| phase("no key to reshare".into()))?;
-        let idx = c.dealers[pos as usize - 1].share_index;
-        let want = key.public_share(idx)?;
-        if first.map(|f| f.compress()) != want {
-            return Err(bad(format!(
-                "commitment does not start with the dealer's public share {idx}"
-            )));
         }
     }
     Ok(ValidatorPlan::Dealing(pos, d))

@@ -68,7 +68,7 @@ stored_enum! {
         Add = 1 => "add",
         /// Remove a validator.
         Remove = 2 => "remove",
-        /// Change a validator's power and/or encryption key (and reshare).
+        /// Change a validator's encryption key (and re-key).
         Update = 3 => "update",
     }
 }
@@ -78,10 +78,10 @@ stored_enum! {
     ProposalStatus, "proposal status" {
         /// Collecting approvals.
         Open = 1 => "open",
-        /// Approved, waiting for (or in) its reshare.
+        /// Approved, waiting for (or in) its re-key and rotation.
         Accepted = 2 => "accepted",
-        /// Its reshare finished (or, with no key, the change was made at
-        /// once): the set changed.
+        /// Its new key's rotation was signed (or, with no key, the change
+        /// was made at once): the set changes two blocks later.
         Applied = 3 => "applied",
         /// Refused or expired (see its reason).
         Refused = 4 => "refused",
@@ -98,10 +98,12 @@ impl ProposalStatus {
 stored_enum! {
     /// What a ceremony makes (`Ceremony.kind`).
     CeremonyKind, "ceremony kind" {
-        /// A fresh key (no key yet).
+        /// The first key (no key yet).
         Fresh = 1 => "fresh",
-        /// New shares of the current key for the next validator set.
-        Reshare = 2 => "reshare",
+        /// A new key with a fresh secret for the next validator set, handed
+        /// to the hub by a rotation the outgoing key signs. (2 was a
+        /// reshare of the same secret, made before issue 26; never again.)
+        Rekey = 3 => "rekey",
     }
 }
 
@@ -162,7 +164,7 @@ mod tests {
             let s = ProposalStatus::try_from(v).unwrap();
             assert_eq!((u32::from(s), s.name()), (v, name));
         }
-        for (v, name) in [(1, "fresh"), (2, "reshare")] {
+        for (v, name) in [(1, "fresh"), (3, "rekey")] {
             let k = CeremonyKind::try_from(v).unwrap();
             assert_eq!((u32::from(k), k.name()), (v, name));
         }
@@ -178,7 +180,7 @@ mod tests {
         assert!(ProposalStatus::try_from(0).is_err());
         assert!(ProposalStatus::try_from(5).is_err());
         assert!(CeremonyKind::try_from(0).is_err());
-        assert!(CeremonyKind::try_from(3).is_err());
+        assert!(CeremonyKind::try_from(2).is_err(), "reshares are no longer made");
         assert_eq!(ProposalStatus::ALL.len(), 4);
     }
 

@@ -156,7 +156,8 @@ pub struct Ceremony {
     /// Round number, from 1; a failed round retries as the next.
     #[prost(uint64, tag = "1")]
     pub round: u64,
-    /// 1 fresh key, 2 reshare of the current key.
+    /// 1 the first key, 3 a re-key of the next set (2, a reshare of the
+    /// same secret, is no longer made).
     #[prost(uint32, tag = "2")]
     pub kind: u32,
     /// First height of the dealing phase.
@@ -263,18 +264,56 @@ pub struct Proposal {
     pub applied_height: u64,
 }
 
-/// The key a finished reshare made (state).
+/// The key a finished re-key ceremony made, until it is active (state).
 #[derive(Clone, PartialEq, Eq, prost::Message)]
 pub struct NextKey {
     /// The key record, JSON as stored under `dkg`.
     #[prost(bytes = "vec", tag = "1")]
     pub key: Vec<u8>,
-    /// Height it becomes the active key.
+    /// Height it becomes the active key; 0 while the outgoing key has not
+    /// signed its rotation yet.
     #[prost(uint64, tag = "2")]
     pub activate_height: u64,
     /// The proposal it applies.
     #[prost(uint64, tag = "3")]
     pub proposal: u64,
+    /// The rotation (`rot/<nonce>`) that hands it to the hub.
+    #[prost(uint64, tag = "4")]
+    pub rotation: u64,
+}
+
+/// A key rotation: the outgoing key's signature handing the hub its
+/// successor (state, `rot/<nonce>`; kept as the history of keys).
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct KeyRotation {
+    /// 1, 2, ...: the hub applies rotations in this order.
+    #[prost(uint64, tag = "1")]
+    pub nonce: u64,
+    /// The hub it is for (`hub_chain`).
+    #[prost(string, tag = "2")]
+    pub hub: String,
+    /// The new key's epoch.
+    #[prost(uint64, tag = "3")]
+    pub epoch: u64,
+    /// The new compressed group key (48 bytes).
+    #[prost(bytes = "vec", tag = "4")]
+    pub group_key: Vec<u8>,
+    /// The epoch of the key that signs it.
+    #[prost(uint64, tag = "5")]
+    pub from_epoch: u64,
+    /// The outgoing key's group signature over the rotation digest (96
+    /// bytes); empty until combined.
+    #[prost(bytes = "vec", tag = "6")]
+    pub signature: Vec<u8>,
+    /// Height the re-key ceremony finished.
+    #[prost(uint64, tag = "7")]
+    pub made_height: u64,
+    /// Height the signature was combined (0 before).
+    #[prost(uint64, tag = "8")]
+    pub signed_height: u64,
+    /// Height the new key became active on this chain (0 before).
+    #[prost(uint64, tag = "9")]
+    pub active_height: u64,
 }
 
 /// Validator updates for one block (state).

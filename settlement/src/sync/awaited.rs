@@ -16,6 +16,7 @@ use super::deposits::awaits_block;
 use super::digest::{block_digest, result_digest};
 use super::results::awaits_result;
 use crate::bls::{self, Kind};
+use crate::dkg::rotation;
 use crate::error::Fatal;
 use crate::proto::{HubBlock, HubResult, PendingMessage};
 use crate::state::chain::params;
@@ -90,6 +91,7 @@ pub fn recognize(
     };
     let awaited = match kind {
         Kind::Batch => awaits_batch(kv, &params, &st, &digest)?,
+        Kind::KeyRotation => rotation::awaits(kv, &digest)?,
         Kind::HubResult => {
             out.hub_result = match bodies.result(&digest) {
                 Some(r) => Some(r.clone()),

@@ -196,3 +196,22 @@ pub fn batch_signed(
         [("chain", b.chain), ("nonce", b.nonce.to_string())],
     )))
 }
+
+/// A new key became active: the current batch, if the old key signed it
+/// and the hub has not settled it, is signed again by the new key (the
+/// hub, once it applied the rotation, takes only the new key's
+/// signatures). Its calls, nonce and digest do not change.
+pub fn resign_current_batch(kv: &mut impl Kv, p: &Params) -> Result<(), Fatal> {
+    let st = sync_state(kv, &p.hub_chain)?;
+    if st.current_nonce == 0 {
+        return Ok(());
+    }
+    let mut b =
+        batch(kv, &p.hub_chain, st.current_nonce)?.ok_or(Fatal::Corrupt("current batch"))?;
+    if batch_status(&b)? == BatchStatus::Signed {
+        b.status = BatchStatus::Pending.value();
+        b.signature = Vec::new();
+        put_batch(kv, &p.hub_chain, b.nonce, &b);
+    }
+    Ok(())
+}

@@ -1,5 +1,5 @@
 //! The 32-byte digests validators threshold-sign: a batch of hub calls, a
-//! hub result, a hub block's deposits. Layouts in `docs/signing.md`; the
+//! hub result, a hub block's deposits, a key rotation. Layouts in `docs/signing.md`; the
 //! hub recomputes the batch digest, so these bytes are a wire format.
 //!
 //! Pure functions of their input; imports only the protobuf types.
@@ -51,6 +51,20 @@ pub fn block_digest(b: &HubBlock) -> [u8; 32] {
         put_str(&mut h, &d.user);
         h.update(d.amount.to_be_bytes());
     }
+    h.finalize().into()
+}
+
+/// The digest the outgoing key signs to hand the hub `to` its successor:
+/// the hub's name, the rotation's nonce (1, 2, ... per hub), the new
+/// key's epoch and its compressed group key.
+pub fn rotation_digest(hub: &str, nonce: u64, epoch: u64, group_key: &[u8]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(b"tally/key-rotation/v1");
+    put_str(&mut h, hub);
+    h.update(nonce.to_be_bytes());
+    h.update(epoch.to_be_bytes());
+    h.update((group_key.len() as u64).to_be_bytes());
+    h.update(group_key);
     h.finalize().into()
 }
 

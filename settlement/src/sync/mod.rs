@@ -34,7 +34,7 @@ pub use crate::state::sync::{batch, hub_call, hub_cursor, pending_calls, sync_st
 pub use crate::types::{BatchStatus, HubCursor};
 pub use awaited::Bodies;
 pub use batch::{is_running, next_attempt_not_before, next_sync_start};
-pub use digest::{batch_digest, block_digest, result_digest};
+pub use digest::{batch_digest, block_digest, result_digest, rotation_digest};
 pub use partials::check_shape;
 pub use vote_extension::{
     check_extension, check_extension_with, collect_partials, extension, BadExtension,

@@ -16,6 +16,7 @@ use super::results::hub_sync_end;
 use crate::bls::{Kind, Partial, PublicShares};
 use crate::codes::Code;
 use crate::dkg::key::KeyCache;
+use crate::dkg::rotation;
 use crate::dkg::state::active_key;
 use crate::error::{reject, ExecError, Fatal};
 use crate::genesis::Params;
@@ -303,6 +304,7 @@ fn record_and_act(
     );
     Ok(match a.kind {
         Kind::Batch => batch_signed(kv, p, &digest, &sig.compress())?,
+        Kind::KeyRotation => rotation::signed(kv, block, &digest, &sig.compress())?,
         Kind::HubResult => match &a.hub_result {
             Some(r) => Some(hub_sync_end(kv, block, p, r)?),
             None => None,

@@ -34,6 +34,7 @@ use tally_store::KvRead;
 use super::awaited::{recognize, Bodies};
 use crate::bls::{self, Kind, Partial, SecretShare};
 use crate::dkg::key::{KeyCache, ThresholdKey};
+use crate::dkg::rotation;
 use crate::dkg::state::active_key;
 use crate::error::Fatal;
 use crate::genesis::Params;
@@ -113,8 +114,8 @@ pub fn extension(
     Ok(out)
 }
 
-/// The messages an extension may sign, in order (batches, then results,
-/// then blocks), as (kind, digest, already known to be awaited), and the
+/// The messages an extension may sign, in order (batches, a key
+/// rotation, then results, then blocks), as (kind, digest, already known to be awaited), and the
 /// bodies of the hub results and blocks the relay handed in.
 #[allow(clippy::type_complexity)]
 fn wanted_messages(
@@ -143,6 +144,9 @@ fn wanted_messages(
                 wanted.push((Kind::Batch, b.digest, false));
             }
         }
+    }
+    if let Some(d) = rotation::awaited_digest(kv)? {
+        wanted.push((Kind::KeyRotation, d.to_vec(), true));
     }
     let mut bodies = Bodies::default();
     for r in observed {
