@@ -14,7 +14,7 @@ use tally_settlement::proto::HubCall;
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct HubTx {
     /// What the transaction does.
-    #[prost(oneof = "hub_tx::Sum", tags = "1, 2")]
+    #[prost(oneof = "hub_tx::Sum", tags = "1, 2, 3")]
     pub sum: Option<hub_tx::Sum>,
 }
 
@@ -29,6 +29,9 @@ pub mod hub_tx {
         /// Settle a batch of the settlement chain.
         #[prost(message, tag = "2")]
         SubmitBatch(super::SubmitBatch),
+        /// Replace the settlement chain's group key.
+        #[prost(message, tag = "3")]
+        RotateKey(super::RotateKey),
     }
 }
 
@@ -67,6 +70,27 @@ pub struct SubmitBatch {
     pub signature: Vec<u8>,
 }
 
+/// A key rotation from the settlement chain: its current group key signs
+/// (kind 4, `tally/key-rotation/v1` digest) the key that replaces it.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct RotateKey {
+    /// The name the settlement chain gives this hub (its `hub_chain`).
+    #[prost(string, tag = "1")]
+    pub chain: String,
+    /// The rotation nonce; must be the last applied + 1.
+    #[prost(uint64, tag = "2")]
+    pub nonce: u64,
+    /// The new key's epoch on the settlement chain.
+    #[prost(uint64, tag = "3")]
+    pub epoch: u64,
+    /// The new compressed group key (48 bytes).
+    #[prost(bytes = "vec", tag = "4")]
+    pub group_key: Vec<u8>,
+    /// The current group key's signature (96 bytes).
+    #[prost(bytes = "vec", tag = "5")]
+    pub signature: Vec<u8>,
+}
+
 /// Hub result codes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
@@ -75,11 +99,13 @@ pub enum HubCode {
     Ok = 0,
     /// Not a hub transaction.
     Malformed = 1,
-    /// The batch signature does not verify against the registered group key.
+    /// The batch (or rotation) signature does not verify against the
+    /// group key the hub holds now.
     BadSignature = 2,
-    /// The nonce is not the next one.
+    /// The nonce (batch or rotation) is not the next one.
     BadNonce = 3,
-    /// This nonce is already settled: nothing is paid twice.
+    /// This nonce is already settled (or this rotation already applied):
+    /// nothing is paid or rotated twice.
     AlreadySettled = 4,
     /// Calls empty, not ascending, or with a bad identifier.
     BadBatch = 5,
@@ -90,6 +116,8 @@ pub enum HubCode {
     /// Some user's escrow cannot cover that user's total in the batch: the
     /// whole batch is refused, nothing is paid and the nonce stays open.
     InsufficientEscrow = 8,
+    /// A rotation's new group key is not a valid compressed G1 point.
+    BadKey = 9,
     /// The node's store failed.
     Internal = 16,
     /// Query: no such path.

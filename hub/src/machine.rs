@@ -14,19 +14,22 @@
 //!   order: the chain name (code 6), a nonce at or below
 //!   `last_nonce/<chain>` (code 4 `AlreadySettled`, nothing paid), a nonce
 //!   other than the next (3), calls non-empty and ascending by id (5), the
-//!   group signature over the batch digest in Tally's message format for
-//!   `settlement_chain_id` (2). Then, if any user's escrow is below that
+//!   group signature (of the key the hub holds now) over the batch digest
+//!   in Tally's message format for `settlement_chain_id` (2). Then, if any user's escrow is below that
 //!   user's total in the batch, the batch is refused whole (code 8, nothing
 //!   written, the nonce still open); otherwise every call is paid in full
 //!   from escrow to `payout/<provider>`. The result `{chain, nonce,
 //!   settled, height, calls, paid, shortfall}` (`shortfall` always 0) is
 //!   stored under `result/<chain>/<nonce>` and `last_nonce/<chain>`
 //!   advances.
+//! - `RotateKey` replaces the group key batches verify against
+//!   ([`crate::keys`]).
 //! - Queries ([`query_at`]): `/batch/{chain}/{nonce}` (code 22 until
 //!   settled), `/last_nonce/{chain}`, `/escrow/{user}`,
 //!   `/payout/{provider}`, `/deposits/{from}/{to}` (at most 10,000 heights,
 //!   with `deposit_count`, the deposits made through `to`; refused if `to`
-//!   is above the committed height), `/genesis`.
+//!   is above the committed height), `/keys/{chain}` (every key the hub
+//!   held, with the height it took effect), `/genesis`.
 
 use std::collections::BTreeMap;
 
@@ -39,7 +42,7 @@ use tally_store::{prefix_end, Kv, KvRead, StoreError};
 
 // The wire types live in `tally-hub-types`, shared with the relay; they
 // are re-exported here so the hub's own code keeps one path to them.
-pub use tally_hub_types::{hub_tx, Deposit, HubCode, HubTx, SubmitBatch};
+pub use tally_hub_types::{hub_tx, Deposit, HubCode, HubTx, RotateKey, SubmitBatch};
 
 /// The hub's genesis `app_state`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -104,7 +107,7 @@ fn key(parts: &[&[u8]]) -> Vec<u8> {
 
 /// A stored u64 (0 when absent); bytes of the wrong length are a corrupt
 /// store, not a zero.
-fn get_u64(kv: &impl KvRead, k: &[u8]) -> Result<u64, StoreError> {
+pub(crate) fn get_u64(kv: &impl KvRead, k: &[u8]) -> Result<u64, StoreError> {
     match kv.get(k)? {
         None => Ok(0),
         Some(v) => v
@@ -187,15 +190,26 @@ fn deliver_inner(kv: &mut impl Kv, height: u64, tx: &[u8]) -> Result<HubResult, 
             })
         }
         hub_tx::Sum::SubmitBatch(b) => submit_batch(kv, height, &b),
+        hub_tx::Sum::RotateKey(r) => {
+            let Some((g, genesis_key)) = stored_genesis(kv)? else {
+                return Ok(reject(HubCode::Internal, "no genesis, or a corrupt one"));
+            };
+            crate::keys::rotate(kv, height, &g, genesis_key, &r)
+        }
     }
 }
 
-fn submit_batch(kv: &mut impl Kv, height: u64, b: &SubmitBatch) -> Result<HubResult, StoreError> {
+/// The stored genesis and its group key (`None`: missing or corrupt).
+fn stored_genesis(kv: &impl KvRead) -> Result<Option<(HubGenesis, PublicShares)>, StoreError> {
     let Some(gbytes) = kv.get(GENESIS)? else {
-        return Ok(reject(HubCode::Internal, "no genesis"));
+        return Ok(None);
     };
-    let Ok((g, group)) = parse_genesis(&gbytes) else {
-        return Ok(reject(HubCode::Internal, "stored genesis is corrupt"));
+    Ok(parse_genesis(&gbytes).ok())
+}
+
+fn submit_batch(kv: &mut impl Kv, height: u64, b: &SubmitBatch) -> Result<HubResult, StoreError> {
+    let Some((g, genesis_key)) = stored_genesis(kv)? else {
+        return Ok(reject(HubCode::Internal, "no genesis, or a corrupt one"));
     };
     if b.chain != g.name {
         return Ok(reject(
@@ -222,6 +236,7 @@ fn submit_batch(kv: &mut impl Kv, height: u64, b: &SubmitBatch) -> Result<HubRes
             "calls must be non-empty and ascending by id",
         ));
     }
+    let group = crate::keys::current(kv, &g, genesis_key)?;
     let digest = batch_digest(&b.chain, b.nonce, &b.calls);
     let msg = bls::message(&g.settlement_chain_id, Kind::Batch, &digest);
     let ok = bls::parse_signature(&b.signature).is_ok_and(|s| group.verify_group(&msg, &s));
@@ -229,7 +244,7 @@ fn submit_batch(kv: &mut impl Kv, height: u64, b: &SubmitBatch) -> Result<HubRes
         return Ok(reject(
             HubCode::BadSignature,
             format!(
-                "batch {} signature does not verify against the group key",
+                "batch {} signature does not verify against the group key the hub holds",
                 b.nonce
             ),
         ));
@@ -386,10 +401,14 @@ fn query_inner(kv: &impl KvRead, path: &str, committed: u64) -> Result<HubResult
             let count = deposit_count_through(kv, t)?;
             ok(json!({"from": f, "to": t, "deposits": deps, "deposit_count": count}))
         }
+        ["keys", chain] => match stored_genesis(kv)? {
+            Some((g, _)) => ok(crate::keys::list(kv, &g, chain)?),
+            None => reject(HubCode::NotFound, "no genesis"),
+        },
         ["genesis"] => match kv.get(GENESIS)? {
             Some(v) => HubResult { code: HubCode::Ok, log: String::new(), value: v },
             None => reject(HubCode::NotFound, "no genesis"),
         },
-        _ => reject(HubCode::UnknownPath, format!("unknown path {path:?}; known: /batch/{{chain}}/{{nonce}}, /last_nonce/{{chain}}, /escrow/{{user}}, /payout/{{provider}}, /deposits/{{from}}/{{to}}, /genesis")),
+        _ => reject(HubCode::UnknownPath, format!("unknown path {path:?}; known: /batch/{{chain}}/{{nonce}}, /last_nonce/{{chain}}, /escrow/{{user}}, /payout/{{provider}}, /deposits/{{from}}/{{to}}, /keys/{{chain}}, /genesis")),
     })
 }

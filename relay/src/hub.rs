@@ -257,6 +257,14 @@ impl Hub {
             .and_then(|v| v["height"].as_u64()))
     }
 
+    /// The last key rotation of `chain` the hub applied (0: none yet).
+    pub(crate) fn last_rotation(&self, chain: &str) -> Result<u64, HubError> {
+        let path = format!("/keys/{chain}");
+        self.query(&path)?
+            .and_then(|v| v["last_rotation"].as_u64())
+            .ok_or_else(|| HubError::Answer(format!("{path}: no last_rotation")))
+    }
+
     /// The last nonce of `chain` the hub settled (0: none yet).
     pub(crate) fn last_nonce(&self, chain: &str) -> Result<u64, HubError> {
         let path = format!("/last_nonce/{chain}");

@@ -17,7 +17,7 @@ use crate::config::RelayConfig;
 use crate::decide;
 use crate::hub::{Hub, HubError, Tip};
 use crate::metrics::{Refusal, RelayMetrics};
-use crate::submission::{batch_tx, InFlight, Submission};
+use crate::submission::{batch_tx, newest_signed_rotation, InFlight, Submission};
 
 fn unix_now() -> u64 {
     SystemTime::now()
@@ -61,6 +61,8 @@ struct Relay {
     /// relay submit at once.
     signed_seen: Option<((u64, u32), Instant)>,
     in_flight: Option<InFlight>,
+    /// The last key rotation the hub was seen to hold.
+    hub_rotation: u64,
 }
 
 impl Relay {
@@ -109,6 +111,7 @@ pub(crate) async fn run(
         done: None,
         signed_seen: None,
         in_flight: None,
+        hub_rotation: 0,
     };
     // Every endpoint's breaker state is exposed from the start.
     for (e, b) in relay.cfg.hub_endpoints.iter().zip(relay.hub.breakers()) {
@@ -167,6 +170,7 @@ impl Relay {
         if let Some(f) = self.in_flight.take_if(|f| f.key != key) {
             f.cancel();
         }
+        self.rotations(kv, &p.hub_chain, key).await;
         let (chain, nonce, attempt) = (p.hub_chain.clone(), st.current_nonce, st.attempt);
         if nonce == 0 || attempt == 0 {
             return;
@@ -214,6 +218,39 @@ impl Relay {
             }
             (decide::Step::Submit, Some(b)) => self.submit(kv, chain, key, &b),
             (decide::Step::Submit, None) => {}
+        }
+    }
+
+    /// With nothing in flight, a signer whose chain signed a key rotation
+    /// the hub lacks starts a rotations-only submission.
+    async fn rotations(&mut self, kv: &impl tally_store::KvRead, chain: &str, key: (u64, u32)) {
+        if self.in_flight.is_some() || self.rank(kv).is_none() {
+            return;
+        }
+        let newest = newest_signed_rotation(kv);
+        if newest <= self.hub_rotation {
+            return;
+        }
+        let c = chain.to_string();
+        match read_hub("rotation", &self.hub, move |h| h.last_rotation(&c)).await {
+            Some(last) if last < newest => {
+                let (cancel, cancel_rx) = watch::channel(false);
+                let sub = Submission {
+                    app: self.app.clone(),
+                    hub: self.hub.clone(),
+                    metrics: self.metrics.clone(),
+                    transport: self.transport.clone(),
+                    policy: self.cfg.policy.clone(),
+                    shutdown: cancel_rx,
+                    chain: chain.to_string(),
+                    nonce: key.0,
+                    attempt: key.1,
+                    tx: None,
+                };
+                self.in_flight = Some(InFlight::spawn(sub, cancel));
+            }
+            Some(last) => self.hub_rotation = last,
+            None => {}
         }
     }
 
@@ -372,7 +409,7 @@ impl Relay {
             chain,
             nonce,
             attempt,
-            tx,
+            tx: Some(tx),
         };
         self.in_flight = Some(InFlight::spawn(sub, cancel));
     }

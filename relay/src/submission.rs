@@ -16,11 +16,19 @@
 //! like any batch, and no new signature or trust is needed. A forgotten
 //! batch whose body was already pruned cannot be re-submitted: the
 //! submission logs it (an operator's matter, see docs) and goes on.
+//!
+//! **Key rotations first.** When the validator set changed, the chain's
+//! new key signs batches only after the old key signed a rotation naming
+//! it (ADR 0017). Before any batch, a submission hands the hub every
+//! signed rotation it has not applied, in nonce order (a hub that already
+//! has one answers code 4, which counts as done). The poll loop starts a
+//! rotations-only submission when the chain has signed a rotation the hub
+//! lacks and nothing is in flight.
 
 use prost::Message;
 use rand::SeedableRng;
 use tally_client::{Broadcast, Failure, HttpTransport, RetryError, RetryPolicy, Transport};
-use tally_hub_types::{hub_tx, HubCode, HubTx, SubmitBatch};
+use tally_hub_types::{hub_tx, HubCode, HubTx, RotateKey, SubmitBatch};
 use tally_settlement::proto::{BatchRecord, HubResult};
 use tally_settlement::sync;
 use tokio::sync::watch;
@@ -85,6 +93,36 @@ impl InFlight {
     }
 }
 
+/// The hub transaction of rotation `nonce`, if the chain has it signed.
+pub(crate) fn rotation_tx(kv: &impl tally_store::KvRead, nonce: u64) -> Option<Vec<u8>> {
+    let r = tally_settlement::dkg::state::rotation(kv, nonce).ok()??;
+    if r.signature.is_empty() {
+        return None;
+    }
+    Some(
+        HubTx {
+            sum: Some(hub_tx::Sum::RotateKey(RotateKey {
+                chain: r.hub,
+                nonce: r.nonce,
+                epoch: r.epoch,
+                group_key: r.group_key,
+                signature: r.signature,
+            })),
+        }
+        .encode_to_vec(),
+    )
+}
+
+/// The newest rotation the chain has signed (0: none). Only the last one
+/// can still be waiting for its signature.
+pub(crate) fn newest_signed_rotation(kv: &impl tally_store::KvRead) -> u64 {
+    let last = tally_settlement::dkg::state::last_rotation(kv).unwrap_or(0);
+    (last.saturating_sub(1)..=last)
+        .rev()
+        .find(|&n| n > 0 && rotation_tx(kv, n).is_some())
+        .unwrap_or(0)
+}
+
 /// Everything one submission needs, owned so it can run as a task.
 pub(crate) struct Submission {
     pub(crate) app: SharedChain,
@@ -98,12 +136,22 @@ pub(crate) struct Submission {
     pub(crate) chain: String,
     pub(crate) nonce: u64,
     pub(crate) attempt: u32,
-    /// The encoded hub transaction.
-    pub(crate) tx: Vec<u8>,
+    /// The encoded hub transaction; `None`: hand over key rotations only.
+    pub(crate) tx: Option<Vec<u8>>,
 }
 
 impl Submission {
     async fn run(mut self) {
+        let handed_over = self.hand_over_keys().await;
+        let Some(tx) = self.tx.clone() else {
+            return;
+        };
+        if !handed_over {
+            tracing::warn!(
+                nonce = self.nonce,
+                "the hub may still hold an older group key; submitting the batch anyway"
+            );
+        }
         let (nonce, attempt) = (self.nonce, self.attempt);
         // The hub's last settled nonce first: a nonce it already settled
         // needs no transaction (an unreadable hub is left to the tries).
@@ -130,9 +178,49 @@ impl Submission {
             }
             _ => {}
         }
-        let tx = self.tx.clone();
         let r = self.broadcast(tx).await;
         self.conclude(r);
+    }
+
+    /// Hands the hub every signed rotation it has not applied, in order;
+    /// `false` if the hub could not be read or one was not taken.
+    async fn hand_over_keys(&mut self) -> bool {
+        let kv = self.app.committed_state().clone();
+        let newest = newest_signed_rotation(&kv);
+        if newest == 0 {
+            return true;
+        }
+        let (hub, chain) = (self.hub.clone(), self.chain.clone());
+        let last = match tokio::task::spawn_blocking(move || hub.last_rotation(&chain)).await {
+            Ok(Ok(last)) => last,
+            _ => return false,
+        };
+        for n in last.saturating_add(1)..=newest {
+            let Some(tx) = rotation_tx(&kv, n) else {
+                return false;
+            };
+            match self.broadcast(tx).await {
+                Ok(Broadcast::Result { code, .. })
+                    if code == HubCode::Ok.value() || code == HubCode::AlreadySettled.value() =>
+                {
+                    tracing::info!(rotation = n, code, "handed the hub a key rotation");
+                }
+                Ok(Broadcast::InCache) => {}
+                other => {
+                    let outcome = other.map(|b| match b {
+                        Broadcast::Result { code, log, .. } => format!("code {code}: {log}"),
+                        Broadcast::InCache => "in cache".into(),
+                    });
+                    tracing::warn!(
+                        rotation = n,
+                        ?outcome,
+                        "the hub did not take a key rotation"
+                    );
+                    return false;
+                }
+            }
+        }
+        true
     }
 
     /// Re-submits the settled batches `from..until` from the bodies Tally

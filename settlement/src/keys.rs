@@ -9,8 +9,7 @@
 
 use crate::dkg::keys::{
     ACK, ACTIVE_KEY, CEREMONY, CEREMONY_ROUND, DEALING, LAST_CEREMONY, LAST_ROTATION, NEXT_KEY,
-    NEXT_PROPOSAL, ROTATION,
-    PROPOSAL, PROPOSAL_OPEN, REVEAL, VALIDATOR, VALIDATOR_UPDATES,
+    NEXT_PROPOSAL, PROPOSAL, PROPOSAL_OPEN, REVEAL, ROTATION, VALIDATOR, VALIDATOR_UPDATES,
 };
 use crate::record::RouteId;
 
@@ -143,8 +142,14 @@ pub const LAYOUT: &[(&[u8], &str)] = &[
     (ACK, "acks by round, dealer and player"),
     (REVEAL, "revealed shares by round, dealer and player"),
     (CEREMONY_ROUND, "last ceremony round number"),
-    (NEXT_KEY, "a new key waiting for its rotation signature and activation height"),
-    (ROTATION, "key rotations for the hub, by nonce (the history of keys)"),
+    (
+        NEXT_KEY,
+        "a new key waiting for its rotation signature and activation height",
+    ),
+    (
+        ROTATION,
+        "key rotations for the hub, by nonce (the history of keys)",
+    ),
     (LAST_ROTATION, "nonce of the last key rotation"),
     (VALIDATOR_UPDATES, "validator updates of the current block"),
     (PROPOSAL, "validator-set proposals"),

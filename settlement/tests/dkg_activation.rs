@@ -53,6 +53,7 @@ fn a_reshared_key_activates_at_its_height_and_old_partials_go() {
             key: serde_json::to_vec(&next).unwrap(),
             activate_height: 12,
             proposal: 1,
+            rotation: 0,
         }),
     );
     put_partial(&mut kv, &[5; 32], 2, &[0; 96]);

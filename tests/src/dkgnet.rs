@@ -198,15 +198,15 @@ impl DkgNet {
 
     /// Proposes a change from node 0 and approves it from the others in
     /// order until accepted; then runs until the new key is active and
-    /// checks the group key stayed `group` and the validators voting are
-    /// `members`. Returns the blocks it took.
+    /// checks it is a new group key (not `group`, the one before) and the
+    /// validators voting are `members`. Returns the new group key.
     pub fn change(
         &mut self,
         action: ProposalAction,
         target: usize,
         group: &[u8],
         members: &[usize],
-    ) -> Result<usize> {
+    ) -> Result<Vec<u8>> {
         let proposer = *members
             .first()
             .filter(|&&m| m != target)
@@ -232,12 +232,10 @@ impl DkgNet {
             self.status(id)? != ProposalStatus::Open,
             "proposal {id} not accepted"
         );
-        let took = self.until(200, |s| Ok(s.epoch()? > before))?;
+        self.until(200, |s| Ok(s.epoch()? > before))?;
         let key = self.key(0)?.context("key")?;
-        ensure!(
-            key.shares.group.compress().as_slice() == group,
-            "the group key changed"
-        );
+        let new_group = key.shares.group.compress().to_vec();
+        ensure!(new_group != group, "the group key did not change");
         let want: Vec<usize> = members.to_vec();
         let got: Vec<usize> = (0..self.net.nodes.len())
             .filter(|&i| self.net.nodes[i].member)
@@ -248,6 +246,6 @@ impl DkgNet {
             "{} signers",
             key.signers.len()
         );
-        Ok(took)
+        Ok(new_group)
     }
 }

@@ -33,10 +33,14 @@ pub struct Hub {
     pub settled: BTreeMap<u64, BatchRecord>,
     /// Credits paid out, by (user, provider).
     pub paid: BTreeMap<(String, String), u64>,
-    /// The group key the hub was set up with (compressed), if pinned: it
-    /// then verifies against this key, never the chain's current one, as
-    /// a real hub does after the validator set changed.
+    /// The group key the hub holds (compressed), if pinned: it was set
+    /// up with it and changes it only through a key rotation the held key
+    /// signed, never by reading the chain's current key, as a real hub.
     pub pinned_group: Option<Vec<u8>>,
+    /// Key rotations applied (nonce, new group key), in order.
+    pub rotations: Vec<(u64, Vec<u8>)>,
+    /// Signed batches the hub refused: not signed by the key it held.
+    pub refused: u64,
 }
 
 impl Hub {
@@ -79,8 +83,14 @@ impl Hub {
         let mut out = Vec::new();
         if st.current_nonce != 0 {
             let b = sync::batch(kv, &chain, st.current_nonce)?.context("current batch")?;
-            if b.status == BatchStatus::Signed.value() && !self.settled.contains_key(&b.nonce) {
-                self.settle(kv, b)?;
+            // A batch under the key the hub holds settles before any
+            // rotation; one under a newer key after the rotations.
+            let signed = b.status == BatchStatus::Signed.value();
+            if signed && !self.settled.contains_key(&b.nonce) && !self.settle(kv, b.clone())? {
+                self.rotate(kv)?;
+                if !self.settle(kv, b)? {
+                    self.refused += 1;
+                }
             }
             if self.settled.contains_key(&st.current_nonce) {
                 out.push(HandIn::Result(HubResult {
@@ -91,6 +101,7 @@ impl Hub {
                 }));
             }
         }
+        self.rotate(kv)?;
         let cursor = sync::hub_cursor(kv, &chain)?;
         let to = cursor.height + p.hub_block_range - 1;
         if self.tip >= to {
@@ -114,9 +125,42 @@ impl Hub {
         Ok(out)
     }
 
+    /// Applies the chain's signed key rotations the hub does not have, in
+    /// nonce order, each only if the key the hub holds signed it (pinned
+    /// hubs only).
+    fn rotate(&mut self, kv: &impl KvRead) -> Result<()> {
+        let Some(held) = self.pinned_group.clone() else {
+            return Ok(());
+        };
+        let mut held = held;
+        let next = self.rotations.last().map_or(1, |(n, _)| n + 1);
+        let chain_id = tally_settlement::chain_id(kv)?;
+        for r in tally_settlement::dkg::state::rotations(kv, next, 100)? {
+            if r.signature.is_empty() {
+                break;
+            }
+            let digest = sync::rotation_digest(&r.hub, r.nonce, r.epoch, &r.group_key);
+            let key = bls::parse_public_key(&held)?;
+            let sig = bls::parse_signature(&r.signature)?;
+            let msg = bls::message(&chain_id, Kind::KeyRotation, &digest);
+            let ok =
+                blst::BLST_ERROR::BLST_SUCCESS == sig.verify(true, &msg, bls::DST, &[], &key, true);
+            ensure!(
+                ok,
+                "hub: rotation {} is not signed by the key it holds",
+                r.nonce
+            );
+            held = r.group_key.clone();
+            self.rotations.push((r.nonce, r.group_key));
+        }
+        self.pinned_group = Some(held);
+        Ok(())
+    }
+
     /// The hub executes signed batch `b`: the next nonce, its digest over
-    /// its calls, a group signature that verifies; each call paid once.
-    fn settle(&mut self, kv: &impl KvRead, b: BatchRecord) -> Result<()> {
+    /// its calls, a group signature that verifies under the key the hub
+    /// holds (`false`, nothing paid, if not); each call paid once.
+    fn settle(&mut self, kv: &impl KvRead, b: BatchRecord) -> Result<bool> {
         let want = self.settled.keys().last().map_or(1, |n| n + 1);
         ensure!(
             b.nonce == want,
@@ -140,16 +184,18 @@ impl Hub {
         }
         let sig = bls::parse_signature(&b.signature)?;
         let chain_id = tally_settlement::chain_id(kv)?;
-        ensure!(
-            shares.verify_group(&bls::message(&chain_id, Kind::Batch, &digest), &sig),
-            "hub: group signature of batch {} does not verify",
-            b.nonce
-        );
+        let verifies = shares.verify_group(&bls::message(&chain_id, Kind::Batch, &digest), &sig);
+        if !verifies && self.pinned_group.is_none() {
+            anyhow::bail!("hub: group signature of batch {} does not verify", b.nonce);
+        }
+        if !verifies {
+            return Ok(false);
+        }
         for c in calls {
             *self.paid.entry((c.user, c.provider)).or_default() += c.amount;
         }
         self.settled.insert(b.nonce, b);
-        Ok(())
+        Ok(true)
     }
 }
 

@@ -8,7 +8,8 @@
 
 use anyhow::{ensure, Context, Result};
 use blst::min_pk::{AggregatePublicKey, PublicKey};
-use tally_settlement::bls::{self, parse_public_key, Kind, Partial};
+use tally_settlement::bls::{self, parse_public_key, Kind, Partial, SecretShare};
+use tally_settlement::dkg::key::ThresholdKey;
 use tally_settlement::dkg::state as dst;
 use tally_settlement::dkg::types::{ProposalAction, ProposalStatus};
 use tally_settlement::proto::{validator_msg::Sum, ValidatorMsg};
@@ -254,32 +255,109 @@ fn approvals_below_two_thirds_of_the_power_do_not_accept() -> Result<()> {
     Ok(())
 }
 
+/// The old committee's shares of `old` (by node) sign a batch message:
+/// `t` of them still make a signature `old` verifies (the oracle works),
+/// and the hub, holding the newest key, refuses it.
+fn old_committee_refused(net: &DkgNet, old: &ThresholdKey, shares: &[SecretShare]) -> Result<()> {
+    let msg = bls::message(CHAIN, Kind::Batch, &[7; 32]);
+    let t = old.shares.threshold as usize;
+    ensure!(
+        shares.len() >= t,
+        "{} old shares for threshold {t}",
+        shares.len()
+    );
+    let parts: Vec<Partial> = shares.iter().take(t).map(|s| s.sign(&msg)).collect();
+    let sig = old.shares.combine(&msg, &parts)?;
+    ensure!(
+        old.shares.verify_group(&msg, &sig),
+        "the old committee's signature"
+    );
+    let held = net
+        .net
+        .hub
+        .as_ref()
+        .and_then(|h| h.pinned_group.clone())
+        .context("pinned hub")?;
+    let mut hub_key = old.shares.clone();
+    hub_key.group = parse_public_key(&held)?;
+    ensure!(
+        !hub_key.verify_group(&msg, &sig),
+        "the hub still takes a signature of the past committee"
+    );
+    Ok(())
+}
+
+/// Members' shares of the active key (node order).
+fn shares_of(net: &DkgNet, key: &ThresholdKey) -> Vec<SecretShare> {
+    net.net
+        .nodes
+        .iter()
+        .filter_map(|n| {
+            n.epoch_shares
+                .iter()
+                .find(|(e, _)| *e == key.record.epoch)
+                .map(|(_, s)| s.clone())
+        })
+        .collect()
+}
+
 #[test]
-fn grow_to_seven_and_shrink_to_four_keeping_the_group_key() -> Result<()> {
+fn grow_to_seven_and_shrink_to_four_rotating_the_key_each_time() -> Result<()> {
     let mut net = form(4)?;
-    let group = net.pin_hub()?;
+    let mut group = net.pin_hub()?;
     net.until(60, |s| Ok(s.settled() >= 1))?;
     let mut members: Vec<usize> = (0..4).collect();
     let mut epochs = vec![net.epoch()?];
-    for _ in 0..3 {
-        let i = net.net.add_node()?;
-        members.push(i);
-        net.change(ProposalAction::Add, i, &group, &members)?;
+    let mut keys = vec![group.clone()];
+    let changes: Vec<(ProposalAction, Option<usize>)> = vec![
+        (ProposalAction::Add, None),
+        (ProposalAction::Add, None),
+        (ProposalAction::Add, None),
+        (ProposalAction::Remove, Some(6)),
+        (ProposalAction::Remove, Some(5)),
+        (ProposalAction::Remove, Some(4)),
+    ];
+    for (action, gone) in changes {
+        let old = net.key(0)?.context("key")?;
+        let old_shares = shares_of(&net, &old);
+        let target = match gone {
+            Some(g) => {
+                members.retain(|&m| m != g);
+                g
+            }
+            None => {
+                let i = net.net.add_node()?;
+                members.push(i);
+                i
+            }
+        };
+        group = net.change(action, target, &group, &members)?;
+        keys.push(group.clone());
         epochs.push(net.epoch()?);
-        check_signs(&net)?;
+        check_fresh_key(&net)?;
         let before = net.settled();
         net.until(60, |s| Ok(s.settled() > before))
             .with_context(|| format!("no batch settled with {} validators", members.len()))?;
-    }
-    for gone in [6, 5, 4] {
-        members.retain(|&m| m != gone);
-        net.change(ProposalAction::Remove, gone, &group, &members)?;
-        epochs.push(net.epoch()?);
-        check_signs(&net)?;
-        let before = net.settled();
-        net.until(60, |s| Ok(s.settled() > before))
-            .with_context(|| format!("no batch settled with {} validators", members.len()))?;
+        let hub = net.net.hub.as_ref().context("hub")?;
+        ensure!(
+            hub.pinned_group.as_deref() == Some(group.as_slice()),
+            "the hub did not rotate"
+        );
+        old_committee_refused(&net, &old, &old_shares)?;
     }
     ensure!(epochs == (1..=7).collect::<Vec<u64>>(), "epochs {epochs:?}");
+    let mut distinct = keys.clone();
+    distinct.sort();
+    distinct.dedup();
+    ensure!(distinct.len() == keys.len(), "a group key came back");
+    let hub = net.net.hub.as_ref().context("hub")?;
+    let nonces: Vec<u64> = hub.rotations.iter().map(|(n, _)| *n).collect();
+    ensure!(
+        nonces == (1..=6).collect::<Vec<u64>>(),
+        "rotations {nonces:?}"
+    );
+    // Every batch settled once, nonces in order (the hub checks the order).
+    let settled: Vec<u64> = hub.settled.keys().copied().collect();
+    ensure!(settled == (1..=settled.len() as u64).collect::<Vec<_>>());
     Ok(())
 }

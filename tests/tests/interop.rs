@@ -114,21 +114,23 @@ fn py_ecc(vector: &serde_json::Value) -> anyhow::Result<String> {
     Ok(text)
 }
 
-/// The on-chain DKG's group key, after two reshares (4 -> 5 -> 6
-/// validators), still verifies in py_ecc a batch signed by the third
-/// committee: the key the hub was given at the start is all it needs.
+/// After two set changes (4 -> 5 -> 6 validators) the key rotated twice:
+/// py_ecc verifies a batch signed by the third committee under the key the
+/// hub holds after the two rotations (and not under the first key).
 fn reshared_key_and_batch_verify_in_py_ecc(_: &mut ()) -> anyhow::Result<()> {
     use tally_tests::dkgnet::{DkgNet, CHAIN};
     let mut net = DkgNet::new(4, 3)?;
     net.until(14, |s| Ok(s.epoch()? == 1))?;
-    let group = net.pin_hub()?;
+    let first = net.pin_hub()?;
+    let mut group = first.clone();
     let mut members: Vec<usize> = (0..4).collect();
     for _ in 0..2 {
         let i = net.net.add_node()?;
         members.push(i);
-        net.change(ProposalAction::Add, i, &group, &members)?;
+        group = net.change(ProposalAction::Add, i, &group, &members)?;
     }
-    anyhow::ensure!(net.epoch()? == 3, "two reshares make epoch 3");
+    anyhow::ensure!(net.epoch()? == 3, "two re-keys make epoch 3");
+    anyhow::ensure!(group != first, "the key did not rotate");
     let switched = net.net.height as u64;
     // A batch formed after the switch: only the third committee signed it.
     let after = |s: &DkgNet| {
@@ -163,14 +165,19 @@ fn reshared_key_and_batch_verify_in_py_ecc(_: &mut ()) -> anyhow::Result<()> {
         text.contains(&hex::encode(&b.digest)),
         "py_ecc rebuilt another digest: {text}"
     );
-    println!("batch {nonce} settled after the second reshare (switch at height {switched}) verifies in py_ecc");
-    // The same signature under another key is refused.
+    println!("batch {nonce} settled after the second re-key (switch at height {switched}) verifies in py_ecc");
+    // The same signature under another key, or the first key, is refused.
     let mut bad = vector.clone();
     let other = tally_settlement::bls::deal(1, 1, &[[3u8; 64]])?.0.group;
     bad["group_key"] = serde_json::json!(hex::encode(other.compress()));
     anyhow::ensure!(
         py_ecc(&bad).is_err(),
         "py_ecc accepted the signature under another key"
+    );
+    bad["group_key"] = serde_json::json!(hex::encode(&first));
+    anyhow::ensure!(
+        py_ecc(&bad).is_err(),
+        "py_ecc accepted the new committee's signature under the first key"
     );
     Ok(())
 }

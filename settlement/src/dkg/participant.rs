@@ -158,8 +158,8 @@ pub fn next_messages(kv: &impl KvRead, me: &Me) -> Result<Vec<ValidatorMsg>, Fat
     if let Some(pos) = dealer {
         let mine = st::dealing(kv, c.round, pos)?;
         if mine.is_none() && h < c.deal_end {
-            if let Some(d) = polynomial(&chain, &c, me)
-                .and_then(|poly| dealing(&chain, &c, pos, &poly, me))
+            if let Some(d) =
+                polynomial(&chain, &c, me).and_then(|poly| dealing(&chain, &c, pos, &poly, me))
             {
                 out.push(msg(Sum::Dealing(d)));
             }

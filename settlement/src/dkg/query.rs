@@ -18,7 +18,12 @@
 //!   `next_key` waiting to activate and the `last_ceremony` that made a
 //!   key (each `null` when there is none). Without a key the key fields are
 //!   `null` (or empty); a chain with no key and no ceremony at all answers
-//!   `NotFound`, as before the on-chain DKG.
+//!   `NotFound`, as before the on-chain DKG. `next_key.activate_height` is
+//!   0 while the rotation that hands the key to the hub is unsigned.
+//! - `/rotations?from=N`: up to [`ROTATIONS_PAGE`] key rotations from nonce
+//!   `N` (default 1): `{nonce, hub, epoch, from_epoch, group_key,
+//!   signature, made_height, signed_height, active_height}` (`signature`
+//!   `null` until signed, heights 0 until reached), and `next_from`.
 
 use serde_json::{json, Value};
 use tally_store::KvRead;
@@ -203,6 +208,7 @@ pub fn dkg(kv: &impl KvRead) -> Result<Value, ExecError> {
                 "epoch": k.epoch,
                 "activate_height": n.activate_height,
                 "proposal": n.proposal,
+                "rotation": n.rotation,
                 "threshold": k.threshold,
                 "group_key": k.group_key,
                 "signers": k.signers,
@@ -222,6 +228,49 @@ pub fn dkg(kv: &impl KvRead) -> Result<Value, ExecError> {
         None => Value::Null,
     };
     Ok(v)
+}
+
+/// Rotations one `/rotations` answer lists at most.
+pub const ROTATIONS_PAGE: usize = 100;
+
+/// `/rotations?from=N`.
+pub fn rotations(kv: &impl KvRead, qs: Option<&str>) -> Result<Value, ExecError> {
+    let bad = |m: String| reject(Code::BadArgument, m);
+    let mut from = 1u64;
+    for (k, v) in query_path::parse_params(qs).map_err(|e| bad(e.to_string()))? {
+        match k.as_str() {
+            "from" => {
+                from = v
+                    .parse()
+                    .map_err(|_| bad(format!("from must be a rotation nonce, got {v:?}")))?
+            }
+            _ => return Err(bad(format!("unknown query parameter {k:?}; use from"))),
+        }
+    }
+    let mut page = st::rotations(kv, from, ROTATIONS_PAGE + 1)?;
+    let next = if page.len() > ROTATIONS_PAGE {
+        page.truncate(ROTATIONS_PAGE);
+        page.last().map(|r| r.nonce.saturating_add(1))
+    } else {
+        None
+    };
+    let rows: Vec<Value> = page
+        .iter()
+        .map(|r| {
+            json!({
+                "nonce": r.nonce,
+                "hub": r.hub,
+                "epoch": r.epoch,
+                "from_epoch": r.from_epoch,
+                "group_key": hex::encode(&r.group_key),
+                "signature": (!r.signature.is_empty()).then(|| hex::encode(&r.signature)),
+                "made_height": r.made_height,
+                "signed_height": r.signed_height,
+                "active_height": r.active_height,
+            })
+        })
+        .collect();
+    Ok(json!({"rotations": rows, "next_from": next}))
 }
 
 #[cfg(test)]

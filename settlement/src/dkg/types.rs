@@ -180,7 +180,10 @@ mod tests {
         assert!(ProposalStatus::try_from(0).is_err());
         assert!(ProposalStatus::try_from(5).is_err());
         assert!(CeremonyKind::try_from(0).is_err());
-        assert!(CeremonyKind::try_from(2).is_err(), "reshares are no longer made");
+        assert!(
+            CeremonyKind::try_from(2).is_err(),
+            "reshares are no longer made"
+        );
         assert_eq!(ProposalStatus::ALL.len(), 4);
     }
 

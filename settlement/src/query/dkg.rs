@@ -1,5 +1,5 @@
 //! The threshold key and validator-set queries (`/dkg`, `/validators`,
-//! `/proposals?from={id}`), adapted to the route table from the DKG component's own handlers ([`crate::dkg::query`]).
+//! `/proposals?from={id}`, `/rotations?from={nonce}`), adapted to the route table from the DKG component's own handlers ([`crate::dkg::query`]).
 
 use serde_json::Value;
 
@@ -22,4 +22,9 @@ pub fn validators(a: &Ask) -> Result<Value, ExecError> {
 /// `/proposals?from={id}`.
 pub fn proposals(a: &Ask) -> Result<Value, ExecError> {
     dkg_query::proposals(&a.kv, a.query)
+}
+
+/// `/rotations?from={nonce}`.
+pub fn rotations(a: &Ask) -> Result<Value, ExecError> {
+    dkg_query::rotations(&a.kv, a.query)
 }

@@ -23,6 +23,7 @@
 //! | `/dkg` | no | the active key (epoch, threshold, group key, public shares, signers), the running ceremony, the key waiting to activate, the last ceremony |
 //! | `/validators` | no | `{"validators": [{"address", "pubkey", "power", "enc_key", "share_index"}], "total_power"}` |
 //! | `/proposals?from={id}` | no | `{"proposals": [...], "next_from"}`: validator-set proposals, 100 at most |
+//! | `/rotations?from={nonce}` | no | `{"rotations": [...], "next_from"}`: key rotations (the history of keys) with their signatures, 100 at most |
 //!
 //! The ABCI adapter answers [`KEY_PATH`] (raw state with a Merkle proof)
 //! itself, before a query reaches this module.
@@ -103,6 +104,7 @@ pub const ROUTES: &[Route] = &[
     route("/dkg", "the threshold key and its ceremonies", ONE, dkg::dkg),
     route("/validators", "the validator set", ONE, dkg::validators),
     route("/proposals?from={id}", "validator-set proposals", ONE, dkg::proposals),
+    route("/rotations?from={nonce}", "key rotations handed to the hub", ONE, dkg::rotations),
 ];
 
 /// A query's answer.

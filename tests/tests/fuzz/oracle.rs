@@ -108,6 +108,9 @@ impl Sim {
                 self.current && r.chain == "hub" && r.nonce == 1 && attempt_ok
             }),
             Kind::HubBlock => msg.block.as_ref().is_some_and(|b| self.block_awaited(b)),
+            // The fuzzed state never holds a re-keyed key waiting for its
+            // rotation (rotations: tests/tests/dkg_rotation.rs).
+            Kind::KeyRotation => false,
         }
     }
 
@@ -119,6 +122,7 @@ impl Sim {
     fn act(&mut self, env: &Env, m: usize) {
         let msg = &env.msgs[m];
         match msg.kind {
+            Kind::KeyRotation => {}
             Kind::Batch => self.batch_pending = false,
             Kind::HubResult => match &msg.result {
                 Some(r) if r.settled => {

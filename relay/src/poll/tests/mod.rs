@@ -380,6 +380,7 @@ fn relay(app: TallyApp, cfg: RelayConfig, metrics: &Metrics) -> Relay {
         done: None,
         signed_seen: None,
         in_flight: None,
+        hub_rotation: 0,
     }
 }
 

@@ -140,7 +140,7 @@ fn proposals_are_paged_by_id_with_status_names_and_approving_power() {
 fn ceremony(round: u64) -> Ceremony {
     Ceremony {
         round,
-        kind: 2,
+        kind: 3,
         start_height: 100,
         deal_end: 110,
         ack_end: 120,
@@ -212,20 +212,21 @@ fn dkg_shows_the_key_the_running_ceremony_and_what_comes_next() {
             key: serde_json::to_vec(&next).unwrap(),
             activate_height: 133,
             proposal: 9,
+            rotation: 2,
         }),
     );
     let v = ask(&kv, "/dkg");
     assert_eq!(v["height"], 112);
     assert_eq!(
         v["ceremony"],
-        json!({"round": 6, "kind": "reshare", "phase": "acks", "start_height": 100,
+        json!({"round": 6, "kind": "rekey", "phase": "acks", "start_height": 100,
                "deal_end": 110, "ack_end": 120, "end": 130, "threshold": 2,
                "old_threshold": 1, "epoch": 4, "proposal": 9, "attempt": 1,
                "dealers": 1, "players": 3, "dealings": 1, "acks": 2, "reveals": 1})
     );
     assert_eq!(
         v["next_key"],
-        json!({"epoch": 4, "activate_height": 133, "proposal": 9, "threshold": 1,
+        json!({"epoch": 4, "activate_height": 133, "proposal": 9, "rotation": 2, "threshold": 1,
                "group_key": key.group_key, "signers": ["02".repeat(20)]})
     );
     assert_eq!(
