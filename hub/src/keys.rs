@@ -16,7 +16,22 @@ use tally_settlement::bls::{self, Kind, PublicShares};
 use tally_settlement::sync::rotation_digest;
 use tally_store::{Kv, KvRead, StoreError};
 
-use crate::machine::{get_u64, HubCode, HubGenesis, HubResult, RotateKey};
+use tally_hub_types::{HubCode, RotateKey};
+
+/// A refused rotation: its code and why.
+pub type Refusal = (HubCode, String);
+
+/// A stored u64 (0 when absent).
+fn get_u64(kv: &impl KvRead, k: &[u8]) -> Result<u64, StoreError> {
+    match kv.get(k)? {
+        None => Ok(0),
+        Some(v) => v
+            .as_slice()
+            .try_into()
+            .map(u64::from_be_bytes)
+            .map_err(|_| StoreError::Corrupt("rotation counter is not 8 bytes".into())),
+    }
+}
 
 const KEY: &[u8] = b"keys/";
 const LAST_ROTATION: &[u8] = b"last_rotation/";
@@ -38,17 +53,17 @@ pub fn last_rotation(kv: &impl KvRead, chain: &str) -> Result<u64, StoreError> {
 /// key, or genesis's.
 pub fn current(
     kv: &impl KvRead,
-    g: &HubGenesis,
+    chain: &str,
     genesis_key: PublicShares,
 ) -> Result<PublicShares, StoreError> {
-    let n = last_rotation(kv, &g.name)?;
+    let n = last_rotation(kv, chain)?;
     if n == 0 {
         return Ok(genesis_key);
     }
     let group = {
         let v = kv
-            .get(&key_of(&g.name, n))?
-            .ok_or_else(|| StoreError::Corrupt(format!("key {n} of {} missing", g.name)))?;
+            .get(&key_of(chain, n))?
+            .ok_or_else(|| StoreError::Corrupt(format!("key {n} of {chain} missing")))?;
         let rec: serde_json::Value = serde_json::from_slice(&v)
             .map_err(|_| StoreError::Corrupt("stored key record".into()))?;
         let hex_key = rec["group_key"].as_str().unwrap_or_default();
@@ -63,59 +78,54 @@ pub fn current(
     })
 }
 
-fn reject(code: HubCode, log: impl Into<String>) -> HubResult {
-    HubResult {
-        code,
-        log: log.into(),
-        value: Vec::new(),
-    }
+fn reject<T>(code: HubCode, log: impl Into<String>) -> Result<Result<T, Refusal>, StoreError> {
+    Ok(Err((code, log.into())))
 }
 
-/// Executes a rotation at hub `height` (see the module doc).
+/// Executes a rotation at hub `height` for the hub named `name`, whose
+/// settlement chain is `settlement_chain_id` (see the module doc); the new
+/// key's record, or why it was refused.
 pub fn rotate(
     kv: &mut impl Kv,
     height: u64,
-    g: &HubGenesis,
+    (name, settlement_chain_id): (&str, &str),
     genesis_key: PublicShares,
     r: &RotateKey,
-) -> Result<HubResult, StoreError> {
-    if r.chain != g.name {
-        return Ok(reject(
+) -> Result<Result<serde_json::Value, Refusal>, StoreError> {
+    if r.chain != name {
+        return reject(
             HubCode::WrongChain,
-            format!("rotation is for hub {:?}, this is {:?}", r.chain, g.name),
-        ));
+            format!("rotation is for hub {:?}, this is {name:?}", r.chain),
+        );
     }
     let last = last_rotation(kv, &r.chain)?;
     if r.nonce <= last {
-        return Ok(reject(
+        return reject(
             HubCode::AlreadySettled,
             format!("rotation {} is already applied (last {last})", r.nonce),
-        ));
+        );
     }
     if r.nonce != last + 1 {
-        return Ok(reject(
+        return reject(
             HubCode::BadNonce,
             format!("rotation {} is not the next one ({})", r.nonce, last + 1),
-        ));
+        );
     }
     if bls::parse_public_key(&r.group_key).is_err() {
-        return Ok(reject(
-            HubCode::BadKey,
-            "the new group key is not a valid G1 point",
-        ));
+        return reject(HubCode::BadKey, "the new group key is not a valid G1 point");
     }
-    let held = current(kv, g, genesis_key)?;
+    let held = current(kv, name, genesis_key)?;
     let digest = rotation_digest(&r.chain, r.nonce, r.epoch, &r.group_key);
-    let msg = bls::message(&g.settlement_chain_id, Kind::KeyRotation, &digest);
+    let msg = bls::message(settlement_chain_id, Kind::KeyRotation, &digest);
     let ok = bls::parse_signature(&r.signature).is_ok_and(|s| held.verify_group(&msg, &s));
     if !ok {
-        return Ok(reject(
+        return reject(
             HubCode::BadSignature,
             format!(
                 "rotation {} is not signed by the group key the hub holds",
                 r.nonce
             ),
-        ));
+        );
     }
     let rec = json!({
         "nonce": r.nonce,
@@ -125,24 +135,18 @@ pub fn rotate(
     });
     kv.put(key_of(&r.chain, r.nonce), rec.to_string().into_bytes());
     kv.put(last_key(&r.chain), r.nonce.to_be_bytes().to_vec());
-    Ok(HubResult {
-        code: HubCode::Ok,
-        log: format!(
-            "rotation {}: key of epoch {} holds from now",
-            r.nonce, r.epoch
-        ),
-        value: rec.to_string().into_bytes(),
-    })
+    Ok(Ok(rec))
 }
 
 /// `/keys/{chain}`: genesis's key (nonce 0, height 0) and every rotation,
 /// in order, with `last_rotation`.
 pub fn list(
     kv: &impl KvRead,
-    g: &HubGenesis,
+    genesis_key_hex: &str,
     chain: &str,
 ) -> Result<serde_json::Value, StoreError> {
-    let mut keys = vec![json!({"nonce": 0, "epoch": null, "group_key": g.group_key, "height": 0})];
+    let mut keys =
+        vec![json!({"nonce": 0, "epoch": null, "group_key": genesis_key_hex, "height": 0})];
     let last = last_rotation(kv, chain)?;
     for n in 1..=last {
         if let Some(v) = kv.get(&key_of(chain, n))? {

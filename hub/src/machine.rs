@@ -107,7 +107,7 @@ fn key(parts: &[&[u8]]) -> Vec<u8> {
 
 /// A stored u64 (0 when absent); bytes of the wrong length are a corrupt
 /// store, not a zero.
-pub(crate) fn get_u64(kv: &impl KvRead, k: &[u8]) -> Result<u64, StoreError> {
+fn get_u64(kv: &impl KvRead, k: &[u8]) -> Result<u64, StoreError> {
     match kv.get(k)? {
         None => Ok(0),
         Some(v) => v
@@ -194,7 +194,20 @@ fn deliver_inner(kv: &mut impl Kv, height: u64, tx: &[u8]) -> Result<HubResult, 
             let Some((g, genesis_key)) = stored_genesis(kv)? else {
                 return Ok(reject(HubCode::Internal, "no genesis, or a corrupt one"));
             };
-            crate::keys::rotate(kv, height, &g, genesis_key, &r)
+            let names = (g.name.as_str(), g.settlement_chain_id.as_str());
+            Ok(
+                match crate::keys::rotate(kv, height, names, genesis_key, &r)? {
+                    Ok(rec) => HubResult {
+                        code: HubCode::Ok,
+                        log: format!(
+                            "rotation {}: key of epoch {} holds from now",
+                            r.nonce, r.epoch
+                        ),
+                        value: rec.to_string().into_bytes(),
+                    },
+                    Err((code, log)) => reject(code, log),
+                },
+            )
         }
     }
 }
@@ -236,7 +249,7 @@ fn submit_batch(kv: &mut impl Kv, height: u64, b: &SubmitBatch) -> Result<HubRes
             "calls must be non-empty and ascending by id",
         ));
     }
-    let group = crate::keys::current(kv, &g, genesis_key)?;
+    let group = crate::keys::current(kv, &g.name, genesis_key)?;
     let digest = batch_digest(&b.chain, b.nonce, &b.calls);
     let msg = bls::message(&g.settlement_chain_id, Kind::Batch, &digest);
     let ok = bls::parse_signature(&b.signature).is_ok_and(|s| group.verify_group(&msg, &s));
@@ -402,7 +415,7 @@ fn query_inner(kv: &impl KvRead, path: &str, committed: u64) -> Result<HubResult
             ok(json!({"from": f, "to": t, "deposits": deps, "deposit_count": count}))
         }
         ["keys", chain] => match stored_genesis(kv)? {
-            Some((g, _)) => ok(crate::keys::list(kv, &g, chain)?),
+            Some((g, _)) => ok(crate::keys::list(kv, &g.group_key, chain)?),
             None => reject(HubCode::NotFound, "no genesis"),
         },
         ["genesis"] => match kv.get(GENESIS)? {

@@ -456,11 +456,16 @@ mod tests {
 
     #[test]
     fn kinds_convert_from_their_wire_numbers_only() {
-        for (v, k) in [(1, Kind::Batch), (2, Kind::HubResult), (3, Kind::HubBlock)] {
+        for (v, k) in [
+            (1, Kind::Batch),
+            (2, Kind::HubResult),
+            (3, Kind::HubBlock),
+            (4, Kind::KeyRotation),
+        ] {
             assert_eq!(Kind::try_from(v), Ok(k));
             assert_eq!(u32::from(k), v);
         }
-        for v in [0, 4, u32::MAX] {
+        for v in [0, 5, u32::MAX] {
             assert_eq!(
                 Kind::try_from(v).unwrap_err().to_string(),
                 format!("{v} is not a known message kind")

@@ -355,7 +355,7 @@ fn partial_under_a_foreign_index_is_refused() {
 #[test]
 fn partial_of_an_unknown_kind_is_refused() {
     let env = Env::new(Params::default());
-    for kind in [0, 4] {
+    for kind in [0, 5] {
         let mut q = env.partial(Kind::Batch, &[1; 32], 0);
         q.kind = kind;
         assert_eq!(

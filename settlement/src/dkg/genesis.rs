@@ -29,22 +29,8 @@ pub fn init_validators(
             MAX_VALIDATORS
         )));
     }
+    check_powers(validators)?;
     let bad = |m: String| GenesisError::Invalid(m);
-    // Every validator has the same power (ADR 0017), within the cap that
-    // keeps a full set under CometBFT's total.
-    if let Some((_, p)) = validators.first() {
-        if validators.iter().any(|(_, q)| q != p) {
-            return Err(bad(
-                "genesis validators have unequal powers: Tally keeps one common power (ADR 0017)"
-                    .into(),
-            ));
-        }
-        if *p == 0 || *p > MAX_POWER {
-            return Err(bad(format!(
-                "validator power must be 1..={MAX_POWER}, not {p}"
-            )));
-        }
-    }
     let mut enc: Vec<([u8; 32], Vec<u8>)> = Vec::new();
     for e in &genesis.encryption_keys {
         let v = parse_pubkey(&e.validator).map_err(bad)?;
@@ -97,6 +83,26 @@ pub fn init_validators(
                 enc_key,
             },
         );
+    }
+    Ok(())
+}
+
+/// Every validator has the same power (ADR 0017), within the cap that keeps
+/// a full set under CometBFT's total.
+fn check_powers(validators: &[([u8; 32], u64)]) -> Result<(), GenesisError> {
+    let bad = |m: String| GenesisError::Invalid(m);
+    if let Some((_, p)) = validators.first() {
+        if validators.iter().any(|(_, q)| q != p) {
+            return Err(bad(
+                "genesis validators have unequal powers: Tally keeps one common power (ADR 0017)"
+                    .into(),
+            ));
+        }
+        if *p == 0 || *p > MAX_POWER {
+            return Err(bad(format!(
+                "validator power must be 1..={MAX_POWER}, not {p}"
+            )));
+        }
     }
     Ok(())
 }
