@@ -1,6 +1,7 @@
 //! End to end with real CometBFT processes: the validators make their
-//! threshold key on chain and change their set by proposals, keeping the
-//! group key. One localnet (four validators and the hub chain, made by
+//! threshold key on chain and change their set by proposals; every change
+//! makes a new key, which the old key hands to the hub by a signed
+//! rotation (ADR 0017). One localnet (four validators and the hub chain, made by
 //! `localnet/up.sh` with its on-chain DKG default) is shared by the named
 //! tests below, which run in this order (the runner is
 //! `tally_tests::harness`):
@@ -11,14 +12,17 @@
 //! 2. `fifth_validator_added`: `localnet/node.sh add` starts a fifth node;
 //!    the proposal and approval commands it prints (node0 proposes, node1
 //!    and node2 approve: 3 of 4 equal powers) make it a validator: CometBFT's
-//!    `/validators` lists five, `/dkg` shows epoch 2 with the same G and
-//!    five signers, the same five;
+//!    `/validators` lists five, `/dkg` shows epoch 2 with a new key G2 and
+//!    five signers, the same five; `/rotations` holds the rotation G -> G2
+//!    signed by G, and the hub's `/keys/hub` ends at G2;
 //! 3. `batch_settles_after_add`: usage reported after the switch forms a
-//!    batch the five-validator set signs; its signature verifies against G
-//!    here and the hub (which only knows G) settles it;
+//!    batch the five-validator set signs; its signature verifies against G2
+//!    here, not against G, and the hub (which now holds G2) settles it;
 //! 4. `fifth_validator_removed`: a removal proposal approved by four of five
-//!    (4 of 5 equal powers): four validators again, epoch 3, same G;
-//! 5. `batch_settles_after_removal`: as 3, with the four.
+//!    (4 of 5 equal powers): four validators again, epoch 3, a new key G3
+//!    handed to the hub the same way;
+//! 5. `batch_settles_after_removal`: as 3, with the four and G3 (refused
+//!    under G and G2).
 //!
 //! Needs `cometbft` on PATH (without it every test is reported SKIPPED)
 //! and built `tallyd` and `tally-hub` binaries (`$TALLYD`,
@@ -86,8 +90,10 @@ struct Net {
     net: Localnet,
     key: SigningKey,
     chain_id: String,
-    /// The group key the first ceremony made (hex).
+    /// The active group key (hex).
     group_key: String,
+    /// The keys before it, oldest first (hex).
+    old_keys: Vec<String>,
     /// The added node's consensus key (hex) and the height at which the
     /// latest set change was seen active.
     fifth: Option<String>,
@@ -116,6 +122,7 @@ impl Net {
             key,
             chain_id,
             group_key: String::new(),
+            old_keys: Vec::new(),
             fifth: None,
             switched_at: 0,
         })
@@ -272,8 +279,10 @@ fn run_printed(line: &str) -> Result<String> {
 }
 
 /// Waits until CometBFT on node 0 lists `n` validators and `/dkg` shows
-/// `epoch` with the same group key; returns the height seen then.
-fn wait_switch(f: &Net, n: usize, epoch: u64, nodes: &[usize]) -> Result<u64> {
+/// `epoch` with a new group key on every node of `nodes`, signed over by
+/// the old key's rotation, and the hub holds it; returns the height seen
+/// then (the new key becomes `f.group_key`).
+fn wait_switch(f: &mut Net, n: usize, epoch: u64, nodes: &[usize]) -> Result<u64> {
     let net = &f.net;
     let t = Instant::now();
     wait_for(
@@ -291,8 +300,75 @@ fn wait_switch(f: &Net, n: usize, epoch: u64, nodes: &[usize]) -> Result<u64> {
     for &i in nodes {
         net.wait_height(i, h, Duration::from_secs(30))?;
     }
-    check_key(net, nodes, epoch, &f.group_key)?;
+    let new_key = query(&net.rpc(0), "/dkg")?["group_key"]
+        .as_str()
+        .context("no group key")?
+        .to_string();
+    ensure!(new_key != f.group_key, "epoch {epoch} kept the group key");
+    check_key(net, nodes, epoch, &new_key)?;
+    check_rotation(f, epoch, &new_key)?;
+    let hub = Rpc::new(&net.hub_rpc_url());
+    let held = wait_for(
+        "the hub to hold the new key",
+        Duration::from_secs(60),
+        net,
+        || {
+            let keys = query(&hub, "/keys/hub")?;
+            let last = keys["keys"].as_array().and_then(|k| k.last()).cloned();
+            Ok(last.filter(|k| k["group_key"] == new_key.as_str()))
+        },
+    )?;
+    eprintln!(
+        "hub holds the epoch {epoch} key from hub height {}",
+        held["height"]
+    );
+    f.old_keys
+        .push(std::mem::replace(&mut f.group_key, new_key));
     Ok(h)
+}
+
+/// `/rotations` on node 0 ends with a rotation to `new_key` at `epoch`,
+/// whose signature the previous key (`f.group_key`) verifies over the
+/// rotation digest and no other key does.
+fn check_rotation(f: &Net, epoch: u64, new_key: &str) -> Result<()> {
+    let rots = query(&f.net.rpc(0), "/rotations")?;
+    let r = rots["rotations"]
+        .as_array()
+        .and_then(|r| r.last())
+        .cloned()
+        .context("no rotation")?;
+    ensure!(
+        r["epoch"] == epoch && r["group_key"] == new_key,
+        "rotation {r}"
+    );
+    let group_key = hex::decode(new_key)?;
+    let digest = tally_settlement::sync::rotation_digest(
+        "hub",
+        r["nonce"].as_u64().context("nonce")?,
+        epoch,
+        &group_key,
+    );
+    let sig = bls::parse_signature(&hex::decode(r["signature"].as_str().context("unsigned")?)?)?;
+    let msg = bls::message(&f.chain_id, Kind::KeyRotation, &digest);
+    ensure!(
+        verifies(&f.group_key, &msg, &sig)?,
+        "the rotation is not signed by the old key"
+    );
+    ensure!(
+        !verifies(new_key, &msg, &sig)?,
+        "the rotation verifies under the new key"
+    );
+    Ok(())
+}
+
+/// Whether `sig` over `msg` verifies under the hex group key `key`.
+fn verifies(key: &str, msg: &[u8], sig: &blst::min_pk::Signature) -> Result<bool> {
+    let pubs = PublicShares {
+        threshold: 1,
+        group: bls::parse_public_key(&hex::decode(key)?)?,
+        shares: Vec::new(),
+    };
+    Ok(pubs.verify_group(msg, sig))
 }
 
 fn fifth_validator_added(f: &mut Net) -> Result<()> {
@@ -354,12 +430,6 @@ fn settle_one(f: &Net, amount: u64) -> Result<()> {
     let built = build_report(&f.key, &f.chain_id, vec![rec], now + 300);
     let r = net.rpc(1).broadcast_tx_commit(&built.tx)?;
     ensure!(r.final_code() == 0, "report refused: {}", r.final_log());
-    let g = bls::parse_public_key(&hex::decode(&f.group_key)?)?;
-    let pubs = PublicShares {
-        threshold: 1,
-        group: g,
-        shares: Vec::new(),
-    };
     let t = Instant::now();
     let nonce = wait_for(
         "a batch of the new set settled on the hub",
@@ -392,16 +462,23 @@ fn settle_one(f: &Net, amount: u64) -> Result<()> {
         .try_into()
         .map_err(|_| anyhow::anyhow!("digest is not 32 bytes"))?;
     let sig = bls::parse_signature(&hex::decode(b["signature"].as_str().unwrap_or(""))?)?;
+    let msg = bls::message(&f.chain_id, Kind::Batch, &digest);
     ensure!(
-        pubs.verify_group(&bls::message(&f.chain_id, Kind::Batch, &digest), &sig),
-        "batch {nonce} signature does not verify against the group key"
+        verifies(&f.group_key, &msg, &sig)?,
+        "batch {nonce} signature does not verify against the active group key"
     );
+    for old in &f.old_keys {
+        ensure!(
+            !verifies(old, &msg, &sig)?,
+            "batch {nonce} verifies under the old key {old}"
+        );
+    }
     let h = query(
         &Rpc::new(&net.hub_rpc_url()),
         &format!("/batch/hub/{nonce}"),
     )?;
     ensure!(
-        h["paid"].as_u64().unwrap_or(0) + h["shortfall"].as_u64().unwrap_or(0) == amount,
+        h["paid"].as_u64() == Some(amount),
         "hub paid for batch {nonce}: {h}"
     );
     Ok(())
@@ -443,7 +520,7 @@ fn fifth_validator_removed(f: &mut Net) -> Result<()> {
         ])?;
     }
     f.switched_at = wait_switch(f, 4, 3, &[0, 1, 2, 3])?;
-    let left: Vec<String> = comet_validators(net, 0)?
+    let left: Vec<String> = comet_validators(&f.net, 0)?
         .into_iter()
         .map(|(_, k, _)| k)
         .collect();
