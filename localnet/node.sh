@@ -53,7 +53,7 @@ if [ "${1:-}" = add ] && [ $# -le 2 ]; then
   for j in $(seq 1 $((NVAL - 1))); do
     echo "  $TALLYD tx validator approve --home $(node_home "$j") --node $(rpc_url "$j") --id <proposal id>"
   done
-  echo "then the validators reshare the key to the new set (3 x dkg_phase_blocks blocks): $TALLYD query dkg --node $(rpc_url 0)"
+  echo "then the new set makes a new key (3 x dkg_phase_blocks blocks) and the old key signs its rotation: $TALLYD query dkg --node $(rpc_url 0)"
   exit 0
 fi
 [ $# -eq 2 ] || { sed -n '2,18p' "$0"; exit 2; }
