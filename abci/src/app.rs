@@ -208,6 +208,14 @@ impl TallyApp {
         }
     }
 
+    /// Drops every share of a key epoch below `epoch` (the active one):
+    /// once a new key is active, the old key's shares are never used again
+    /// and their memory is zeroed as they drop (blst zeroizes secret keys).
+    pub fn retire_signers_below(&self, epoch: u64) {
+        let mut s = self.inner.signer.write().unwrap_or_else(|e| e.into_inner());
+        s.retain(|(e, _)| *e >= epoch);
+    }
+
     /// The epochs this validator holds shares of.
     pub fn signer_epochs(&self) -> Vec<u64> {
         let s = self.inner.signer.read().unwrap_or_else(|e| e.into_inner());

@@ -310,6 +310,21 @@ fn file_epoch(path: &Path) -> Option<u64> {
         .ok()
 }
 
+/// Deletes the epoch share files of every epoch below `epoch`; returns the
+/// paths deleted (a file that cannot be deleted is an error for the caller
+/// to report, and is tried again).
+pub fn delete_epoch_shares_below(home: &Path, epoch: u64) -> Result<Vec<PathBuf>, DkgFileError> {
+    let mut gone = Vec::new();
+    for (e, path) in newest_epoch_share_files(home, usize::MAX) {
+        if e < epoch {
+            std::fs::remove_file(&path)
+                .map_err(|err| invalid(&path, format!("cannot delete: {err}")))?;
+            gone.push(path);
+        }
+    }
+    Ok(gone)
+}
+
 /// The epoch share files in `<home>/data`, newest epoch first, at most
 /// `n`.
 pub fn newest_epoch_share_files(home: &Path, n: usize) -> Vec<(u64, PathBuf)> {
@@ -443,5 +458,24 @@ mod tests {
         )
         .unwrap();
         assert!(load_epoch_share(&epoch_share_path(dir.path(), 9)).is_err());
+    }
+
+    #[test]
+    fn retired_epochs_are_deleted_and_newer_ones_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, shares) = tally_settlement::bls::deal(3, 2, &[[1u8; 64], [2u8; 64]]).unwrap();
+        for epoch in 1..=4u64 {
+            write_epoch_share(dir.path(), epoch, &shares[0], "gk", 2).unwrap();
+        }
+        let gone = delete_epoch_shares_below(dir.path(), 3).unwrap();
+        assert_eq!(gone.len(), 2);
+        for epoch in 1..=4u64 {
+            assert_eq!(
+                epoch_share_path(dir.path(), epoch).exists(),
+                epoch >= 3,
+                "epoch {epoch}"
+            );
+        }
+        assert!(delete_epoch_shares_below(dir.path(), 3).unwrap().is_empty());
     }
 }

@@ -13,7 +13,10 @@
 //! 2. derives its share of the newest key from the chain
 //!    ([`dkg::derive_share`]); a share of an epoch it does not hold yet is
 //!    written to `<home>/data/bls_share_epoch_<E>.json` and given to the
-//!    app ([`TallyApp::add_signer`]).
+//!    app ([`TallyApp::add_signer`]); a held share that differs from the
+//!    derived one (a stale or wrong file) is replaced;
+//! 3. once a key is active, drops the shares of older keys (memory zeroed)
+//!    and deletes their files.
 //!
 //! So a node that was offline during a ceremony, or lost a share file,
 //! gets its share back from the chain once it has caught up. Errors are
@@ -122,6 +125,32 @@ impl Participant {
     pub fn step(&mut self, h: u64) {
         self.send_messages(h);
         self.pick_up_share();
+        self.retire_old_shares();
+    }
+
+    /// Once a key is active, the shares of older keys are never used again
+    /// (the hub took the rotation away from them): dropped from memory
+    /// (zeroed) here and in the app, and their files deleted (ADR 0017).
+    fn retire_old_shares(&mut self) {
+        let state = self.app.committed_state().clone();
+        let active = match dkg::state::active_key_record(&state) {
+            Ok(Some(k)) if k.epoch > 0 => k.epoch,
+            Ok(_) => return,
+            Err(e) => return self.report("reading the key", e),
+        };
+        let old: Vec<u64> = self.shares.range(..active).map(|(e, _)| *e).collect();
+        for e in &old {
+            self.shares.remove(e);
+        }
+        self.app.retire_signers_below(active);
+        match dkgkey::delete_epoch_shares_below(&self.home, active) {
+            Ok(gone) => {
+                for p in gone {
+                    info!(active, file = %p.display(), "deleted the share of a retired key");
+                }
+            }
+            Err(e) => self.report("deleting a retired share", e),
+        }
     }
 
     fn send_messages(&mut self, h: u64) {
@@ -171,8 +200,19 @@ impl Participant {
             Ok(None) => return,
             Err(e) => return self.report("deriving my share", e),
         };
-        if self.shares.contains_key(&epoch) {
-            return;
+        match self.shares.get(&epoch) {
+            Some(held) if held.index == share.index && held.to_bytes() == share.to_bytes() => {
+                return;
+            }
+            // A share file that is not the chain's (another index, a stale
+            // or corrupt value) is replaced by the derived share.
+            Some(held) => warn!(
+                epoch,
+                held_index = held.index,
+                index = share.index,
+                "the share held for this epoch does not match the chain; replacing it"
+            ),
+            None => {}
         }
         // The key the share belongs to: waiting to activate, or active.
         let key = match dkg::state::next_key(&state) {

@@ -324,6 +324,29 @@ fn wait_switch(f: &mut Net, n: usize, epoch: u64, nodes: &[usize]) -> Result<u64
     );
     f.old_keys
         .push(std::mem::replace(&mut f.group_key, new_key));
+    // The old key's shares are gone from every node's disk (their
+    // participants delete them once the new key is active).
+    for &i in nodes {
+        let data = net.dir().join(format!("node{i}")).join("data");
+        wait_for(
+            &format!("node{i} to delete its retired shares"),
+            Duration::from_secs(20),
+            net,
+            || {
+                let mut epochs = Vec::new();
+                for e in std::fs::read_dir(&data)? {
+                    let name = e?.file_name().to_string_lossy().to_string();
+                    if let Some(n) = name
+                        .strip_prefix("bls_share_epoch_")
+                        .and_then(|r| r.strip_suffix(".json"))
+                    {
+                        epochs.push(n.parse::<u64>()?);
+                    }
+                }
+                Ok((epochs.iter().all(|e| *e >= epoch) && epochs.contains(&epoch)).then_some(()))
+            },
+        )?;
+    }
     Ok(h)
 }
 
