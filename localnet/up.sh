@@ -11,7 +11,8 @@
 # The validators make their threshold key by the on-chain DKG: each gets a
 # DKG encryption key (`tallyd dkg keygen`), genesis lists them, and the
 # ceremony runs in the first 3 x dkg_phase_blocks blocks
-# (TALLY_DKG_PHASE_BLOCKS sets the parameter; default 5). The hub chain is
+# (TALLY_DKG_PHASE_BLOCKS sets the parameter; the localnet uses 5, the
+# chain's default is 8). The hub chain is
 # created once the key is active, with that group key.
 # TALLY_DEALER=1 (tests only) deals the key before the first block with
 # `tallyd dkg dealer` instead (TALLY_THRESHOLD partials, default 2n/3 + 1).
@@ -95,7 +96,7 @@ if [ "$HUB" != 1 ]; then
   for u in alice bob carol; do "$TALLYD" --home "$g0" genesis fund --user "$u" --amount 1000000; done
 fi
 "$TALLYD" --home "$g0" genesis set-param settlement_window_secs "$WINDOW_SECS"
-[ -n "${TALLY_DKG_PHASE_BLOCKS:-}" ] && "$TALLYD" --home "$g0" genesis set-param dkg_phase_blocks "$TALLY_DKG_PHASE_BLOCKS"
+"$TALLYD" --home "$g0" genesis set-param dkg_phase_blocks "${TALLY_DKG_PHASE_BLOCKS:-5}"
 # The encryption keys' proofs of possession sign the chain id: set it first.
 sed -i "s/\"chain_id\": *\"[^\"]*\"/\"chain_id\": \"$CHAIN_ID\"/" "$g0/config/genesis.json"
 if [ "$DEALER" = 1 ]; then

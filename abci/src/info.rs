@@ -132,15 +132,19 @@ fn query_key(app: &TallyApp, req: &RequestQuery) -> ResponseQuery {
 pub(crate) fn check_tx(app: &TallyApp, req: RequestCheckTx) -> ResponseCheckTx {
     let r = match settlement::check_tx_claim_with(app.committed_state(), &req.tx, app.signatures())
     {
-        Ok(checked) => match checked.claim {
-            Some((scope, expires_at)) => {
-                match app.claims().claim(&scope, expires_at, &req.tx, checked.now) {
-                    Ok(()) => checked.result,
-                    Err(refused) => TxResult::rejected(refused),
+        Ok(checked) => {
+            let claimed = match (&checked.claim, &checked.block_scope) {
+                (Some((scope, expires_at)), _) => {
+                    app.claims().claim(scope, *expires_at, &req.tx, checked.now)
                 }
+                (None, Some(scope)) => app.claims().claim_once(scope, &req.tx),
+                (None, None) => Ok(()),
+            };
+            match claimed {
+                Ok(()) => checked.result,
+                Err(refused) => TxResult::rejected(refused),
             }
-            None => checked.result,
-        },
+        }
         Err(f) => {
             warn!(error = %f, "CheckTx: local store fault");
             TxResult::internal(&f)

@@ -30,6 +30,9 @@ pub const MAX_CLAIMS: usize = 100_000;
 #[derive(Debug, Default)]
 pub struct Claims {
     by_scope: HashMap<Vec<u8>, Claim>,
+    /// One-per-block scopes (a validator's message kind, a user's allowance
+    /// changes) of transactions waiting, with their bytes' hash.
+    once: HashMap<Vec<u8>, [u8; 32]>,
 }
 
 #[derive(Debug)]
@@ -81,9 +84,32 @@ impl Claims {
         Ok(())
     }
 
+    /// Claims the one-per-block `scope` (settlement's `block_scope`) for
+    /// `tx`: a second transaction of that scope while one waits is refused
+    /// (code 34); the same bytes again pass.
+    pub fn claim_once(&mut self, scope: &[u8], tx: &[u8]) -> Result<(), Rejection> {
+        let tx_hash: [u8; 32] = Sha256::digest(tx).into();
+        match self.once.get(scope) {
+            Some(h) if *h != tx_hash => Err(Rejection::new(
+                Code::TxPending,
+                "a transaction of this validator and kind (or this user's allowance change) is already waiting in the mempool: one per block; retry after it lands",
+            )),
+            Some(_) => Ok(()),
+            None if self.once.len() >= MAX_CLAIMS => Err(Rejection::new(
+                Code::TxPending,
+                format!("{MAX_CLAIMS} such transactions are waiting in the mempool; retry after the next block"),
+            )),
+            None => {
+                self.once.insert(scope.to_vec(), tx_hash);
+                Ok(())
+            }
+        }
+    }
+
     /// Forgets every claim (at Commit; rechecks claim again).
     pub fn clear(&mut self) {
         self.by_scope.clear();
+        self.once.clear();
     }
 
     /// Number of claims.
@@ -118,5 +144,17 @@ mod tests {
         c.claim(&scope, 200, b"tx-b", 100).unwrap();
         c.clear();
         c.claim(&scope, 300, b"tx-c", 100).unwrap();
+    }
+
+    #[test]
+    fn one_transaction_per_block_scope_waits_at_a_time() {
+        let mut c = Claims::default();
+        c.claim_once(b"validator/k\x02", b"ack-1").unwrap();
+        c.claim_once(b"validator/k\x02", b"ack-1").unwrap();
+        let e = c.claim_once(b"validator/k\x02", b"ack-2").unwrap_err();
+        assert_eq!(e.code, Code::TxPending);
+        c.claim_once(b"validator/k\x03", b"reveal").unwrap();
+        c.clear();
+        c.claim_once(b"validator/k\x02", b"ack-2").unwrap();
     }
 }

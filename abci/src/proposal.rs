@@ -62,16 +62,26 @@ pub(crate) fn prepare_proposal(
         // proposer tries again.
         Err(e) => warn!(height = block.height, error = %e, "no system transactions this block"),
     }
+    let mut scopes = std::collections::HashSet::new();
     for tx in req.txs {
         // Skip what ProcessProposal would refuse (undecodable bytes, system
-        // transactions from the mempool); keep the mempool order. One decode.
+        // transactions from the mempool, a second transaction of one
+        // one-per-block scope); keep the mempool order. One decode.
         // Validator messages (DKG dealings, acks, reveals, proposals,
         // approvals) are user transactions signed by a validator.
+        let Ok(decoded) = settlement::decode_tx(&tx) else {
+            continue;
+        };
         if !matches!(
-            settlement::decode_tx(&tx).map(|t| t.sum),
-            Ok(None | Some(tx::Sum::Report(_) | tx::Sum::Allowance(_) | tx::Sum::Validator(_)))
+            decoded.sum,
+            None | Some(tx::Sum::Report(_) | tx::Sum::Allowance(_) | tx::Sum::Validator(_))
         ) {
             continue;
+        }
+        if let Some(scope) = settlement::pipeline::block_scope(&decoded) {
+            if !scopes.insert(scope) {
+                continue; // stays in the mempool for a later block
+            }
         }
         if used.saturating_add(tx.len()) > max {
             continue;

@@ -87,6 +87,10 @@ pub enum Code {
     /// A validator-set proposal or approval that cannot be accepted
     /// (including an approval of a proposal that does not exist).
     BadProposal = 33,
+    /// CheckTx: a validator message of the same kind from the same sender,
+    /// or an allowance change of the same user, is already waiting in the
+    /// mempool (one of each per block).
+    TxPending = 34,
 }
 
 impl Code {
@@ -132,11 +136,12 @@ impl Code {
             Code::BadDealing => "bad_dealing",
             Code::DkgDuplicate => "dkg_duplicate",
             Code::BadProposal => "bad_proposal",
+            Code::TxPending => "tx_pending",
         }
     }
 
     /// Every code, for documentation and tests.
-    pub const ALL: [Code; 34] = [
+    pub const ALL: [Code; 35] = [
         Code::Ok,
         Code::MalformedTx,
         Code::UnknownGateway,
@@ -171,6 +176,7 @@ impl Code {
         Code::BadDealing,
         Code::DkgDuplicate,
         Code::BadProposal,
+        Code::TxPending,
     ];
 
     /// The code with this number.

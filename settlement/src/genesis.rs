@@ -53,8 +53,9 @@ pub struct Params {
     /// stay in state after it settled: queryable, and the bodies a relay
     /// re-submits if the hub ever forgets a nonce (1..=1000000).
     pub settled_retention_windows: u64,
-    /// Blocks in each phase of a DKG or reshare ceremony (dealings, acks,
-    /// reveals): a ceremony takes three times this many blocks.
+    /// Blocks in each phase of a DKG or re-key ceremony (dealings, acks,
+    /// reveals): a ceremony takes three times this many blocks. At least 3,
+    /// so a message that misses one block still lands in its phase.
     pub dkg_phase_blocks: u64,
     /// Blocks an open validator-set proposal waits for approvals before
     /// it expires.
@@ -81,7 +82,7 @@ impl Default for Params {
             max_block_messages: 8,
             max_close_per_block: 1000,
             settled_retention_windows: 1440,
-            dkg_phase_blocks: 5,
+            dkg_phase_blocks: 8,
             proposal_expiry_blocks: 3600,
         }
     }
@@ -139,8 +140,8 @@ impl Params {
         if !(1..=1_000_000).contains(&self.settled_retention_windows) {
             return bad("settled_retention_windows must be 1..=1000000");
         }
-        if !(1..=10_000).contains(&self.dkg_phase_blocks) {
-            return bad("dkg_phase_blocks must be 1..=10000");
+        if !(3..=10_000).contains(&self.dkg_phase_blocks) {
+            return bad("dkg_phase_blocks must be 3..=10000");
         }
         if !(1..=1_000_000).contains(&self.proposal_expiry_blocks) {
             return bad("proposal_expiry_blocks must be 1..=1000000");

@@ -16,7 +16,7 @@ use crate::dkg::state::put_active_key;
 use crate::envelope::{VerifiedSignatures, VerifyAll};
 use crate::error::{ExecError, Fatal, Rejection};
 use crate::genesis::{parse_pubkey, Genesis, GenesisError};
-use crate::pipeline::{check_size, plan};
+use crate::pipeline::{block_scope, check_size, plan};
 use crate::proto::{tx, Tx};
 use crate::state::allowance::{put_allowance, put_gateway_name, put_user_key, Allowance};
 use crate::state::chain::{
@@ -125,6 +125,9 @@ pub struct CheckedTx {
     /// For a report that passes: its replay scope (gateway key and report
     /// id) and its expiry.
     pub claim: Option<(Vec<u8>, u64)>,
+    /// For a validator message or allowance change that passes: its
+    /// one-per-block scope ([`crate::pipeline::block_scope`]).
+    pub block_scope: Option<Vec<u8>>,
     /// The last block's time, the "now" of the check.
     pub now: u64,
 }
@@ -145,6 +148,7 @@ pub fn check_tx_claim_with(
     let done = |result| CheckedTx {
         result,
         claim: None,
+        block_scope: None,
         now,
     };
     let params = params(kv)?;
@@ -158,11 +162,19 @@ pub fn check_tx_claim_with(
         ))));
     }
     let mut claim = None;
-    let result = settle(plan(kv, &params, now, tx, decode_tx(tx), sigs).map(|plan| {
+    let decoded = decode_tx(tx);
+    let scope = decoded.as_ref().ok().and_then(block_scope);
+    let result = settle(plan(kv, &params, now, tx, decoded, sigs).map(|plan| {
         claim = plan.report_scope().map(|(s, e)| (s.to_vec(), e));
         TxResult::ok(plan.describe(), Vec::new())
     }))?;
-    Ok(CheckedTx { result, claim, now })
+    let block_scope = scope.filter(|_| result.code == Code::Ok);
+    Ok(CheckedTx {
+        result,
+        claim,
+        block_scope,
+        now,
+    })
 }
 
 /// A rejection becomes the transaction's result; a fault stays an error.

@@ -49,6 +49,36 @@ use crate::proto::{tx, Tx};
 use crate::report::{plan_report, Plan};
 use crate::types::TxResult;
 
+/// At most one transaction per block may have a given scope: a validator
+/// message's is its sender and kind (dealing, ack, reveal, proposal,
+/// approval), an allowance change's its user. `None` for every other
+/// transaction, and for bodies that do not decode (refused anyway when
+/// they run). PrepareProposal keeps the first of a scope, ProcessProposal
+/// refuses a block with two, CheckTx refuses a second while the first
+/// waits in the mempool (code 34): one leaked key or one validator cannot
+/// fill blocks with these.
+pub fn block_scope(t: &Tx) -> Option<Vec<u8>> {
+    match t.sum.as_ref()? {
+        tx::Sum::Validator(v) => {
+            let m = crate::proto::ValidatorMsg::decode(v.body.as_slice()).ok()?;
+            use crate::proto::validator_msg::Sum;
+            let kind: u8 = match m.sum? {
+                Sum::Dealing(_) => 1,
+                Sum::Ack(_) => 2,
+                Sum::Reveal(_) => 3,
+                Sum::Propose(_) => 4,
+                Sum::Approve(_) => 5,
+            };
+            Some([b"validator/".as_slice(), &v.pubkey, &[kind]].concat())
+        }
+        tx::Sum::Allowance(a) => {
+            let c = crate::proto::AllowanceChange::decode(a.body.as_slice()).ok()?;
+            Some([b"allowance/".as_slice(), c.user.as_bytes()].concat())
+        }
+        _ => None,
+    }
+}
+
 /// A checked user transaction, ready to write.
 #[derive(Debug)]
 pub enum UserPlan {

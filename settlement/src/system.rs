@@ -45,6 +45,7 @@ use crate::codes::Code;
 use crate::dkg::key::KeyCache;
 use crate::dkg::state::active_key;
 use crate::error::{reject, ExecError, Fatal};
+use crate::pipeline::block_scope;
 use crate::proto::{tx, SyncTxStart};
 use crate::state::chain::{chain_id, params};
 use crate::sync::awaited::Bodies;
@@ -108,6 +109,7 @@ pub fn verify_system(
     }
     // 0: nothing yet, 1: sync start seen, 2: partials seen, 3: user txs.
     let mut stage = 0u8;
+    let mut scopes: std::collections::BTreeSet<Vec<u8>> = Default::default();
     for (i, t) in txs.iter().enumerate() {
         let out_of_place = |what: &str| {
             reject(
@@ -115,7 +117,16 @@ pub fn verify_system(
                 format!("tx {i}: {what} out of place (system transactions come first: one sync start, then one SubmitPartials)"),
             )
         };
-        match decode_tx(t)?.sum {
+        let decoded = decode_tx(t)?;
+        if let Some(scope) = block_scope(&decoded) {
+            if !scopes.insert(scope) {
+                return Err(reject(
+                    Code::TxPending,
+                    format!("tx {i}: a second validator message of one sender and kind, or allowance change of one user, in one block"),
+                ));
+            }
+        }
+        match decoded.sum {
             Some(tx::Sum::SyncStart(s)) => {
                 if stage >= 1 {
                     return Err(out_of_place("sync start"));

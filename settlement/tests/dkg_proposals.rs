@@ -78,6 +78,7 @@ fn approvals_of_missing_or_closed_proposals_are_bad_proposals() {
         action: 3,
         pubkey: b.verifying_key().to_bytes().to_vec(),
         power: 5,
+        valid_until_height: 5,
         ..ValidatorProposal::default()
     });
     assert_eq!(send(&mut kv, &a, 1, unequal), Code::BadProposal);
@@ -86,6 +87,7 @@ fn approvals_of_missing_or_closed_proposals_are_bad_proposals() {
         action: 3,
         pubkey: b.verifying_key().to_bytes().to_vec(),
         power: 10,
+        valid_until_height: 5,
         ..ValidatorProposal::default()
     });
     assert_eq!(send(&mut kv, &a, 1, update), Code::Ok);
@@ -109,4 +111,53 @@ fn approvals_of_missing_or_closed_proposals_are_bad_proposals() {
     .unwrap();
     assert_eq!(statuses(&kv), [("update".into(), "applied".into())]);
     assert_eq!(send(&mut kv, &a, 2, approve(1)), Code::BadProposal);
+}
+
+#[test]
+fn a_proposal_opens_only_until_its_valid_until_height() {
+    let mut kv = Pending::open(Arc::new(MemBackend::new())).unwrap();
+    init_chain(&mut kv, CHAIN, &Genesis::default()).unwrap();
+    let a = SigningKey::from_bytes(&[7; 32]);
+    let b = SigningKey::from_bytes(&[8; 32]);
+    let set = [
+        (a.verifying_key().to_bytes(), 10),
+        (b.verifying_key().to_bytes(), 10),
+    ];
+    init_validators(&mut kv, CHAIN, &Genesis::default(), &set).unwrap();
+    let update = |until| {
+        Sum::Propose(ValidatorProposal {
+            action: 3,
+            pubkey: b.verifying_key().to_bytes().to_vec(),
+            power: 10,
+            valid_until_height: until,
+            ..ValidatorProposal::default()
+        })
+    };
+    let at = |kv: &mut Pending, h: u64| {
+        begin_block(
+            kv,
+            &Block {
+                height: h,
+                time: 100 + h,
+            },
+        )
+        .unwrap();
+    };
+    at(&mut kv, 50);
+    // Hand-computed edges: at height 50, 49 is past, 1050 is 1000 ahead
+    // (the limit), 1051 one too many; 0 (unset) is always past.
+    assert_eq!(send(&mut kv, &a, 50, update(0)), Code::BadProposal);
+    assert_eq!(send(&mut kv, &a, 50, update(49)), Code::BadProposal);
+    assert_eq!(send(&mut kv, &a, 50, update(1051)), Code::BadProposal);
+    assert_eq!(send(&mut kv, &a, 50, update(50)), Code::Ok);
+    assert_eq!(statuses(&kv).len(), 1);
+    // The same signed bytes, replayed after the proposal closed, open
+    // nothing: a later height is past its validity.
+    let mut kv2 = Pending::open(Arc::new(MemBackend::new())).unwrap();
+    init_chain(&mut kv2, CHAIN, &Genesis::default()).unwrap();
+    init_validators(&mut kv2, CHAIN, &Genesis::default(), &set).unwrap();
+    at(&mut kv2, 1050);
+    assert_eq!(send(&mut kv2, &a, 1050, update(1050)), Code::Ok);
+    at(&mut kv2, 1051);
+    assert_eq!(send(&mut kv2, &a, 1051, update(1050)), Code::BadProposal);
 }

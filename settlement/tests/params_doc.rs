@@ -112,13 +112,13 @@ fn a_missing_row_or_a_wrong_default_is_reported() {
     let e = check(&without).expect_err("a missing row must be caught");
     assert!(e.contains("max_block_messages is not documented"), "{e}");
     let wrong = README.replacen(
-        "| `dkg_phase_blocks` | 5 |",
-        "| `dkg_phase_blocks` | 6 |",
+        "| `dkg_phase_blocks` | 8 |",
+        "| `dkg_phase_blocks` | 9 |",
         1,
     );
     let e = check(&wrong).expect_err("a wrong default must be caught");
     assert!(
-        e.contains("dkg_phase_blocks: documented 6, default 5"),
+        e.contains("dkg_phase_blocks: documented 9, default 8"),
         "{e}"
     );
     let e = check(&README.replacen("\"max_tx_bytes\": 1048576,", "", 1)).unwrap_err();

@@ -51,7 +51,7 @@ pub struct Figures {
 }
 
 const CHAIN: &str = "tally-dkg-bench";
-const PHASE: u64 = 2;
+const PHASE: u64 = 3;
 
 /// Runs one fresh ceremony with `n` honest validators.
 pub fn ceremony(n: usize) -> Result<Figures> {

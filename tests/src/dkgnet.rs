@@ -174,6 +174,7 @@ impl DkgNet {
                 power,
                 enc_key,
                 enc_pop,
+                valid_until_height: self.net.height as u64 + 10,
             }),
         )?;
         let id = <[u8; 8]>::try_from(data.as_slice())

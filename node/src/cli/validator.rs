@@ -57,9 +57,14 @@ pub struct ProposeCommand {
     /// The validator's ed25519 consensus key, hex or base64.
     #[arg(long)]
     pub pubkey: Option<String>,
-    /// Voting power (add, update).
+    /// Voting power (add, update): every validator has the same power,
+    /// the one `query validators` shows.
     #[arg(long)]
     pub power: Option<u64>,
+    /// Blocks from the node's latest height during which the proposal may
+    /// still open (1-1000): a signed proposal cannot be replayed later.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub valid_for: u64,
     /// The validator's encryption key (hex, 48 bytes), from its
     /// `tallyd dkg enc-proof`.
     #[arg(long, requires = "enc_pop", conflicts_with = "candidate_home")]
@@ -168,6 +173,7 @@ impl ProposeCommand {
             power,
             enc_key,
             enc_pop,
+            valid_until_height: 0,
         })
     }
 }
@@ -215,7 +221,8 @@ fn proposal_state(rpc: &Rpc, id: u64) -> Option<serde_json::Value> {
 impl Command for ProposeCommand {
     fn execute(self, ctx: &Context) -> anyhow::Result<()> {
         let (rpc, chain_id) = connect(&self.node)?;
-        let p = self.proposal(&chain_id)?;
+        let mut p = self.proposal(&chain_id)?;
+        p.valid_until_height = rpc.status()?.height.saturating_add(self.valid_for);
         let (data, height) = send(ctx, &rpc, &chain_id, Sum::Propose(p))?;
         let id = data
             .as_slice()

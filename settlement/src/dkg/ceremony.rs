@@ -157,7 +157,7 @@ fn next_set(kv: &impl KvRead, p: Option<&Proposal>) -> Result<Vec<CeremonyPlayer
 /// attempt filled in) scheduled from `h`: its round, phase windows and
 /// threshold.
 fn schedule(kv: &mut impl Kv, h: u64, c: Ceremony) -> Result<Ceremony, Fatal> {
-    let phase = params(kv)?.dkg_phase_blocks.max(1);
+    let phase = params(kv)?.dkg_phase_blocks.max(3);
     Ok(Ceremony {
         round: st::next_round(kv)?,
         start_height: h,

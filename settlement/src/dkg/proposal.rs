@@ -23,6 +23,9 @@ use crate::types::Event;
 pub const MAX_OPEN_PER_PROPOSER: usize = 4;
 /// Open proposals in all.
 pub const MAX_OPEN: usize = 32;
+/// How far ahead of the current height a proposal's `valid_until_height`
+/// may be.
+pub const MAX_VALIDITY_BLOCKS: u64 = 1000;
 
 /// The `validator_proposal` event of a proposal opened or approved.
 pub fn proposal_event(p: &Proposal) -> Event {
@@ -79,6 +82,18 @@ pub fn plan_proposal(
     p: ValidatorProposal,
 ) -> Result<Proposal, ExecError> {
     current_validator(kv, o)?;
+    if p.valid_until_height < height {
+        return Err(bad(format!(
+            "the proposal was valid until height {}, this is {height}",
+            p.valid_until_height
+        )));
+    }
+    if p.valid_until_height - height > MAX_VALIDITY_BLOCKS {
+        return Err(bad(format!(
+            "valid_until_height {} is more than {MAX_VALIDITY_BLOCKS} blocks ahead of {height}",
+            p.valid_until_height
+        )));
+    }
     let key: [u8; 32] = p
         .pubkey
         .as_slice()

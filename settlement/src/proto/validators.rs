@@ -111,13 +111,13 @@ pub struct RevealedShare {
 /// A proposal to change the validator set.
 #[derive(Clone, PartialEq, Eq, prost::Message)]
 pub struct ValidatorProposal {
-    /// 1 add, 2 remove, 3 update.
+    /// 1 add, 2 remove, 3 update (the encryption key).
     #[prost(uint32, tag = "1")]
     pub action: u32,
     /// The validator's ed25519 consensus key.
     #[prost(bytes = "vec", tag = "2")]
     pub pubkey: Vec<u8>,
-    /// Voting power (add, update).
+    /// Voting power (add, update): the common power of every validator.
     #[prost(uint64, tag = "3")]
     pub power: u64,
     /// 48-byte encryption key (add: required; update: empty keeps it).
@@ -126,6 +126,11 @@ pub struct ValidatorProposal {
     /// 96-byte proof of possession of `enc_key`.
     #[prost(bytes = "vec", tag = "5")]
     pub enc_pop: Vec<u8>,
+    /// The last height the proposal may open at (at most
+    /// `MAX_VALIDITY_BLOCKS` ahead): a signed proposal cannot be replayed
+    /// later to fill the open slots.
+    #[prost(uint64, tag = "6")]
+    pub valid_until_height: u64,
 }
 
 /// An approval of a proposal.
