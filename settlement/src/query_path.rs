@@ -331,6 +331,15 @@ pub fn proposals(from: Option<u64>) -> QueryPath {
     }
 }
 
+/// `/rotations[?from=nonce]`.
+pub fn rotations(from: Option<u64>) -> QueryPath {
+    let p = QueryPath::from_segments(["rotations"]);
+    match from {
+        Some(n) => p.param("from", n.to_string()),
+        None => p,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -104,3 +104,42 @@ fn the_largest_power_a_proposal_could_carry_is_refused() -> Result<()> {
     ensure!(net.net.nodes.iter().all(|n| n.member));
     Ok(())
 }
+
+/// Drops every DKG message: a validator that votes but never deals.
+fn silent(
+    _: tally_settlement::proto::ValidatorMsg,
+) -> Option<tally_settlement::proto::ValidatorMsg> {
+    None
+}
+
+/// A first key that cannot form (two of four validators never deal: two
+/// dealers, threshold 3) used to restart forever and keep every accepted
+/// proposal waiting. Now the failed round yields: removals of the two
+/// silent validators apply, and the key forms with the two that deal.
+#[test]
+fn a_first_key_that_keeps_failing_yields_to_removals_of_the_silent() -> Result<()> {
+    let mut net = DkgNet::new(4, 3)?;
+    net.net.nodes[2].dkg_filter = Some(silent);
+    net.net.nodes[3].dkg_filter = Some(silent);
+    net.until(25, |_| Ok(false)).err();
+    ensure!(net.key(0)?.is_none(), "a key formed with two dealers");
+    for gone in [3, 2] {
+        let (code, id) = net.propose(0, ProposalAction::Remove, gone, 0)?;
+        ensure!(code == Code::Ok, "{code:?}");
+        let voters: Vec<usize> = (0..4)
+            .filter(|&v| v != 0 && net.net.nodes[v].member)
+            .collect();
+        approve_all(&mut net, id, &voters)?;
+        net.until(20, |s| Ok(s.status(id)? == ProposalStatus::Applied))
+            .with_context(|| format!("the removal of node {gone} never ran"))?;
+    }
+    net.until(30, |s| Ok(s.key(0)?.is_some()))
+        .context("no key with the two validators that deal")?;
+    let key = net.key(0)?.context("key")?;
+    ensure!(
+        key.signers.len() == 2 && key.shares.threshold == 2,
+        "{:?}",
+        key.signers
+    );
+    Ok(())
+}

@@ -20,9 +20,9 @@ const TESTS: [Test<()>; 2] = [
         run: batch_signature_verifies_in_py_ecc,
     },
     Test {
-        name: "reshared_key_and_batch_verify_in_py_ecc",
+        name: "rekeyed_key_and_batch_verify_in_py_ecc",
         needs: &[],
-        run: reshared_key_and_batch_verify_in_py_ecc,
+        run: rekeyed_key_and_batch_verify_in_py_ecc,
     },
 ];
 
@@ -117,7 +117,7 @@ fn py_ecc(vector: &serde_json::Value) -> anyhow::Result<String> {
 /// After two set changes (4 -> 5 -> 6 validators) the key rotated twice:
 /// py_ecc verifies a batch signed by the third committee under the key the
 /// hub holds after the two rotations (and not under the first key).
-fn reshared_key_and_batch_verify_in_py_ecc(_: &mut ()) -> anyhow::Result<()> {
+fn rekeyed_key_and_batch_verify_in_py_ecc(_: &mut ()) -> anyhow::Result<()> {
     use tally_tests::dkgnet::{DkgNet, CHAIN};
     let mut net = DkgNet::new(4, 3)?;
     net.until(14, |s| Ok(s.epoch()? == 1))?;

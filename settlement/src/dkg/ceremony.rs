@@ -12,7 +12,9 @@
 //! set) have a secret no past committee ever held shares of. Too few: the
 //! round's data is deleted and the same ceremony runs again as the next
 //! round (a re-key gives up after [`MAX_REKEY_ROUNDS`] and refuses its
-//! proposal); the current key, if any, stays.
+//! proposal; a first key that failed yields to accepted proposals, which
+//! apply at once, so validators that never deal can be removed); the
+//! current key, if any, stays.
 //!
 //! A re-key's key does not become active when it is made. It waits in
 //! `cer/next` with a rotation (`rot/<nonce>`) that the *outgoing* key must
@@ -411,10 +413,26 @@ fn fail(kv: &mut impl Kv, h: u64, c: Ceremony, got: usize, need: usize) -> Resul
         st::put_ceremony(kv, None);
         return Ok(ev);
     }
+    // A first key that keeps failing yields to accepted proposals: with no
+    // key they apply at once (removing the validators that never dealt,
+    // say), and the next round starts over with the set they leave.
+    if !rekey && has_accepted(kv)? {
+        st::put_ceremony(kv, None);
+        return Ok(ev);
+    }
     let attempt = c.attempt.saturating_add(1);
     let again = schedule(kv, h, Ceremony { attempt, ..c })?;
     st::put_ceremony(kv, Some(&again));
     Ok(ev)
+}
+
+fn has_accepted(kv: &impl KvRead) -> Result<bool, Fatal> {
+    for p in st::open_proposals(kv)? {
+        if st::proposal_status(&p)? == ProposalStatus::Accepted {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 fn expire_proposals(kv: &mut impl Kv, h: u64, events: &mut Vec<Event>) -> Result<(), Fatal> {

@@ -23,14 +23,17 @@
 //!
 //! **Set.** A current validator proposes adding, removing or updating a
 //! validator; the proposal is accepted once approvers holding more than
-//! 2/3 of the voting power signed approvals ([`proposal`]). An accepted
-//! change runs a *reshare*: the current share holders deal polynomials whose
-//! constant terms are their shares, to the next set; combined with
-//! Lagrange weights they give new shares of the same group secret, so the
-//! group key never changes. When it finalises at height `h`, FinalizeBlock
-//! returns the validator update (CometBFT applies it from `h + 2`) and the
-//! new key becomes active at `h + 2` too; stored partials of the old key
-//! are dropped then, since partials of different epochs never combine.
+//! 2/3 of the voting power signed approvals ([`proposal`]). Every
+//! validator has the same power, and an accepted change is checked again
+//! when it runs, with CometBFT's own rules for the update it makes
+//! ([`rules`]). It then runs a *re-key* (ADR 0017): the next set deals a
+//! key with a fresh secret, so no past committee holds a share of it. The
+//! outgoing key signs a rotation naming the new key for the hub
+//! ([`rotation`]); the block that combines that signature returns the
+//! validator update (CometBFT applies it from `h + 2`) and the new key
+//! becomes active at `h + 2` too; stored partials of the old key are
+//! dropped then, since partials of different epochs never combine, and a
+//! batch the old key signed but the hub has not settled is signed again.
 //!
 //! ## Files
 //!

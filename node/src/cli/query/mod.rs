@@ -58,6 +58,9 @@ pub enum QueryCommand {
     Validators(validators::ValidatorsCommand),
     /// Validator-set proposals and their approvals.
     Proposals(validators::ProposalsCommand),
+    /// Key rotations: each new key and the old key's signature handing it
+    /// to the hub.
+    Rotations(validators::RotationsCommand),
     /// Any query path, printed as JSON.
     Raw(node::RawCommand),
     /// Node heights and app hash.
@@ -79,6 +82,7 @@ impl Command for QueryCommand {
             Self::Dkg(c) => c.execute(ctx),
             Self::Validators(c) => c.execute(ctx),
             Self::Proposals(c) => c.execute(ctx),
+            Self::Rotations(c) => c.execute(ctx),
             Self::Raw(c) => c.execute(ctx),
             Self::Status(c) => c.execute(ctx),
         }
@@ -118,6 +122,8 @@ pub enum Shape {
     Validators,
     /// `/proposals`.
     Proposals,
+    /// `/rotations`.
+    Rotations,
     /// `/dkg`.
     Dkg,
 }
@@ -183,6 +189,7 @@ pub fn render(out: &mut impl Write, shape: Shape, v: Value) -> anyhow::Result<()
         }
         Shape::Validators => validators::validators(out, &v)?,
         Shape::Proposals => validators::proposals(out, &v)?,
+        Shape::Rotations => validators::rotations(out, &v)?,
         Shape::Dkg => validators::dkg(out, &v)?,
     }
     Ok(())

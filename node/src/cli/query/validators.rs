@@ -1,6 +1,7 @@
-//! `tallyd query validators|proposals|dkg`: the validator set, the
-//! validator-set proposals and the threshold key with its ceremonies
-//! (`/validators`, `/proposals`, `/dkg`), and their tables.
+//! `tallyd query validators|proposals|rotations|dkg`: the validator set,
+//! the validator-set proposals, the key rotations and the threshold key
+//! with its ceremonies (`/validators`, `/proposals`, `/rotations`, `/dkg`),
+//! and their tables.
 
 use std::io::{self, Write};
 
@@ -43,6 +44,27 @@ impl Command for ProposalsCommand {
             &self.opts,
             &query_path::proposals(self.from),
             Shape::Proposals,
+        )
+    }
+}
+
+/// `query rotations [--from NONCE]`.
+#[derive(Args, Debug, PartialEq, Eq)]
+pub struct RotationsCommand {
+    /// First rotation nonce (100 are shown at most).
+    #[arg(long)]
+    pub from: Option<u64>,
+    /// Node and output format.
+    #[command(flatten)]
+    pub opts: QueryOpts,
+}
+
+impl Command for RotationsCommand {
+    fn execute(self, _ctx: &Context) -> anyhow::Result<()> {
+        show(
+            &self.opts,
+            &query_path::rotations(self.from),
+            Shape::Rotations,
         )
     }
 }
@@ -119,6 +141,36 @@ pub fn proposals(out: &mut impl Write, v: &Value) -> io::Result<()> {
     }
     if rows.is_empty() {
         writeln!(out, "(no proposals)")?;
+    }
+    if let Some(n) = v["next_from"].as_u64() {
+        writeln!(out, "more: --from {n}")?;
+    }
+    Ok(())
+}
+
+/// `/rotations` as a table: nonce, epochs, the new group key, heights.
+pub fn rotations(out: &mut impl Write, v: &Value) -> io::Result<()> {
+    writeln!(
+        out,
+        "{:>6} {:>6} {:>6} {:>8} {:>8} {:>8} GROUP KEY",
+        "NONCE", "FROM", "EPOCH", "MADE", "SIGNED", "ACTIVE"
+    )?;
+    let rows = v["rotations"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    for r in rows {
+        writeln!(
+            out,
+            "{:>6} {:>6} {:>6} {:>8} {:>8} {:>8} {}",
+            s(&r["nonce"]),
+            s(&r["from_epoch"]),
+            s(&r["epoch"]),
+            s(&r["made_height"]),
+            s(&r["signed_height"]),
+            s(&r["active_height"]),
+            s(&r["group_key"]),
+        )?;
+    }
+    if rows.is_empty() {
+        writeln!(out, "(no rotations: the key never changed)")?;
     }
     if let Some(n) = v["next_from"].as_u64() {
         writeln!(out, "more: --from {n}")?;
@@ -228,6 +280,11 @@ mod tests {
         assert_eq!(c.opts.node.primary(), "http://n:2");
         assert_eq!(c.opts.format(), Output::Table);
         assert!(query(&["query", "proposals", "--from", "x"]).is_err());
+        let QueryCommand::Rotations(c) = query(&["query", "rotations", "--from", "2"]).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(c.from, Some(2));
         assert!(query(&["query", "dkg", "--json", "--output", "table"]).is_ok());
     }
 
@@ -264,5 +321,25 @@ mod tests {
              ceremony: round 1 (fresh, epoch 1, attempt 0), phase acks: dealings until 5, acks until 9, ends at 13\n  \
              dealers 4, players 4, threshold 3; dealings 4, acks 10, reveals 0\n"
         );
+    }
+
+    #[test]
+    fn the_rotations_table_lists_each_rotation() {
+        let v = json!({"rotations": [
+            {"nonce": 1, "hub": "hub", "epoch": 2, "from_epoch": 1, "group_key": "ab",
+             "signature": "cd", "made_height": 40, "signed_height": 43, "active_height": 45},
+            {"nonce": 2, "hub": "hub", "epoch": 3, "from_epoch": 2, "group_key": "ef",
+             "signature": null, "made_height": 90, "signed_height": 0, "active_height": 0}],
+            "next_from": null});
+        let t = text(|o| rotations(o, &v));
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 3, "{t}");
+        assert!(lines[1].ends_with("40       43       45 ab"), "{t}");
+        assert!(
+            lines[2].contains("     2      3       90        0        0 ef"),
+            "{t}"
+        );
+        let empty = text(|o| rotations(o, &json!({"rotations": [], "next_from": null})));
+        assert!(empty.contains("no rotations"), "{empty}");
     }
 }
