@@ -210,7 +210,8 @@ fn a_player_offline_for_the_whole_ceremony_gets_its_share_from_the_chain() -> Re
 
 #[test]
 fn approvals_below_two_thirds_of_the_power_do_not_accept() -> Result<()> {
-    for n in [4, 7] {
+    // n = 3 and 6: 2 of 3 and 4 of 6 are exactly 2/3 (open); 3 and 5 accept.
+    for n in [3, 4, 6, 7] {
         let mut net = form(n)?;
         let newcomer = net.net.add_node()?;
         let (code, id) = net.propose(0, ProposalAction::Add, newcomer, 10)?;
