@@ -9,19 +9,23 @@
 //! 1. `key_made_on_chain`: `/dkg` shows epoch 1 with a group key G, signed
 //!    by exactly CometBFT's four validators with threshold 2n/3 + 1, and
 //!    the hub's genesis holds the same G;
-//! 2. `fifth_validator_added`: `localnet/node.sh add` starts a fifth node;
+//! 2. `a_power_above_cometbfts_cap_is_refused`: issue 26's reproduction,
+//!    `tx validator propose --update --candidate-home <node1> --power
+//!    1152921504606846975`, which used to stop every node a minute after
+//!    its approvals, is refused (code 33) and the chain goes on;
+//! 3. `fifth_validator_added`: `localnet/node.sh add` starts a fifth node;
 //!    the proposal and approval commands it prints (node0 proposes, node1
 //!    and node2 approve: 3 of 4 equal powers) make it a validator: CometBFT's
 //!    `/validators` lists five, `/dkg` shows epoch 2 with a new key G2 and
 //!    five signers, the same five; `/rotations` holds the rotation G -> G2
 //!    signed by G, and the hub's `/keys/hub` ends at G2;
-//! 3. `batch_settles_after_add`: usage reported after the switch forms a
+//! 4. `batch_settles_after_add`: usage reported after the switch forms a
 //!    batch the five-validator set signs; its signature verifies against G2
 //!    here, not against G, and the hub (which now holds G2) settles it;
-//! 4. `fifth_validator_removed`: a removal proposal approved by four of five
+//! 5. `fifth_validator_removed`: a removal proposal approved by four of five
 //!    (4 of 5 equal powers): four validators again, epoch 3, a new key G3
 //!    handed to the hub the same way;
-//! 5. `batch_settles_after_removal`: as 3, with the four and G3 (refused
+//! 6. `batch_settles_after_removal`: as 3, with the four and G3 (refused
 //!    under G and G2).
 //!
 //! Needs `cometbft` on PATH (without it every test is reported SKIPPED)
@@ -53,11 +57,16 @@ const PHASE_BLOCKS: &str = "3";
 const RESHARE_TIMEOUT: Duration = Duration::from_secs(120);
 const USER: &str = "alice";
 
-const TESTS: [Test<Net>; 5] = [
+const TESTS: [Test<Net>; 6] = [
     Test {
         name: "key_made_on_chain",
         needs: &[],
         run: key_made_on_chain,
+    },
+    Test {
+        name: "a_power_above_cometbfts_cap_is_refused",
+        needs: &["key_made_on_chain"],
+        run: a_power_above_cometbfts_cap_is_refused,
     },
     Test {
         name: "fifth_validator_added",
@@ -251,6 +260,31 @@ fn key_made_on_chain(f: &mut Net) -> Result<()> {
         "settlement genesis has a dealt key"
     );
     f.group_key = g;
+    Ok(())
+}
+
+fn a_power_above_cometbfts_cap_is_refused(f: &mut Net) -> Result<()> {
+    let net = &f.net;
+    let home = |i: usize| net.dir().join(format!("node{i}")).display().to_string();
+    let before = net.height(0);
+    let r = tallyd_ok(&[
+        "tx",
+        "validator",
+        "propose",
+        "--home",
+        &home(0),
+        "--node",
+        &net.rpc_url(0),
+        "--update",
+        "--candidate-home",
+        &home(1),
+        "--power",
+        "1152921504606846975",
+    ]);
+    let e = r.err().context("the proposal was accepted")?.to_string();
+    ensure!(e.contains("code 33"), "refused otherwise: {e}");
+    net.wait_height(0, before + 3, Duration::from_secs(30))?;
+    ensure!(comet_validators(net, 0)?.len() == 4, "the set changed");
     Ok(())
 }
 
