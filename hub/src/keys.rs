@@ -18,20 +18,10 @@ use tally_store::{Kv, KvRead, StoreError};
 
 use tally_hub_types::{HubCode, RotateKey};
 
+use crate::kv::get_u64;
+
 /// A refused rotation: its code and why.
 pub type Refusal = (HubCode, String);
-
-/// A stored u64 (0 when absent).
-fn get_u64(kv: &impl KvRead, k: &[u8]) -> Result<u64, StoreError> {
-    match kv.get(k)? {
-        None => Ok(0),
-        Some(v) => v
-            .as_slice()
-            .try_into()
-            .map(u64::from_be_bytes)
-            .map_err(|_| StoreError::Corrupt("rotation counter is not 8 bytes".into())),
-    }
-}
 
 const KEY: &[u8] = b"keys/";
 const LAST_ROTATION: &[u8] = b"last_rotation/";

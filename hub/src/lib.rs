@@ -7,6 +7,7 @@
 
 pub mod app;
 pub mod keys;
+mod kv;
 pub mod machine;
 
 pub use app::HubApp;

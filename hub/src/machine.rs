@@ -40,6 +40,8 @@ use tally_settlement::bls::{self, Kind, PublicShares};
 use tally_settlement::sync::batch_digest;
 use tally_store::{prefix_end, Kv, KvRead, StoreError};
 
+use crate::kv::get_u64;
+
 // The wire types live in `tally-hub-types`, shared with the relay; they
 // are re-exported here so the hub's own code keeps one path to them.
 pub use tally_hub_types::{hub_tx, Deposit, HubCode, HubTx, RotateKey, SubmitBatch};
@@ -103,25 +105,6 @@ const DEPOSIT: &[u8] = b"dep/";
 
 fn key(parts: &[&[u8]]) -> Vec<u8> {
     parts.concat()
-}
-
-/// A stored u64 (0 when absent); bytes of the wrong length are a corrupt
-/// store, not a zero.
-fn get_u64(kv: &impl KvRead, k: &[u8]) -> Result<u64, StoreError> {
-    match kv.get(k)? {
-        None => Ok(0),
-        Some(v) => v
-            .as_slice()
-            .try_into()
-            .map(u64::from_be_bytes)
-            .map_err(|_| {
-                StoreError::Corrupt(format!(
-                    "value of {} is {} bytes, want 8",
-                    String::from_utf8_lossy(k),
-                    v.len()
-                ))
-            }),
-    }
 }
 
 /// Parses and validates genesis.

@@ -233,22 +233,7 @@ impl Relay {
         }
         let c = chain.to_string();
         match read_hub("rotation", &self.hub, move |h| h.last_rotation(&c)).await {
-            Some(last) if last < newest => {
-                let (cancel, cancel_rx) = watch::channel(false);
-                let sub = Submission {
-                    app: self.app.clone(),
-                    hub: self.hub.clone(),
-                    metrics: self.metrics.clone(),
-                    transport: self.transport.clone(),
-                    policy: self.cfg.policy.clone(),
-                    shutdown: cancel_rx,
-                    chain: chain.to_string(),
-                    nonce: key.0,
-                    attempt: key.1,
-                    tx: None,
-                };
-                self.in_flight = Some(InFlight::spawn(sub, cancel));
-            }
+            Some(last) if last < newest => self.spawn_submission(chain.to_string(), key, None),
             Some(last) => self.hub_rotation = last,
             None => {}
         }
@@ -398,6 +383,12 @@ impl Relay {
             rank = self.cfg.rank.unwrap_or_default(),
             "submitting the signed batch to the hub"
         );
+        self.spawn_submission(chain, key, Some(tx));
+    }
+
+    /// Starts a submission of `tx` for (nonce, attempt) `key` (`None`: key
+    /// rotations only) as the one in flight.
+    fn spawn_submission(&mut self, chain: String, key: (u64, u32), tx: Option<Vec<u8>>) {
         let (cancel, cancel_rx) = watch::channel(false);
         let sub = Submission {
             app: self.app.clone(),
@@ -407,9 +398,9 @@ impl Relay {
             policy: self.cfg.policy.clone(),
             shutdown: cancel_rx,
             chain,
-            nonce,
-            attempt,
-            tx: Some(tx),
+            nonce: key.0,
+            attempt: key.1,
+            tx,
         };
         self.in_flight = Some(InFlight::spawn(sub, cancel));
     }

@@ -48,11 +48,11 @@ fn statuses(kv: &Pending) -> Vec<(String, String)> {
         .collect()
 }
 
-#[test]
-fn approvals_of_missing_or_closed_proposals_are_bad_proposals() {
+/// A chain with two validators of power 10 (keys a and b) and no
+/// encryption keys: no ceremony ever starts.
+fn two_validators() -> (Pending, SigningKey, SigningKey) {
     let mut kv = Pending::open(Arc::new(MemBackend::new())).unwrap();
     init_chain(&mut kv, CHAIN, &Genesis::default()).unwrap();
-    // Two validators without encryption keys: no ceremony ever starts.
     let a = SigningKey::from_bytes(&[7; 32]);
     let b = SigningKey::from_bytes(&[8; 32]);
     let set = [
@@ -60,6 +60,12 @@ fn approvals_of_missing_or_closed_proposals_are_bad_proposals() {
         (b.verifying_key().to_bytes(), 10),
     ];
     init_validators(&mut kv, CHAIN, &Genesis::default(), &set).unwrap();
+    (kv, a, b)
+}
+
+#[test]
+fn approvals_of_missing_or_closed_proposals_are_bad_proposals() {
+    let (mut kv, a, b) = two_validators();
     begin_block(
         &mut kv,
         &Block {
@@ -115,15 +121,7 @@ fn approvals_of_missing_or_closed_proposals_are_bad_proposals() {
 
 #[test]
 fn a_proposal_opens_only_until_its_valid_until_height() {
-    let mut kv = Pending::open(Arc::new(MemBackend::new())).unwrap();
-    init_chain(&mut kv, CHAIN, &Genesis::default()).unwrap();
-    let a = SigningKey::from_bytes(&[7; 32]);
-    let b = SigningKey::from_bytes(&[8; 32]);
-    let set = [
-        (a.verifying_key().to_bytes(), 10),
-        (b.verifying_key().to_bytes(), 10),
-    ];
-    init_validators(&mut kv, CHAIN, &Genesis::default(), &set).unwrap();
+    let (mut kv, a, b) = two_validators();
     let update = |until| {
         Sum::Propose(ValidatorProposal {
             action: 3,
@@ -153,9 +151,7 @@ fn a_proposal_opens_only_until_its_valid_until_height() {
     assert_eq!(statuses(&kv).len(), 1);
     // The same signed bytes, replayed after the proposal closed, open
     // nothing: a later height is past its validity.
-    let mut kv2 = Pending::open(Arc::new(MemBackend::new())).unwrap();
-    init_chain(&mut kv2, CHAIN, &Genesis::default()).unwrap();
-    init_validators(&mut kv2, CHAIN, &Genesis::default(), &set).unwrap();
+    let (mut kv2, _, _) = two_validators();
     at(&mut kv2, 1050);
     assert_eq!(send(&mut kv2, &a, 1050, update(1050)), Code::Ok);
     at(&mut kv2, 1051);

@@ -362,3 +362,61 @@ fn grow_to_seven_and_shrink_to_four_rotating_the_key_each_time() -> Result<()> {
     ensure!(settled == (1..=settled.len() as u64).collect::<Vec<_>>());
     Ok(())
 }
+
+/// A batch the old key signed while the hub was unreachable is still
+/// unsettled when the set changes: the new key signs it again, and once
+/// the hub is back it applies the rotation first and settles the batch
+/// once, under the key it then holds (the new one; the old signature no
+/// longer verifies there).
+#[test]
+fn a_batch_pending_across_a_rotation_settles_once_under_the_new_key() -> Result<()> {
+    let mut net = form(4)?;
+    let first = net.pin_hub()?;
+    net.until(60, |s| Ok(s.settled() >= 1))?;
+    let hub = net.net.hub.take().context("hub")?;
+    let current = |s: &DkgNet| -> Result<Option<tally_settlement::proto::BatchRecord>> {
+        let kv = s.net.nodes[0].app.committed_state();
+        let st = tally_settlement::sync::sync_state(kv, "hub")?;
+        Ok(tally_settlement::sync::batch(kv, "hub", st.current_nonce)?)
+    };
+    let settled_before = hub.settled.len() as u64;
+    net.until(60, |s| {
+        Ok(current(s)?.is_some_and(|b| {
+            b.nonce > settled_before && b.status == tally_settlement::BatchStatus::Signed.value()
+        }))
+    })?;
+    let old = current(&net)?.context("batch")?;
+    let i = net.net.add_node()?;
+    let new_group = net.change(ProposalAction::Add, i, &first, &[0, 1, 2, 3, i])?;
+    // The switch happened with the hub away: the batch is signed again
+    // (or waits for it) by the new key.
+    let again = current(&net)?.context("batch")?;
+    ensure!(again.nonce == old.nonce, "another batch is current");
+    ensure!(
+        again.signature != old.signature,
+        "the old key's signature is still the batch's"
+    );
+    net.net.hub = Some(hub);
+    net.until(60, |s| {
+        Ok(s.net
+            .hub
+            .as_ref()
+            .is_some_and(|h| h.settled.contains_key(&old.nonce)))
+    })?;
+    let h = net.net.hub.as_ref().context("hub")?;
+    ensure!(
+        h.pinned_group.as_deref() == Some(new_group.as_slice()),
+        "the hub did not rotate"
+    );
+    let paid = h.settled.get(&old.nonce).context("settled")?;
+    ensure!(
+        paid.signature != old.signature,
+        "settled under the old key after the rotation"
+    );
+    let settled: Vec<u64> = h.settled.keys().copied().collect();
+    ensure!(
+        settled == (1..=settled.len() as u64).collect::<Vec<_>>(),
+        "{settled:?}"
+    );
+    Ok(())
+}

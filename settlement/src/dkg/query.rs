@@ -85,19 +85,26 @@ pub fn validators(kv: &impl KvRead) -> Result<Value, ExecError> {
     Ok(json!({"validators": rows, "total_power": total}))
 }
 
-/// `/proposals?from=ID`.
-pub fn proposals(kv: &impl KvRead, qs: Option<&str>) -> Result<Value, ExecError> {
+/// The `from` parameter of a listing (`what` names its numbers), default
+/// 1; any other parameter is refused.
+fn from_param(qs: Option<&str>, what: &str) -> Result<u64, ExecError> {
     let mut from = 1u64;
     for (k, v) in query_path::parse_params(qs).map_err(|e| bad(e.to_string()))? {
         match k.as_str() {
             "from" => {
                 from = v
                     .parse()
-                    .map_err(|_| bad(format!("from must be a proposal id, got {v:?}")))?
+                    .map_err(|_| bad(format!("from must be a {what}, got {v:?}")))?
             }
             _ => return Err(bad(format!("unknown query parameter {k:?}; use from"))),
         }
     }
+    Ok(from)
+}
+
+/// `/proposals?from=ID`.
+pub fn proposals(kv: &impl KvRead, qs: Option<&str>) -> Result<Value, ExecError> {
+    let from = from_param(qs, "proposal id")?;
     let vals = st::validators(kv)?;
     let total: u64 = vals
         .iter()
@@ -235,18 +242,7 @@ pub const ROTATIONS_PAGE: usize = 100;
 
 /// `/rotations?from=N`.
 pub fn rotations(kv: &impl KvRead, qs: Option<&str>) -> Result<Value, ExecError> {
-    let bad = |m: String| reject(Code::BadArgument, m);
-    let mut from = 1u64;
-    for (k, v) in query_path::parse_params(qs).map_err(|e| bad(e.to_string()))? {
-        match k.as_str() {
-            "from" => {
-                from = v
-                    .parse()
-                    .map_err(|_| bad(format!("from must be a rotation nonce, got {v:?}")))?
-            }
-            _ => return Err(bad(format!("unknown query parameter {k:?}; use from"))),
-        }
-    }
+    let from = from_param(qs, "rotation nonce")?;
     let mut page = st::rotations(kv, from, ROTATIONS_PAGE + 1)?;
     let next = if page.len() > ROTATIONS_PAGE {
         page.truncate(ROTATIONS_PAGE);
