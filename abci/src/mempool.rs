@@ -123,6 +123,7 @@ impl Claims {
     }
 }
 
+// ok: unwraps below are in unit tests only, never on a request path.
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -65,6 +65,7 @@ fn scrape(m: &AppMetrics, backend: Arc<dyn Backend>) -> String {
     let mut r = Registry::with_prefix("tally");
     m.register(&mut r, backend);
     let mut out = String::new();
+    // ok: a test module; never on a request path.
     prometheus_client::encoding::prometheus_text::encode(&mut out, &r).unwrap();
     out
 }
