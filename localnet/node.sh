@@ -32,7 +32,6 @@ if [ "${1:-}" = add ] && [ $# -le 2 ]; then
   trap 'rm -rf "$(node_home "$i")"' EXIT
   new_node_home "$i" "validator$i"
   configure_app "$i"
-  "$TALLYD" --home "$(node_home "$i")" dkg keygen >/dev/null
   trap - EXIT
   started=$(date +%s)
   start_node "$i"
@@ -53,7 +52,7 @@ if [ "${1:-}" = add ] && [ $# -le 2 ]; then
   for j in $(seq 1 $((NVAL - 1))); do
     echo "  $TALLYD tx validator approve --home $(node_home "$j") --node $(rpc_url "$j") --id <proposal id>"
   done
-  echo "then the new set makes a new key (3 x dkg_phase_blocks blocks) and the old key signs its rotation: $TALLYD query dkg --node $(rpc_url 0)"
+  echo "then the new set makes a new key (4 x dkg_phase_blocks blocks) and the old key signs its rotation: $TALLYD query dkg --node $(rpc_url 0)"
   exit 0
 fi
 [ $# -eq 2 ] || { sed -n '2,18p' "$0"; exit 2; }

@@ -8,9 +8,10 @@
 #   TALLYD=/path/to/tallyd localnet/up.sh --no-build
 #   TALLYD_3=/path/to/other-binary ...   validator 3's app runs that binary
 #
-# The validators make their threshold key by the on-chain DKG: each gets a
-# DKG encryption key (`tallyd dkg keygen`), genesis lists them, and the
-# ceremony runs in the first 3 x dkg_phase_blocks blocks
+# The validators make their threshold key by the on-chain DKG: the
+# ceremony starts at height 1, each validator registers an encryption key
+# made for that round only (ADR 0018), and the key forms in the first
+# 4 x dkg_phase_blocks blocks
 # (TALLY_DKG_PHASE_BLOCKS sets the parameter; the localnet uses 5, the
 # chain's default is 8). The hub chain is
 # created once the key is active, with that group key.
@@ -97,19 +98,12 @@ if [ "$HUB" != 1 ]; then
 fi
 "$TALLYD" --home "$g0" genesis set-param settlement_window_secs "$WINDOW_SECS"
 "$TALLYD" --home "$g0" genesis set-param dkg_phase_blocks "${TALLY_DKG_PHASE_BLOCKS:-5}"
-# The encryption keys' proofs of possession sign the chain id: set it first.
+# Signed messages name the chain id: set it first.
 sed -i "s/\"chain_id\": *\"[^\"]*\"/\"chain_id\": \"$CHAIN_ID\"/" "$g0/config/genesis.json"
 if [ "$DEALER" = 1 ]; then
   # Tests only: a trusted dealer writes the key into genesis and each
   # validator's share into its home.
   [ "$HUB" != 1 ] || "$TALLYD" dkg dealer --validators "$NVAL" --threshold "$THRESHOLD" --testnet-dir "$LOCALNET_DIR" >/dev/null
-else
-  # The on-chain DKG: every validator's encryption key (with its proof of
-  # possession) in genesis; the ceremony starts at height 1.
-  for i in $(seq 0 $((NVAL - 1))); do
-    "$TALLYD" --home "$(node_home "$i")" dkg keygen >/dev/null
-    "$TALLYD" --home "$g0" genesis add-encryption-key --validator-home "$(node_home "$i")" >/dev/null
-  done
 fi
 "$TALLYD" --home "$g0" genesis validate >/dev/null
 
@@ -130,7 +124,7 @@ done
 log "all $NVAL validators are committing blocks (RPC: $(rpc_url 0) .. $(rpc_url $((NVAL - 1))))"
 
 if [ "$DEALER" != 1 ]; then
-  # The on-chain DKG runs in the first 3 x dkg_phase_blocks blocks.
+  # The on-chain DKG runs in the first 4 x dkg_phase_blocks blocks.
   log "waiting for the validators' threshold key (on-chain DKG)"
   start_wait=$(date +%s)
   until group_key=$(dkg_field group_key) && [ -n "$group_key" ]; do
@@ -145,11 +139,19 @@ if [ "$HUB" = 1 ]; then
   log "creating the hub chain in $HUB_DIR (RPC $(hub_rpc_url)) with the group key"
   cometbft init --home "$HUB_DIR" >/dev/null 2>&1
   sed -i "s/\"chain_id\": *\"[^\"]*\"/\"chain_id\": \"tally-hub\"/" "$HUB_DIR/config/genesis.json"
+  # Three governors, two of whom accept a key Tally made by a recovery
+  # (ADR 0018); their keys stay in $HUB_DIR/governors (a devnet only).
+  mkdir -p "$HUB_DIR/governors"
+  governors=()
+  for g in 1 2 3; do
+    governors+=(--governor "$("$TALLY_HUB_BIN" governor keygen --out "$HUB_DIR/governors/gov$g.json")")
+  done
   if [ "$DEALER" = 1 ]; then
-    "$TALLY_HUB_BIN" genesis --home "$HUB_DIR" --settlement-chain-id "$CHAIN_ID" --settlement-genesis "$g0/config/genesis.json"
+    key_source=(--settlement-genesis "$g0/config/genesis.json")
   else
-    "$TALLY_HUB_BIN" genesis --home "$HUB_DIR" --settlement-chain-id "$CHAIN_ID" --group-key "$group_key"
+    key_source=(--group-key "$group_key")
   fi
+  "$TALLY_HUB_BIN" genesis --home "$HUB_DIR" --settlement-chain-id "$CHAIN_ID" "${key_source[@]}" "${governors[@]}" --governor-threshold 2
   configure_cometbft "$HUB_DIR/config/config.toml" "$HUB_PORT_BASE" ""
   start_hub
 fi

@@ -55,9 +55,7 @@ pub(crate) fn init_chain(app: &TallyApp, req: RequestInitChain) -> ResponseInitC
             }
         }
     }
-    if let Err(e) =
-        settlement::dkg::init_validators(&mut c.pending, &req.chain_id, &genesis, &validators)
-    {
+    if let Err(e) = settlement::dkg::init_validators(&mut c.pending, &validators) {
         error!(error = %e, "genesis validators could not be applied");
         drop(c);
         app.halt(HaltReason::BadGenesis, 0, e.to_string());

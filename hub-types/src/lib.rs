@@ -14,7 +14,7 @@ use tally_settlement::proto::HubCall;
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct HubTx {
     /// What the transaction does.
-    #[prost(oneof = "hub_tx::Sum", tags = "1, 2, 3")]
+    #[prost(oneof = "hub_tx::Sum", tags = "1, 2, 3, 4")]
     pub sum: Option<hub_tx::Sum>,
 }
 
@@ -32,6 +32,9 @@ pub mod hub_tx {
         /// Replace the settlement chain's group key.
         #[prost(message, tag = "3")]
         RotateKey(super::RotateKey),
+        /// Replace the group key by the hub's governors (a recovery).
+        #[prost(message, tag = "4")]
+        GovernKey(super::GovernKey),
     }
 }
 
@@ -91,6 +94,62 @@ pub struct RotateKey {
     pub signature: Vec<u8>,
 }
 
+/// A key the settlement chain made by a *recovery* (its outgoing key could
+/// not sign it), accepted by the hub's governors instead: at least
+/// `governor_threshold` of the ed25519 keys its genesis lists sign
+/// [`govern_message`] for this rotation (ADR 0018).
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct GovernKey {
+    /// The name the settlement chain gives this hub (its `hub_chain`).
+    #[prost(string, tag = "1")]
+    pub chain: String,
+    /// The rotation nonce; must be the last applied + 1.
+    #[prost(uint64, tag = "2")]
+    pub nonce: u64,
+    /// The new key's epoch on the settlement chain.
+    #[prost(uint64, tag = "3")]
+    pub epoch: u64,
+    /// The new compressed group key (48 bytes).
+    #[prost(bytes = "vec", tag = "4")]
+    pub group_key: Vec<u8>,
+    /// The governors' approvals, at most one per governor.
+    #[prost(message, repeated, tag = "5")]
+    pub approvals: Vec<GovernorApproval>,
+}
+
+/// One governor's approval of a [`GovernKey`].
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct GovernorApproval {
+    /// The governor's ed25519 public key (32 bytes), as genesis lists it.
+    #[prost(bytes = "vec", tag = "1")]
+    pub pubkey: Vec<u8>,
+    /// ed25519 signature (64 bytes) over [`govern_message`].
+    #[prost(bytes = "vec", tag = "2")]
+    pub signature: Vec<u8>,
+}
+
+/// What a governor signs to accept rotation `nonce` of the chain the hub
+/// calls `chain` (settlement chain `settlement_chain_id`): `"tally-hub/
+/// govern-key/v1" || 0x00 || len(settlement_chain_id) as one byte ||
+/// settlement_chain_id || the rotation digest` (`tally/key-rotation/v1`,
+/// the same 32 bytes Tally's validators sign for an ordinary rotation).
+pub fn govern_message(
+    settlement_chain_id: &str,
+    chain: &str,
+    nonce: u64,
+    epoch: u64,
+    group_key: &[u8],
+) -> Vec<u8> {
+    let id = &settlement_chain_id.as_bytes()[..settlement_chain_id.len().min(255)];
+    let mut m = b"tally-hub/govern-key/v1\0".to_vec();
+    m.push(id.len() as u8);
+    m.extend_from_slice(id);
+    m.extend_from_slice(&tally_settlement::sync::rotation_digest(
+        chain, nonce, epoch, group_key,
+    ));
+    m
+}
+
 /// Hub result codes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
@@ -118,6 +177,9 @@ pub enum HubCode {
     InsufficientEscrow = 8,
     /// A rotation's new group key is not a valid compressed G1 point.
     BadKey = 9,
+    /// A governed key without enough valid governor approvals (or on a
+    /// hub with no governors).
+    NotGoverned = 10,
     /// The node's store failed.
     Internal = 16,
     /// Query: no such path.
@@ -129,6 +191,25 @@ pub enum HubCode {
 }
 
 impl HubCode {
+    /// Every code.
+    pub const ALL: [HubCode; 15] = [
+        HubCode::Ok,
+        HubCode::Malformed,
+        HubCode::BadSignature,
+        HubCode::BadNonce,
+        HubCode::AlreadySettled,
+        HubCode::BadBatch,
+        HubCode::WrongChain,
+        HubCode::BadDeposit,
+        HubCode::InsufficientEscrow,
+        HubCode::BadKey,
+        HubCode::NotGoverned,
+        HubCode::Internal,
+        HubCode::UnknownPath,
+        HubCode::BadArgument,
+        HubCode::NotFound,
+    ];
+
     /// The code as it travels in CheckTx/FinalizeBlock results.
     pub fn value(self) -> u32 {
         self as u32

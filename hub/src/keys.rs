@@ -1,4 +1,5 @@
-//! The settlement chain's group keys as the hub holds them (ADR 0017).
+//! The settlement chain's group keys as the hub holds them (ADRs 0017 and
+//! 0018).
 //!
 //! Genesis names the first key. Each `RotateKey {chain, nonce, epoch,
 //! group_key, signature}` replaces the key the hub holds now, once: the
@@ -7,16 +8,29 @@
 //! not a valid compressed G1 point (9), the signature of the key held now
 //! over `tally/key-rotation/v1` (Tally's kind 4 message for
 //! `settlement_chain_id`, code 2), checked in that order. From then on a
-//! batch verifies only against the new key. Every key is kept with the
-//! hub height it took effect: `keys/<chain>/<nonce>` (nonce 0 is
-//! genesis's, never stored), and `/keys/{chain}` lists them.
+//! batch verifies only against the new key.
+//!
+//! **Governed keys** (ADR 0018). When fewer than `t` signers of the key the
+//! hub holds remain, the settlement chain makes its next key by a
+//! *recovery* that nobody can sign. Its rotation reaches the hub as
+//! `GovernKey {chain, nonce, epoch, group_key, approvals}`, checked like a
+//! `RotateKey` up to the key, and then: a hub without governors refuses it
+//! (code 10); more approvals than governors are malformed (1); fewer than
+//! `governor_threshold` distinct governors (genesis lists their ed25519
+//! keys and a majority threshold) with a valid signature over
+//! [`govern_message`] is code 10. Approvals by non-governors, repeats and
+//! bad signatures do not count and do not spoil the rest.
+//!
+//! Every key is kept with the hub height it took effect and who vouched
+//! for it (`by`: `genesis`, `key` or `governors`): `keys/<chain>/<nonce>`
+//! (nonce 0 is genesis's, never stored), and `/keys/{chain}` lists them.
 
 use serde_json::json;
 use tally_settlement::bls::{self, Kind, PublicShares};
 use tally_settlement::sync::rotation_digest;
 use tally_store::{Kv, KvRead, StoreError};
 
-use tally_hub_types::{HubCode, RotateKey};
+use tally_hub_types::{govern_message, GovernKey, GovernorApproval, HubCode, RotateKey};
 
 use crate::kv::get_u64;
 
@@ -72,15 +86,112 @@ fn reject<T>(code: HubCode, log: impl Into<String>) -> Result<Result<T, Refusal>
     Ok(Err((code, log.into())))
 }
 
-/// Executes a rotation at hub `height` for the hub named `name`, whose
+/// A key change as both kinds of transaction carry it.
+#[derive(Debug)]
+pub struct Change<'a> {
+    /// The hub's name as the chain gives it.
+    pub chain: &'a str,
+    /// Rotation nonce.
+    pub nonce: u64,
+    /// The new key's epoch.
+    pub epoch: u64,
+    /// The new compressed group key.
+    pub group_key: &'a [u8],
+}
+
+impl<'a> Change<'a> {
+    /// The change a `RotateKey` asks for.
+    pub fn of_rotation(r: &'a RotateKey) -> Self {
+        Change {
+            chain: &r.chain,
+            nonce: r.nonce,
+            epoch: r.epoch,
+            group_key: &r.group_key,
+        }
+    }
+
+    /// The change a `GovernKey` asks for.
+    pub fn of_governed(r: &'a GovernKey) -> Self {
+        Change {
+            chain: &r.chain,
+            nonce: r.nonce,
+            epoch: r.epoch,
+            group_key: &r.group_key,
+        }
+    }
+}
+
+/// Who vouches for a key change.
+#[derive(Debug)]
+pub enum By<'a> {
+    /// The group key the hub holds (genesis's key given; the held one is
+    /// read), with its signature.
+    Key(PublicShares, &'a [u8]),
+    /// The governors (their keys and threshold, from genesis) with their
+    /// approvals.
+    Governors(&'a [[u8; 32]], u32, &'a [GovernorApproval]),
+}
+
+/// Why `approvals` do not make `threshold` distinct governors' valid
+/// signatures over `msg`, if they do not.
+fn check_governors(
+    governors: &[[u8; 32]],
+    threshold: u32,
+    approvals: &[GovernorApproval],
+    msg: &[u8],
+) -> Result<(), Refusal> {
+    if governors.is_empty() {
+        return Err((HubCode::NotGoverned, "this hub has no governors".into()));
+    }
+    if approvals.len() > governors.len() {
+        return Err((
+            HubCode::Malformed,
+            format!(
+                "{} approvals for {} governors",
+                approvals.len(),
+                governors.len()
+            ),
+        ));
+    }
+    let mut signed: Vec<[u8; 32]> = Vec::with_capacity(approvals.len());
+    for a in approvals {
+        let Ok(pk) = <[u8; 32]>::try_from(a.pubkey.as_slice()) else {
+            continue;
+        };
+        if !governors.contains(&pk) || signed.contains(&pk) {
+            continue;
+        }
+        let (Ok(key), Ok(sig)) = (
+            ed25519_dalek::VerifyingKey::from_bytes(&pk),
+            ed25519_dalek::Signature::from_slice(&a.signature),
+        ) else {
+            continue;
+        };
+        if key.verify_strict(msg, &sig).is_ok() {
+            signed.push(pk);
+        }
+    }
+    if (signed.len() as u32) < threshold {
+        return Err((
+            HubCode::NotGoverned,
+            format!(
+                "{} valid governor approval(s), {threshold} needed",
+                signed.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Executes a key change at hub `height` for the hub named `name`, whose
 /// settlement chain is `settlement_chain_id` (see the module doc); the new
 /// key's record, or why it was refused.
 pub fn rotate(
     kv: &mut impl Kv,
     height: u64,
     (name, settlement_chain_id): (&str, &str),
-    genesis_key: PublicShares,
-    r: &RotateKey,
+    r: &Change,
+    by: By,
 ) -> Result<Result<serde_json::Value, Refusal>, StoreError> {
     if r.chain != name {
         return reject(
@@ -88,7 +199,7 @@ pub fn rotate(
             format!("rotation is for hub {:?}, this is {name:?}", r.chain),
         );
     }
-    let last = last_rotation(kv, &r.chain)?;
+    let last = last_rotation(kv, r.chain)?;
     if r.nonce <= last {
         return reject(
             HubCode::AlreadySettled,
@@ -101,30 +212,43 @@ pub fn rotate(
             format!("rotation {} is not the next one ({})", r.nonce, last + 1),
         );
     }
-    if bls::parse_public_key(&r.group_key).is_err() {
+    if bls::parse_public_key(r.group_key).is_err() {
         return reject(HubCode::BadKey, "the new group key is not a valid G1 point");
     }
-    let held = current(kv, name, genesis_key)?;
-    let digest = rotation_digest(&r.chain, r.nonce, r.epoch, &r.group_key);
-    let msg = bls::message(settlement_chain_id, Kind::KeyRotation, &digest);
-    let ok = bls::parse_signature(&r.signature).is_ok_and(|s| held.verify_group(&msg, &s));
-    if !ok {
-        return reject(
-            HubCode::BadSignature,
-            format!(
-                "rotation {} is not signed by the group key the hub holds",
-                r.nonce
-            ),
-        );
-    }
+    let by_name = match by {
+        By::Key(genesis_key, signature) => {
+            let held = current(kv, name, genesis_key)?;
+            let digest = rotation_digest(r.chain, r.nonce, r.epoch, r.group_key);
+            let msg = bls::message(settlement_chain_id, Kind::KeyRotation, &digest);
+            let ok = bls::parse_signature(signature).is_ok_and(|s| held.verify_group(&msg, &s));
+            if !ok {
+                return reject(
+                    HubCode::BadSignature,
+                    format!(
+                        "rotation {} is not signed by the group key the hub holds",
+                        r.nonce
+                    ),
+                );
+            }
+            "key"
+        }
+        By::Governors(governors, threshold, approvals) => {
+            let msg = govern_message(settlement_chain_id, r.chain, r.nonce, r.epoch, r.group_key);
+            if let Err(refusal) = check_governors(governors, threshold, approvals, &msg) {
+                return Ok(Err(refusal));
+            }
+            "governors"
+        }
+    };
     let rec = json!({
         "nonce": r.nonce,
         "epoch": r.epoch,
-        "group_key": hex::encode(&r.group_key),
+        "group_key": hex::encode(r.group_key),
         "height": height,
+        "by": by_name,
     });
-    kv.put(key_of(&r.chain, r.nonce), rec.to_string().into_bytes());
-    kv.put(last_key(&r.chain), r.nonce.to_be_bytes().to_vec());
+    kv.put(key_of(r.chain, r.nonce), rec.to_string().into_bytes());
+    kv.put(last_key(r.chain), r.nonce.to_be_bytes().to_vec());
     Ok(Ok(rec))
 }
 
@@ -135,8 +259,9 @@ pub fn list(
     genesis_key_hex: &str,
     chain: &str,
 ) -> Result<serde_json::Value, StoreError> {
-    let mut keys =
-        vec![json!({"nonce": 0, "epoch": null, "group_key": genesis_key_hex, "height": 0})];
+    let mut keys = vec![
+        json!({"nonce": 0, "epoch": null, "group_key": genesis_key_hex, "height": 0, "by": "genesis"}),
+    ];
     let last = last_rotation(kv, chain)?;
     for n in 1..=last {
         if let Some(v) = kv.get(&key_of(chain, n))? {

@@ -4,7 +4,8 @@
 //! validators, pay providers out of that escrow, once per nonce.
 //!
 //! Genesis `app_state` is [`HubGenesis`] `{settlement_chain_id, name,
-//! group_key, escrow}` (`tally-hub genesis` writes it from Tally's key).
+//! group_key, escrow, governors, governor_threshold}` (`tally-hub genesis`
+//! writes it from Tally's key).
 //!
 //! - `Deposit {user, amount}` adds to `escrow/<user>`, takes the next number
 //!   from `meta/deposit_seq` and records `{seq, user, amount, height}` under
@@ -22,8 +23,10 @@
 //!   settled, height, calls, paid, shortfall}` (`shortfall` always 0) is
 //!   stored under `result/<chain>/<nonce>` and `last_nonce/<chain>`
 //!   advances.
-//! - `RotateKey` replaces the group key batches verify against
-//!   ([`crate::keys`]).
+//! - `RotateKey` replaces the group key batches verify against, signed by
+//!   the key the hub holds; `GovernKey` does the same for a key the chain
+//!   made by a recovery, signed by `governor_threshold` of the hub's
+//!   governors ([`crate::keys`]).
 //! - Queries ([`query_at`]): `/batch/{chain}/{nonce}` (code 22 until
 //!   settled), `/last_nonce/{chain}`, `/escrow/{user}`,
 //!   `/payout/{provider}`, `/deposits/{from}/{to}` (at most 10,000 heights,
@@ -44,7 +47,9 @@ use crate::kv::get_u64;
 
 // The wire types live in `tally-hub-types`, shared with the relay; they
 // are re-exported here so the hub's own code keeps one path to them.
-pub use tally_hub_types::{hub_tx, Deposit, HubCode, HubTx, RotateKey, SubmitBatch};
+pub use tally_hub_types::{
+    hub_tx, Deposit, GovernKey, GovernorApproval, HubCode, HubTx, RotateKey, SubmitBatch,
+};
 
 /// The hub's genesis `app_state`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,6 +65,49 @@ pub struct HubGenesis {
     /// Starting escrow balances.
     #[serde(default)]
     pub escrow: Vec<EscrowEntry>,
+    /// Hex ed25519 keys of the hub's governors, who may accept a key the
+    /// settlement chain made by a recovery (ADR 0018); none: no recovery.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub governors: Vec<String>,
+    /// Governor approvals a `GovernKey` needs: more than half of
+    /// `governors` (0 without governors).
+    #[serde(default)]
+    pub governor_threshold: u32,
+}
+
+/// Most governors a hub may list.
+pub const MAX_GOVERNORS: usize = 32;
+
+impl HubGenesis {
+    /// The governors' keys, checked: valid ed25519, distinct, at most
+    /// [`MAX_GOVERNORS`], and a threshold that is a majority of them (0
+    /// exactly when there are none).
+    pub fn governor_keys(&self) -> Result<Vec<[u8; 32]>, String> {
+        if self.governors.len() > MAX_GOVERNORS {
+            return Err(format!("at most {MAX_GOVERNORS} governors"));
+        }
+        let mut keys: Vec<[u8; 32]> = Vec::with_capacity(self.governors.len());
+        for g in &self.governors {
+            let k: [u8; 32] = hex::decode(g.trim())
+                .ok()
+                .and_then(|b| b.try_into().ok())
+                .ok_or_else(|| format!("governor {g:?} is not 32 bytes of hex"))?;
+            ed25519_dalek::VerifyingKey::from_bytes(&k)
+                .map_err(|_| format!("governor {g:?} is not an ed25519 key"))?;
+            if keys.contains(&k) {
+                return Err(format!("governor {g} is listed twice"));
+            }
+            keys.push(k);
+        }
+        let (n, t) = (keys.len() as u32, self.governor_threshold);
+        let ok = if n == 0 { t == 0 } else { t <= n && 2 * t > n };
+        if !ok {
+            return Err(format!(
+                "governor_threshold {t} with {n} governors: it must be a majority of them (0 without governors)"
+            ));
+        }
+        Ok(keys)
+    }
 }
 
 fn default_name() -> String {
@@ -110,6 +158,7 @@ fn key(parts: &[&[u8]]) -> Vec<u8> {
 /// Parses and validates genesis.
 pub fn parse_genesis(bytes: &[u8]) -> Result<(HubGenesis, PublicShares), String> {
     let g: HubGenesis = serde_json::from_slice(bytes).map_err(|e| format!("hub genesis: {e}"))?;
+    g.governor_keys().map_err(|e| format!("hub genesis: {e}"))?;
     let pk = hex::decode(&g.group_key).map_err(|_| "group_key is not hex".to_string())?;
     let group = bls::parse_public_key(&pk).map_err(|e| format!("group_key: {e}"))?;
     Ok((
@@ -173,26 +222,44 @@ fn deliver_inner(kv: &mut impl Kv, height: u64, tx: &[u8]) -> Result<HubResult, 
             })
         }
         hub_tx::Sum::SubmitBatch(b) => submit_batch(kv, height, &b),
-        hub_tx::Sum::RotateKey(r) => {
-            let Some((g, genesis_key)) = stored_genesis(kv)? else {
-                return Ok(reject(HubCode::Internal, "no genesis, or a corrupt one"));
-            };
-            let names = (g.name.as_str(), g.settlement_chain_id.as_str());
-            Ok(
-                match crate::keys::rotate(kv, height, names, genesis_key, &r)? {
-                    Ok(rec) => HubResult {
-                        code: HubCode::Ok,
-                        log: format!(
-                            "rotation {}: key of epoch {} holds from now",
-                            r.nonce, r.epoch
-                        ),
-                        value: rec.to_string().into_bytes(),
-                    },
-                    Err((code, log)) => reject(code, log),
-                },
-            )
-        }
+        hub_tx::Sum::RotateKey(_) | hub_tx::Sum::GovernKey(_) => key_change(kv, height, &sum),
     }
+}
+
+/// A `RotateKey` (signed by the key held) or a `GovernKey` (approved by
+/// the governors) at `height` ([`crate::keys::rotate`]).
+fn key_change(kv: &mut impl Kv, height: u64, sum: &hub_tx::Sum) -> Result<HubResult, StoreError> {
+    let Some((g, genesis_key)) = stored_genesis(kv)? else {
+        return Ok(reject(HubCode::Internal, "no genesis, or a corrupt one"));
+    };
+    let Ok(governors) = g.governor_keys() else {
+        return Ok(reject(HubCode::Internal, "corrupt governors in genesis"));
+    };
+    let names = (g.name.as_str(), g.settlement_chain_id.as_str());
+    let (change, by, who) = match sum {
+        hub_tx::Sum::RotateKey(r) => (
+            crate::keys::Change::of_rotation(r),
+            crate::keys::By::Key(genesis_key, &r.signature),
+            "the key held",
+        ),
+        hub_tx::Sum::GovernKey(r) => (
+            crate::keys::Change::of_governed(r),
+            crate::keys::By::Governors(&governors, g.governor_threshold, &r.approvals),
+            "the governors",
+        ),
+        _ => return Ok(reject(HubCode::Malformed, "not a key change")),
+    };
+    Ok(match crate::keys::rotate(kv, height, names, &change, by)? {
+        Ok(rec) => HubResult {
+            code: HubCode::Ok,
+            log: format!(
+                "rotation {}: key of epoch {} holds from now (by {who})",
+                change.nonce, change.epoch
+            ),
+            value: rec.to_string().into_bytes(),
+        },
+        Err((code, log)) => reject(code, log),
+    })
 }
 
 /// The stored genesis and its group key (`None`: missing or corrupt).

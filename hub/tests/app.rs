@@ -62,3 +62,35 @@ fn answers_carry_the_committed_height_and_refuse_a_future_one() {
     assert_eq!(v["deposit_count"], 1);
     assert_eq!(v["deposits"][0]["height"], 2);
 }
+
+/// The README's hub code table names every code with its number, and no
+/// other (queries 20-22 share one row).
+#[test]
+fn the_readme_code_table_is_the_hub_codes() {
+    let readme = include_str!("../../README.md");
+    let start = readme
+        .find("| code | name | meaning |\n|---|---|---|\n| 0 | `Ok` |")
+        .expect("hub code table");
+    let mut documented: Vec<(u32, String)> = Vec::new();
+    for line in readme[start..].lines().skip(2) {
+        if !line.starts_with('|') {
+            break;
+        }
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let nums: Vec<u32> = cells[1]
+            .split('/')
+            .map(|n| n.trim().parse().unwrap())
+            .collect();
+        let names: Vec<String> = cells[2]
+            .split('/')
+            .map(|n| n.trim().trim_matches('`').to_string())
+            .collect();
+        assert_eq!(nums.len(), names.len(), "{line}");
+        documented.extend(nums.into_iter().zip(names));
+    }
+    let code: Vec<(u32, String)> = HubCode::ALL
+        .iter()
+        .map(|c| (c.value(), format!("{c:?}")))
+        .collect();
+    assert_eq!(documented, code);
+}

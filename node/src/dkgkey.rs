@@ -1,14 +1,16 @@
-//! A validator's files for the on-chain DKG: its encryption key
-//! (`<home>/config/dkg_key.json`), its CometBFT consensus key (read from
-//! `priv_validator_key.json`, which signs its validator transactions), the
-//! proof of possession that registers the encryption key, and the share
-//! files of the keys the chain's ceremonies made
+//! A validator's files for the on-chain DKG: its CometBFT consensus key
+//! (read from `priv_validator_key.json`, which signs its validator
+//! transactions), the encryption key of each ceremony round it takes part
+//! in (`<home>/data/dkg_round_<R>.json`, made fresh for the round and
+//! deleted once the round is over and its share is derived, ADR 0018),
+//! and the share files of the keys the chain's ceremonies made
 //! (`<home>/data/bls_share_epoch_<E>.json`).
 //!
 //! Every secret file is written through [`crate::secret`] (0600 from
-//! creation, atomic). A share file can always be made again from the chain
-//! and the encryption key ([`tally_settlement::dkg::derive_share`]); the
-//! encryption key cannot, so `keygen` never replaces one unless asked.
+//! creation, atomic). A round key is kept on disk while its round runs so
+//! that a restarted node deals the same bytes and can still decrypt; a
+//! share file can be made again from the chain only while its round key
+//! exists, so a node that lost both gets a share at the next key.
 
 use std::path::{Path, PathBuf};
 
@@ -16,8 +18,7 @@ use base64::Engine as _;
 use ed25519_dalek::SigningKey;
 use serde::{Deserialize, Serialize};
 use tally_settlement::bls::SecretShare;
-use tally_settlement::dkg::crypto::{verify_pop, EncKey};
-use tally_settlement::dkg::msg::pop_context;
+use tally_settlement::dkg::crypto::EncKey;
 
 use crate::fs::{FsOp, FsPathError};
 use crate::secret::{write_secret, Existing};
@@ -36,20 +37,6 @@ pub enum DkgFileError {
         /// What is wrong.
         msg: String,
     },
-    /// The home has no encryption key (`tallyd dkg keygen` makes one).
-    #[error("{path} does not exist; make it with `tallyd dkg keygen --home {home}`")]
-    NoEncKey {
-        /// The missing file.
-        path: PathBuf,
-        /// The home it is missing from.
-        home: String,
-    },
-    /// An encryption-key proof was asked for no chain.
-    #[error("the chain id is empty")]
-    NoChainId,
-    /// `keygen` would replace an encryption key.
-    #[error("{0} already exists; pass --force to replace it (a validator registered with the old key can no longer decrypt its shares)")]
-    Exists(PathBuf),
 }
 
 fn invalid(path: &Path, msg: impl Into<String>) -> DkgFileError {
@@ -63,7 +50,7 @@ fn read(path: &Path) -> Result<String, DkgFileError> {
     Ok(crate::fs::read_to_string(path)?)
 }
 
-/// What `<home>/config/dkg_key.json` holds.
+/// What a round key file `<home>/data/dkg_round_<R>.json` holds.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EncKeyFile {
@@ -73,39 +60,62 @@ pub struct EncKeyFile {
     pub public_key: String,
 }
 
-/// `<home>/config/dkg_key.json`.
-pub fn enc_key_path(home: &Path) -> PathBuf {
-    home.join("config").join("dkg_key.json")
+/// `<home>/data/dkg_round_<round>.json`.
+pub fn round_key_path(home: &Path, round: u64) -> PathBuf {
+    home.join("data").join(format!("dkg_round_{round}.json"))
 }
 
-/// Makes a new encryption key from OS randomness and writes it to
-/// `path`; an existing file is kept (and an error returned) unless
-/// `force`.
-pub fn generate_enc_key(path: &Path, force: bool) -> Result<EncKey, DkgFileError> {
-    if !force && path.exists() {
-        return Err(DkgFileError::Exists(path.to_path_buf()));
+/// The encryption key of ceremony `round`: loaded from its file, or made
+/// from OS randomness and written (0600) when there is none yet.
+pub fn round_key(home: &Path, round: u64) -> Result<EncKey, DkgFileError> {
+    let path = round_key_path(home, round);
+    if path.exists() {
+        return load_enc_key(&path);
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(FsPathError::of(FsOp::Write, dir))?;
     }
     let mut ikm = [0u8; 64];
     rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut ikm);
-    let key = EncKey::from_ikm(&ikm).map_err(|e| invalid(path, e.to_string()))?;
+    let key = EncKey::from_ikm(&ikm).map_err(|e| invalid(&path, e.to_string()))?;
     let file = EncKeyFile {
         secret: hex::encode(key.to_bytes()),
         public_key: hex::encode(key.public().compress()),
     };
-    let text = serde_json::to_string_pretty(&file).map_err(|e| invalid(path, e.to_string()))?;
-    let mode = if force {
-        Existing::Replace
-    } else {
-        Existing::Keep
-    };
-    write_secret(path, (text + "\n").as_bytes(), mode).map_err(|source| {
-        if source.kind() == std::io::ErrorKind::AlreadyExists {
-            DkgFileError::Exists(path.to_path_buf())
-        } else {
-            FsPathError::new(FsOp::Write, path, source).into()
-        }
-    })?;
+    let text = serde_json::to_string_pretty(&file).map_err(|e| invalid(&path, e.to_string()))?;
+    write_secret(&path, (text + "\n").as_bytes(), Existing::Keep)
+        .map_err(FsPathError::of(FsOp::Write, &path))?;
     Ok(key)
+}
+
+/// The rounds that have a key file in `<home>/data`, ascending.
+pub fn round_key_files(home: &Path) -> Vec<u64> {
+    let Ok(dir) = std::fs::read_dir(home.join("data")) else {
+        return Vec::new();
+    };
+    let mut out: Vec<u64> = dir
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()?
+                .strip_prefix("dkg_round_")?
+                .strip_suffix(".json")?
+                .parse()
+                .ok()
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+/// Deletes the key file of `round` (none is fine).
+pub fn delete_round_key(home: &Path, round: u64) -> Result<(), DkgFileError> {
+    let path = round_key_path(home, round);
+    match std::fs::remove_file(&path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(invalid(&path, format!("cannot delete: {e}"))),
+    }
 }
 
 /// Loads an encryption key file; its public key must match its secret.
@@ -173,63 +183,6 @@ pub fn parse_ed25519_pubkey(s: &str) -> Result<[u8; 32], String> {
     ed25519_dalek::VerifyingKey::from_bytes(&key)
         .map_err(|_| format!("{s:?} is not a valid ed25519 key"))?;
     Ok(key)
-}
-
-/// What `tallyd dkg enc-proof` prints: the entry genesis (or a proposal)
-/// registers an encryption key with.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct EncProof {
-    /// Hex ed25519 consensus key.
-    pub validator: String,
-    /// Hex compressed G1 encryption key (48 bytes).
-    pub key: String,
-    /// Hex proof of possession (96 bytes).
-    pub pop: String,
-}
-
-/// The proof that the holder of `enc` registers it for the validator with
-/// consensus key `consensus` on `chain_id`.
-fn enc_proof(enc: &EncKey, chain_id: &str, consensus: &[u8; 32]) -> EncProof {
-    EncProof {
-        validator: hex::encode(consensus),
-        key: hex::encode(enc.public().compress()),
-        pop: hex::encode(enc.prove(&pop_context(chain_id, consensus)).compress()),
-    }
-}
-
-/// The encryption-key entry of the validator of `home` for `chain_id`:
-/// its consensus key, `config/dkg_key.json`'s public key and the proof.
-pub fn enc_proof_of(home: &Path, chain_id: &str) -> Result<EncProof, DkgFileError> {
-    if chain_id.is_empty() {
-        return Err(DkgFileError::NoChainId);
-    }
-    let enc_path = enc_key_path(home);
-    if !enc_path.exists() {
-        return Err(DkgFileError::NoEncKey {
-            path: enc_path,
-            home: home.display().to_string(),
-        });
-    }
-    let enc = load_enc_key(&enc_path)?;
-    let consensus = consensus_pubkey(home)?;
-    Ok(enc_proof(&enc, chain_id, &consensus))
-}
-
-impl EncProof {
-    /// Whether the proof verifies for `chain_id` (what the chain checks).
-    pub fn verifies(&self, chain_id: &str) -> bool {
-        let (Ok(v), Ok(k), Ok(pop)) = (
-            hex::decode(&self.validator),
-            hex::decode(&self.key),
-            hex::decode(&self.pop),
-        ) else {
-            return false;
-        };
-        match tally_settlement::bls::parse_public_key(&k) {
-            Ok(pk) => verify_pop(&pk, &pop_context(chain_id, &v), &pop),
-            Err(_) => false,
-        }
-    }
 }
 
 /// What `<home>/data/bls_share_epoch_<E>.json` holds: a share file
@@ -346,27 +299,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn keygen_refuses_to_overwrite_without_force() {
+    fn round_keys_are_made_once_kept_and_deleted() {
         let dir = tempfile::tempdir().unwrap();
-        let path = enc_key_path(dir.path());
-        let first = generate_enc_key(&path, false).unwrap();
+        std::fs::create_dir_all(dir.path().join("data")).unwrap();
+        let first = round_key(dir.path(), 7).unwrap();
+        let path = round_key_path(dir.path(), 7);
         #[cfg(unix)]
         assert_eq!(crate::secret::mode(&path).unwrap(), 0o600);
-        let before = std::fs::read(&path).unwrap();
-        assert!(matches!(
-            generate_enc_key(&path, false),
-            Err(DkgFileError::Exists(_))
-        ));
-        assert_eq!(std::fs::read(&path).unwrap(), before, "kept");
-        assert_eq!(load_enc_key(&path).unwrap().to_bytes(), first.to_bytes());
-        let second = generate_enc_key(&path, true).unwrap();
-        assert_ne!(second.to_bytes(), first.to_bytes());
-        assert_eq!(load_enc_key(&path).unwrap().to_bytes(), second.to_bytes());
+        // Loaded again, not made again: a restarted dealer deals the same.
+        assert_eq!(
+            round_key(dir.path(), 7).unwrap().to_bytes(),
+            first.to_bytes()
+        );
+        let other = round_key(dir.path(), 8).unwrap();
+        assert_ne!(other.to_bytes(), first.to_bytes(), "a fresh key per round");
+        assert_eq!(round_key_files(dir.path()), vec![7, 8]);
+        delete_round_key(dir.path(), 7).unwrap();
+        delete_round_key(dir.path(), 7).unwrap();
+        assert_eq!(round_key_files(dir.path()), vec![8]);
         // A file whose public key is not its secret's is refused.
-        let mut f: EncKeyFile = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        let p8 = round_key_path(dir.path(), 8);
+        let mut f: EncKeyFile = serde_json::from_slice(&std::fs::read(&p8).unwrap()).unwrap();
         f.public_key = hex::encode(first.public().compress());
-        std::fs::write(&path, serde_json::to_string(&f).unwrap()).unwrap();
-        assert!(load_enc_key(&path).is_err());
+        std::fs::write(&p8, serde_json::to_string(&f).unwrap()).unwrap();
+        assert!(round_key(dir.path(), 8).is_err());
     }
 
     /// A `priv_validator_key.json` as `cometbft init` writes it, for `seed`.
@@ -386,29 +342,6 @@ mod tests {
         std::fs::create_dir_all(home.join("config")).unwrap();
         std::fs::write(crate::dealer::validator_key_path(home), text.to_string()).unwrap();
         key
-    }
-
-    #[test]
-    fn enc_proof_verifies_with_the_chains_check() {
-        let dir = tempfile::tempdir().unwrap();
-        let key = write_consensus_key(dir.path(), [4; 32]);
-        let loaded = load_consensus_key(dir.path()).unwrap();
-        assert_eq!(loaded.to_bytes(), key.to_bytes());
-        let enc = generate_enc_key(&enc_key_path(dir.path()), false).unwrap();
-        let pk = consensus_pubkey(dir.path()).unwrap();
-        let proof = enc_proof(&enc, "chain-a", &pk);
-        assert_eq!(proof.validator, hex::encode(key.verifying_key().to_bytes()));
-        assert_eq!(proof.key.len(), 96);
-        assert_eq!(proof.pop.len(), 192);
-        // The oracle: the chain's own check, on the decoded bytes.
-        let ek =
-            tally_settlement::bls::parse_public_key(&hex::decode(&proof.key).unwrap()).unwrap();
-        let ctx = pop_context("chain-a", &key.verifying_key().to_bytes());
-        assert!(verify_pop(&ek, &ctx, &hex::decode(&proof.pop).unwrap()));
-        assert!(proof.verifies("chain-a"));
-        assert!(!proof.verifies("chain-b"), "bound to the chain");
-        let other = enc_proof(&enc, "chain-a", &[7; 32]);
-        assert!(!verify_pop(&ek, &ctx, &hex::decode(&other.pop).unwrap()));
     }
 
     #[test]

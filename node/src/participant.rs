@@ -4,9 +4,10 @@
 //! made.
 //!
 //! Each new committed height (polled every [`POLL`]) it
-//! 1. asks [`dkg::next_messages`] what to send (its dealing, acks, reveals)
-//!    given committed state, its encryption key and its share of the
-//!    active key, signs each with the consensus key and sends it with
+//! 1. when a ceremony names it, makes (or loads) its encryption key for
+//!    that round (`<home>/data/dkg_round_<R>.json`, ADR 0018), asks
+//!    [`dkg::next_messages`] what to send (its round key, dealing, acks,
+//!    reveals), signs each with the consensus key and sends it with
 //!    `broadcast_tx_sync` to its own CometBFT node; the same bytes are not
 //!    sent again within [`RESEND_AFTER`] blocks (the chain refuses a
 //!    duplicate anyway; this keeps the mempool quiet);
@@ -16,11 +17,14 @@
 //!    app ([`TallyApp::add_signer`]); a held share that differs from the
 //!    derived one (a stale or wrong file) is replaced;
 //! 3. once a key is active, drops the shares of older keys (memory zeroed)
-//!    and deletes their files.
+//!    and deletes their files; deletes every round key no longer needed
+//!    (its round is over and, if it made a key, the share is derived), so
+//!    a disk taken later opens no past dealing.
 //!
 //! So a node that was offline during a ceremony, or lost a share file,
-//! gets its share back from the chain once it has caught up. Errors are
-//! logged (once until they change) and the loop goes on.
+//! gets its share back from the chain once it has caught up, as long as
+//! it still has that round's key. Errors are logged (once until they
+//! change) and the loop goes on.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -46,7 +50,8 @@ pub struct Participant {
     home: PathBuf,
     rpc: RpcClient,
     key: SigningKey,
-    enc: EncKey,
+    /// Round keys in memory (also on disk until retired).
+    round_keys: BTreeMap<u64, EncKey>,
     address: [u8; 20],
     /// This node's shares by key epoch (loaded at start, then derived).
     shares: BTreeMap<u64, SecretShare>,
@@ -74,7 +79,6 @@ impl Participant {
         home: &Path,
         rpc_url: &str,
         key: SigningKey,
-        enc: EncKey,
         shares: impl IntoIterator<Item = (u64, SecretShare)>,
     ) -> Self {
         let address = dkg::address_of(&key.verifying_key().to_bytes());
@@ -83,7 +87,7 @@ impl Participant {
             home: home.to_path_buf(),
             rpc: RpcClient::new(rpc_url, Duration::from_secs(2), Duration::from_secs(10)),
             key,
-            enc,
+            round_keys: BTreeMap::new(),
             address,
             shares: shares.into_iter().collect(),
             sent: BTreeMap::new(),
@@ -126,6 +130,59 @@ impl Participant {
         self.send_messages(h);
         self.pick_up_share();
         self.retire_old_shares();
+        self.retire_round_keys();
+    }
+
+    /// The key of `round`, from memory, disk, or made now.
+    fn round_key(&mut self, round: u64) -> Option<EncKey> {
+        if let Some(k) = self.round_keys.get(&round) {
+            return Some(k.clone());
+        }
+        match dkgkey::round_key(&self.home, round) {
+            Ok(k) => {
+                self.round_keys.insert(round, k.clone());
+                Some(k)
+            }
+            Err(e) => {
+                self.report("making my round key", e);
+                None
+            }
+        }
+    }
+
+    /// The key of `round` if this node still has one (never made here).
+    fn existing_round_key(&mut self, round: u64) -> Option<EncKey> {
+        if self.round_keys.contains_key(&round)
+            || dkgkey::round_key_path(&self.home, round).exists()
+        {
+            return self.round_key(round);
+        }
+        None
+    }
+
+    /// Deletes every round key that is neither the running round's nor
+    /// the last key's while its share is not yet held (ADR 0018).
+    fn retire_round_keys(&mut self) {
+        let state = self.app.committed_state().clone();
+        let running = dkg::state::ceremony(&state).ok().flatten().map(|c| c.round);
+        let last = dkg::state::last_ceremony(&state).ok().flatten();
+        let last_needed = last
+            .filter(|c| !self.shares.contains_key(&c.epoch))
+            .map(|c| c.round);
+        let mut on_disk = dkgkey::round_key_files(&self.home);
+        on_disk.extend(self.round_keys.keys().copied());
+        on_disk.sort_unstable();
+        on_disk.dedup();
+        for r in on_disk {
+            if Some(r) == running || Some(r) == last_needed {
+                continue;
+            }
+            self.round_keys.remove(&r);
+            match dkgkey::delete_round_key(&self.home, r) {
+                Ok(()) => info!(round = r, "erased my key of a finished round"),
+                Err(e) => self.report("erasing a round key", e),
+            }
+        }
     }
 
     /// Once a key is active, the shares of older keys are never used again
@@ -155,15 +212,22 @@ impl Participant {
 
     fn send_messages(&mut self, h: u64) {
         let state = self.app.committed_state().clone();
-        let active = match dkg::state::active_key_record(&state) {
-            Ok(k) => k.map(|k| k.epoch),
-            Err(e) => return self.report("reading the key", e),
+        let c = match dkg::state::ceremony(&state) {
+            Ok(Some(c)) => c,
+            Ok(None) => return,
+            Err(e) => return self.report("reading the ceremony", e),
         };
-        let share = active.and_then(|e| self.shares.get(&e).map(|s| (e, s)));
+        let named = c.players.iter().any(|p| p.address == self.address)
+            || c.dealers.iter().any(|d| d.address == self.address);
+        if !named {
+            return;
+        }
+        let Some(enc) = self.round_key(c.round) else {
+            return;
+        };
         let me = dkg::Me {
             address: self.address,
-            enc: &self.enc,
-            share,
+            enc: &enc,
         };
         let msgs = match dkg::next_messages(&state, &me) {
             Ok(m) => m,
@@ -195,7 +259,15 @@ impl Participant {
 
     fn pick_up_share(&mut self) {
         let state = self.app.committed_state().clone();
-        let (epoch, share) = match dkg::derive_share(&state, &self.address, &self.enc) {
+        let round = match dkg::state::last_ceremony(&state) {
+            Ok(Some(c)) => c.round,
+            Ok(None) => return,
+            Err(e) => return self.report("reading the last ceremony", e),
+        };
+        let Some(enc) = self.existing_round_key(round) else {
+            return;
+        };
+        let (epoch, share) = match dkg::derive_share(&state, &self.address, &enc) {
             Ok(Some(x)) => x,
             Ok(None) => return,
             Err(e) => return self.report("deriving my share", e),
@@ -243,6 +315,7 @@ fn describe(m: &tally_settlement::proto::ValidatorMsg) -> String {
         Some(Sum::Reveal(r)) => format!("{} reveal(s) in round {}", r.shares.len(), r.round),
         Some(Sum::Propose(_)) => "proposal".into(),
         Some(Sum::Approve(a)) => format!("approval of proposal {}", a.proposal),
+        Some(Sum::Key(k)) => format!("key for round {}", k.round),
         None => "empty".into(),
     }
 }

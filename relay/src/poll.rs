@@ -17,7 +17,9 @@ use crate::config::RelayConfig;
 use crate::decide;
 use crate::hub::{Hub, HubError, Tip};
 use crate::metrics::{Refusal, RelayMetrics};
-use crate::submission::{batch_tx, newest_signed_rotation, InFlight, Submission};
+use crate::submission::{
+    batch_tx, governed_rotation, newest_signed_rotation, InFlight, Submission,
+};
 
 fn unix_now() -> u64 {
     SystemTime::now()
@@ -233,6 +235,9 @@ impl Relay {
         }
         let c = chain.to_string();
         match read_hub("rotation", &self.hub, move |h| h.last_rotation(&c)).await {
+            // The next one is governed: only the hub's governors can hand
+            // it over; a submission would stop at it (and says so).
+            Some(last) if governed_rotation(kv, last + 1) => self.hub_rotation = last,
             Some(last) if last < newest => self.spawn_submission(chain.to_string(), key, None),
             Some(last) => self.hub_rotation = last,
             None => {}

@@ -23,7 +23,10 @@
 //! signed rotation it has not applied, in nonce order (a hub that already
 //! has one answers code 4, which counts as done). The poll loop starts a
 //! rotations-only submission when the chain has signed a rotation the hub
-//! lacks and nothing is in flight.
+//! lacks and nothing is in flight. A *governed* rotation (a recovery, ADR
+//! 0018) has no signature to hand over: the hub takes it only from its
+//! governors (`tally-hub govern-key`), and until they act the relay
+//! stops at it and says so.
 
 use prost::Message;
 use rand::SeedableRng;
@@ -113,6 +116,15 @@ pub(crate) fn rotation_tx(kv: &impl tally_store::KvRead, nonce: u64) -> Option<V
     )
 }
 
+/// Whether rotation `nonce` is a governed recovery (no signature to hand
+/// over; the hub's governors must accept it).
+pub(crate) fn governed_rotation(kv: &impl tally_store::KvRead, nonce: u64) -> bool {
+    tally_settlement::dkg::state::rotation(kv, nonce)
+        .ok()
+        .flatten()
+        .is_some_and(|r| r.governed)
+}
+
 /// The newest rotation the chain has signed (0: none). Only the last one
 /// can still be waiting for its signature.
 pub(crate) fn newest_signed_rotation(kv: &impl tally_store::KvRead) -> u64 {
@@ -197,6 +209,12 @@ impl Submission {
         };
         for n in last.saturating_add(1)..=newest {
             let Some(tx) = rotation_tx(&kv, n) else {
+                if governed_rotation(&kv, n) {
+                    tracing::warn!(
+                        rotation = n,
+                        "the hub needs governed rotation {n} from its governors (tally-hub govern-key) before any later key or batch"
+                    );
+                }
                 return false;
             };
             match self.broadcast(tx).await {

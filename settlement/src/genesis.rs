@@ -218,22 +218,6 @@ pub struct Genesis {
     /// without it the chain makes its key by an on-chain DKG).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dkg: Option<KeyEpoch>,
-    /// Genesis validators' DKG encryption keys, with proofs of possession.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub encryption_keys: Vec<EncryptionKeyEntry>,
-}
-
-/// A genesis validator's DKG encryption key.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EncryptionKeyEntry {
-    /// Hex ed25519 consensus key of the validator (32 bytes).
-    pub validator: String,
-    /// Hex compressed G1 encryption key (48 bytes).
-    pub key: String,
-    /// Hex proof of possession (96 bytes), over the chain id and the
-    /// consensus key.
-    pub pop: String,
 }
 
 /// Why a genesis `app_state` was refused.

@@ -8,8 +8,9 @@
 //! imports only [`RouteId`] and those keys.
 
 use crate::dkg::keys::{
-    ACK, ACTIVE_KEY, CEREMONY, CEREMONY_ROUND, DEALING, LAST_CEREMONY, LAST_ROTATION, NEXT_KEY,
-    NEXT_PROPOSAL, PROPOSAL, PROPOSAL_OPEN, REVEAL, ROTATION, VALIDATOR, VALIDATOR_UPDATES,
+    ACK, ACTIVE_KEY, CEREMONY, CEREMONY_KEY, CEREMONY_ROUND, DEALING, LAST_CEREMONY, LAST_ROTATION,
+    NEXT_KEY, NEXT_PROPOSAL, PROPOSAL, PROPOSAL_OPEN, REVEAL, ROTATION, VALIDATOR,
+    VALIDATOR_UPDATES,
 };
 use crate::record::RouteId;
 
@@ -138,6 +139,7 @@ pub const LAYOUT: &[(&[u8], &str)] = &[
     ),
     (CEREMONY, "the running DKG or re-key ceremony"),
     (LAST_CEREMONY, "the last ceremony that made a key"),
+    (CEREMONY_KEY, "players' encryption keys by round and player"),
     (DEALING, "dealings by round and dealer"),
     (ACK, "acks by round, dealer and player"),
     (REVEAL, "revealed shares by round, dealer and player"),

@@ -75,8 +75,8 @@ pub use dkg::key::{KeyCache, KeyEpoch};
 pub use envelope::{VerifiedSignatures, VerifyAll};
 pub use error::{ExecError, Fatal, Rejection};
 pub use genesis::{
-    parse_pubkey, AllowanceEntry, BalanceEntry, EncryptionKeyEntry, GatewayEntry, Genesis,
-    GenesisError, Params, UserEntry,
+    parse_pubkey, AllowanceEntry, BalanceEntry, GatewayEntry, Genesis, GenesisError, Params,
+    UserEntry,
 };
 pub use machine::{
     check_tx, check_tx_claim, check_tx_claim_with, deliver_tx, deliver_tx_with, init_chain,

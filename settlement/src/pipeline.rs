@@ -68,6 +68,7 @@ pub fn block_scope(t: &Tx) -> Option<Vec<u8>> {
                 Sum::Reveal(_) => 3,
                 Sum::Propose(_) => 4,
                 Sum::Approve(_) => 5,
+                Sum::Key(_) => 6,
             };
             Some([b"validator/".as_slice(), &v.pubkey, &[kind]].concat())
         }

@@ -84,7 +84,6 @@ impl Env {
                 public_shares: pubs.shares.iter().map(hexk).collect(),
                 signers: (0..4u8).map(|i| hex::encode(addr(i))).collect(),
             }),
-            encryption_keys: Vec::new(),
         };
         let mut kv = Pending::open(Arc::new(MemBackend::new())).unwrap();
         init_chain(&mut kv, CHAIN, &g).unwrap();

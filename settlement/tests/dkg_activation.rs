@@ -41,7 +41,6 @@ fn a_reshared_key_activates_at_its_height_and_old_partials_go() {
             action: ProposalAction::Add.into(),
             pubkey: newcomer.to_vec(),
             power: 7,
-            enc_key: vec![1; 48],
             status: ProposalStatus::Applied.into(),
             ..Proposal::default()
         },
@@ -94,5 +93,5 @@ fn a_reshared_key_activates_at_its_height_and_old_partials_go() {
     assert!(st::next_key(&kv).unwrap().is_none());
     let addr = dkg::address_of(&newcomer);
     let v: ValidatorRecord = st::validator(&kv, &addr).unwrap().expect("added");
-    assert_eq!((v.power, v.enc_key.len()), (7, 48));
+    assert_eq!((v.power, v.pubkey), (7, newcomer.to_vec()));
 }

@@ -59,7 +59,7 @@ fn two_validators() -> (Pending, SigningKey, SigningKey) {
         (a.verifying_key().to_bytes(), 10),
         (b.verifying_key().to_bytes(), 10),
     ];
-    init_validators(&mut kv, CHAIN, &Genesis::default(), &set).unwrap();
+    init_validators(&mut kv, &set).unwrap();
     (kv, a, b)
 }
 
@@ -79,34 +79,40 @@ fn approvals_of_missing_or_closed_proposals_are_bad_proposals() {
     assert_eq!(send(&mut kv, &a, 1, approve(1)), Code::BadProposal);
     assert_eq!(send(&mut kv, &a, 1, approve(u64::MAX)), Code::BadProposal);
 
-    // An update to another power is refused: powers stay equal.
+    // An addition at another power is refused: powers stay equal.
+    let third = SigningKey::from_bytes(&[9; 32]);
     let unequal = Sum::Propose(ValidatorProposal {
-        action: 3,
-        pubkey: b.verifying_key().to_bytes().to_vec(),
+        action: 1,
+        pubkey: third.verifying_key().to_bytes().to_vec(),
         power: 5,
         valid_until_height: 5,
-        ..ValidatorProposal::default()
     });
     assert_eq!(send(&mut kv, &a, 1, unequal), Code::BadProposal);
-    // a proposes an update of b; its own approval is half the power.
-    let update = Sum::Propose(ValidatorProposal {
+    // A re-key names no validator and carries no power.
+    for (pubkey, power) in [(b.verifying_key().to_bytes().to_vec(), 0), (Vec::new(), 10)] {
+        let bad = Sum::Propose(ValidatorProposal {
+            action: 3,
+            pubkey,
+            power,
+            valid_until_height: 5,
+        });
+        assert_eq!(send(&mut kv, &a, 1, bad), Code::BadProposal);
+    }
+    // a proposes a re-key; its own approval is half the power.
+    let rekey = Sum::Propose(ValidatorProposal {
         action: 3,
-        pubkey: b.verifying_key().to_bytes().to_vec(),
-        power: 10,
         valid_until_height: 5,
         ..ValidatorProposal::default()
     });
-    assert_eq!(send(&mut kv, &a, 1, update), Code::Ok);
-    assert_eq!(statuses(&kv), [("update".into(), "open".into())]);
+    assert_eq!(send(&mut kv, &a, 1, rekey), Code::Ok);
+    assert_eq!(statuses(&kv), [("rekey".into(), "open".into())]);
     assert_eq!(send(&mut kv, &a, 1, approve(1)), Code::DkgDuplicate);
     assert_eq!(send(&mut kv, &b, 1, approve(1)), Code::Ok);
-    assert_eq!(statuses(&kv), [("update".into(), "accepted".into())]);
+    assert_eq!(statuses(&kv), [("rekey".into(), "accepted".into())]);
     // Accepted: no longer open for approvals.
     assert_eq!(send(&mut kv, &b, 1, approve(1)), Code::BadProposal);
-    // The next block carries it out. There is no key yet, so nothing is
-    // reshared and the change is made at once, even though neither has an
-    // encryption key (before issue 26 it was refused for that, and a set
-    // without keys could never register them).
+    // The first key's ceremony started at height 1 with no key registered
+    // in advance (ADR 0018): the re-key waits for it.
     begin_block(
         &mut kv,
         &Block {
@@ -115,18 +121,21 @@ fn approvals_of_missing_or_closed_proposals_are_bad_proposals() {
         },
     )
     .unwrap();
-    assert_eq!(statuses(&kv), [("update".into(), "applied".into())]);
+    assert_eq!(statuses(&kv), [("rekey".into(), "accepted".into())]);
+    let c = tally_settlement::dkg::state::ceremony(&kv)
+        .unwrap()
+        .expect("first key");
+    assert_eq!((c.round, c.start_height, c.players.len()), (1, 1, 2));
     assert_eq!(send(&mut kv, &a, 2, approve(1)), Code::BadProposal);
 }
 
 #[test]
 fn a_proposal_opens_only_until_its_valid_until_height() {
     let (mut kv, a, b) = two_validators();
+    let _ = b;
     let update = |until| {
         Sum::Propose(ValidatorProposal {
             action: 3,
-            pubkey: b.verifying_key().to_bytes().to_vec(),
-            power: 10,
             valid_until_height: until,
             ..ValidatorProposal::default()
         })

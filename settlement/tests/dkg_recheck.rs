@@ -34,7 +34,6 @@ fn member(kv: &mut Pending, i: u32, power: u64) {
         &ValidatorRecord {
             pubkey: pk.to_vec(),
             power,
-            enc_key: Vec::new(),
         },
     );
 }
@@ -112,8 +111,9 @@ fn an_addition_past_the_cap_or_of_a_member_is_refused() {
 
 #[test]
 fn the_issues_power_reproduction_never_reaches_cometbft() {
-    // 4 x 10, then one validator to 1152921504606846975 (i64::MAX / 8):
-    // the total, 1152921504606847005, is above CometBFT's maximum.
+    // 4 x 10, then a validator at 1152921504606846975 (i64::MAX / 8):
+    // the total, 1152921504606847015, is above CometBFT's maximum. (The
+    // issue used an update; updates are gone, ADR 0018.)
     let mut kv = fresh();
     for i in 1..=4 {
         member(&mut kv, i, 10);
@@ -121,8 +121,8 @@ fn the_issues_power_reproduction_never_reaches_cometbft() {
     accepted(
         &mut kv,
         1,
-        ProposalAction::Update,
-        2,
+        ProposalAction::Add,
+        9,
         1_152_921_504_606_846_975,
     );
     let (status, reason, updates) = run(&mut kv, 5, 1);
@@ -150,36 +150,11 @@ fn an_unequal_power_is_refused_and_an_equal_one_runs() {
 }
 
 #[test]
-fn genesis_refuses_unequal_powers_and_a_partly_keyed_set() {
+fn genesis_refuses_unequal_powers_and_powers_above_the_cap() {
     let mut kv = fresh();
     let vals = [(pubkey(1), 10), (pubkey(2), 20)];
-    let e = dkg::init_validators(&mut kv, "c", &Genesis::default(), &vals).unwrap_err();
+    let e = dkg::init_validators(&mut kv, &vals).unwrap_err();
     assert!(e.to_string().contains("unequal"), "{e}");
-    let e = dkg::init_validators(&mut kv, "c", &Genesis::default(), &[(pubkey(1), 1 << 60)])
-        .unwrap_err();
+    let e = dkg::init_validators(&mut kv, &[(pubkey(1), 1 << 60)]).unwrap_err();
     assert!(e.to_string().contains("power"), "{e}");
-}
-
-#[test]
-fn genesis_refuses_encryption_keys_for_only_part_of_the_set() {
-    use tally_settlement::dkg::crypto::EncKey;
-    use tally_settlement::EncryptionKeyEntry;
-    let enc = EncKey::from_ikm(&[7; 32]).unwrap();
-    let pk = pubkey(1);
-    let genesis = Genesis {
-        encryption_keys: vec![EncryptionKeyEntry {
-            validator: hex::encode(pk),
-            key: hex::encode(enc.public().compress()),
-            pop: hex::encode(enc.prove(&dkg::msg::pop_context("c", &pk)).compress()),
-        }],
-        ..Genesis::default()
-    };
-    let mut kv = fresh();
-    dkg::init_validators(&mut kv, "c", &genesis, &[(pk, 10)]).expect("fully keyed");
-    let mut kv = fresh();
-    let e = dkg::init_validators(&mut kv, "c", &genesis, &[(pk, 10), (pubkey(2), 10)]).unwrap_err();
-    assert!(
-        e.to_string().contains("every genesis validator or none"),
-        "{e}"
-    );
 }

@@ -85,7 +85,6 @@ impl Env {
                 public_shares: pubs.shares.iter().map(hexk).collect(),
                 signers: (0..4u8).map(|i| hex::encode([i; 20])).collect(),
             }),
-            ..Genesis::default()
         };
         let mut kv = Pending::open(Arc::new(MemBackend::new())).unwrap();
         init_chain(&mut kv, CHAIN, &g).unwrap();

@@ -3,7 +3,8 @@
 //! made by the same code `tallyd`'s participant runs
 //! ([`tally_settlement::dkg::next_messages`]).
 //!
-//! Per n it prints: bytes on chain (dealings, acks, reveals), the blocks a
+//! Per n it prints: bytes on chain (round keys, dealings, acks and
+//! reveals), the blocks a
 //! ceremony takes, the CPU one node spends executing the dealing and ack
 //! blocks and the finalisation, one player's CPU to decrypt and check all
 //! dealings, and one dealer's CPU to deal.
@@ -19,7 +20,7 @@ use tally_settlement::proto::validator_msg::Sum;
 use tally_settlement::{begin_block, deliver_tx, init_chain, Block, Code, Genesis};
 use tally_store::{MemBackend, Pending};
 
-use crate::driver::{consensus_key, enc_key};
+use crate::driver::{consensus_key, enc_key, round_key};
 
 /// One ceremony's figures.
 #[derive(Debug, Default)]
@@ -28,6 +29,8 @@ pub struct Figures {
     pub n: usize,
     /// Threshold of the key made.
     pub t: u32,
+    /// Bytes of round-key transactions.
+    pub key_bytes: usize,
     /// Bytes of dealing transactions.
     pub deal_bytes: usize,
     /// Bytes of ack transactions.
@@ -56,13 +59,8 @@ const PHASE: u64 = 3;
 /// Runs one fresh ceremony with `n` honest validators.
 pub fn ceremony(n: usize) -> Result<Figures> {
     let keys: Vec<(SigningKey, EncKey)> = (0..n).map(|i| (consensus_key(i), enc_key(i))).collect();
-    let entries: Vec<_> = keys
-        .iter()
-        .map(|(c, e)| crate::driver::dkg_entry(CHAIN, c, e))
-        .collect();
     let genesis: Genesis = serde_json::from_value(serde_json::json!({
         "params": {"dkg_phase_blocks": PHASE},
-        "encryption_keys": entries,
     }))?;
     let mut kv = Pending::open(Arc::new(MemBackend::new()))?;
     init_chain(&mut kv, CHAIN, &genesis)?;
@@ -70,13 +68,13 @@ pub fn ceremony(n: usize) -> Result<Figures> {
         .iter()
         .map(|(c, _)| (c.verifying_key().to_bytes(), 10))
         .collect();
-    dkg::init_validators(&mut kv, CHAIN, &genesis, &vals)?;
+    dkg::init_validators(&mut kv, &vals)?;
     let mut f = Figures {
         n,
         ..Figures::default()
     };
     let mut txs: Vec<Vec<u8>> = Vec::new();
-    for h in 1..=3 * PHASE + 2 {
+    for h in 1..=4 * PHASE + 2 {
         let block = Block {
             height: h,
             time: 1_800_000_000 + h,
@@ -109,6 +107,7 @@ pub fn ceremony(n: usize) -> Result<Figures> {
                     f.ack_bytes += tx.len();
                     kinds.1 += 1
                 }
+                4 => f.key_bytes += tx.len(),
                 _ => f.reveal_bytes += tx.len(),
             }
             f.txs += 1;
@@ -120,11 +119,15 @@ pub fn ceremony(n: usize) -> Result<Figures> {
             f.ack_block = ran;
         }
         kv.commit(h)?;
+        let round = dkg::state::ceremony(&kv)?.map(|c| c.round);
         for (i, (c, e)) in keys.iter().enumerate() {
+            let Some(round) = round else {
+                break;
+            };
+            let enc = round_key(e, round);
             let me = Me {
                 address: dkg::address_of(c.verifying_key().as_bytes()),
-                enc: e,
-                share: None,
+                enc: &enc,
             };
             let t0 = Instant::now();
             let msgs = dkg::next_messages(&kv, &me)?;
@@ -155,6 +158,7 @@ fn kind_of(tx: &[u8]) -> u8 {
     match tally_settlement::proto::ValidatorMsg::decode(v.body.as_slice()).map(|m| m.sum) {
         Ok(Some(Sum::Dealing(_))) => 1,
         Ok(Some(Sum::Ack(_))) => 2,
+        Ok(Some(Sum::Key(_))) => 4,
         _ => 3,
     }
 }
@@ -185,9 +189,10 @@ pub fn main(args: &[String]) -> Result<()> {
     }
     println!("one fresh DKG ceremony, phases of {PHASE} blocks, one node's in-memory state, this machine");
     println!(
-        "{:>4} {:>4} {:>11} {:>10} {:>6} {:>7} {:>11} {:>11} {:>10} {:>13} {:>10}",
+        "{:>4} {:>4} {:>8} {:>11} {:>10} {:>6} {:>7} {:>11} {:>11} {:>10} {:>13} {:>10}",
         "n",
         "t",
+        "keys B",
         "dealing B",
         "ack B",
         "txs",
@@ -202,9 +207,10 @@ pub fn main(args: &[String]) -> Result<()> {
         let f = ceremony(n)?;
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         println!(
-            "{:>4} {:>4} {:>11} {:>10} {:>6} {:>7} {:>11.1} {:>11.1} {:>10.1} {:>13.1} {:>10.1}",
+            "{:>4} {:>4} {:>8} {:>11} {:>10} {:>6} {:>7} {:>11.1} {:>11.1} {:>10.1} {:>13.1} {:>10.1}",
             f.n,
             f.t,
+            f.key_bytes,
             f.deal_bytes,
             f.ack_bytes + f.reveal_bytes,
             f.txs,

@@ -49,7 +49,6 @@ impl DkgNet {
             "gateways": [{"name": "gw-test", "pubkey": hex::encode(key.verifying_key().to_bytes())}],
             "allowances": crate::traffic::allowances(&traffic.users, "gw-test"),
             "balances": traffic.users.iter().map(|u| serde_json::json!({"user": u, "amount": 100_000})).collect::<Vec<_>>(),
-            "encryption_keys": net.encryption_keys(),
         });
         net.init(&state.to_string())?;
         let mut hub = Hub::default();
@@ -159,21 +158,16 @@ impl DkgNet {
     ) -> Result<(Code, u64)> {
         let t = self.signing(target)?;
         let pk = t.verifying_key().to_bytes();
-        let (enc_key, enc_pop) = if action == ProposalAction::Add {
-            let e = self.net.nodes[target].enc.as_ref().context("enc key")?;
-            let pop = e.prove(&tally_settlement::dkg::msg::pop_context(CHAIN, &pk));
-            (e.public().compress().to_vec(), pop.compress().to_vec())
-        } else {
-            (Vec::new(), Vec::new())
-        };
         let (code, data, _) = self.send(
             from,
             Sum::Propose(ValidatorProposal {
                 action: action.into(),
-                pubkey: pk.to_vec(),
+                pubkey: if action.has_target() {
+                    pk.to_vec()
+                } else {
+                    Vec::new()
+                },
                 power,
-                enc_key,
-                enc_pop,
                 valid_until_height: self.net.height as u64 + 10,
             }),
         )?;

@@ -157,6 +157,23 @@ impl Hub {
         Ok(())
     }
 
+    /// The hub's governors accept the chain's governed rotation `nonce`
+    /// (a recovery, ADR 0018) after checking it against the chain: the
+    /// hub holds its key from now. It must be the next rotation the hub
+    /// lacks.
+    pub fn govern(&mut self, kv: &impl KvRead, nonce: u64) -> Result<()> {
+        let next = self.rotations.last().map_or(1, |(n, _)| n + 1);
+        ensure!(
+            nonce == next,
+            "hub: rotation {nonce} governed, {next} expected"
+        );
+        let r = tally_settlement::dkg::state::rotation(kv, nonce)?.context("no such rotation")?;
+        ensure!(r.governed, "hub: rotation {nonce} is not a governed one");
+        self.pinned_group = Some(r.group_key.clone());
+        self.rotations.push((r.nonce, r.group_key));
+        Ok(())
+    }
+
     /// The hub executes signed batch `b`: the next nonce, its digest over
     /// its calls, a group signature that verifies under the key the hub
     /// holds (`false`, nothing paid, if not); each call paid once.

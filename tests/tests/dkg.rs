@@ -16,8 +16,8 @@ use tally_settlement::proto::{validator_msg::Sum, ValidatorMsg};
 use tally_settlement::Code;
 use tally_tests::dkgnet::{DkgNet, CHAIN};
 
-/// Blocks to form a key with phases of 3 blocks (9) and a margin.
-const FORM: usize = 14;
+/// Blocks to form a key with four phases of 3 blocks (12) and a margin.
+const FORM: usize = 17;
 
 fn qualified_of_last(net: &DkgNet) -> Result<Vec<u32>> {
     let c = dst::last_ceremony(net.net.nodes[0].app.committed_state())?.context("no ceremony")?;
@@ -83,7 +83,8 @@ fn check_signs(net: &DkgNet) -> Result<()> {
 fn form(n: usize) -> Result<DkgNet> {
     let mut net = DkgNet::new(n, 3)?;
     let took = net.until(FORM, |s| Ok(s.epoch()? == 1))?;
-    ensure!(took <= 11, "the key took {took} blocks");
+    // Four phases of 3 blocks from height 1: finalised at the start of 13.
+    ensure!(took <= 13, "the key took {took} blocks");
     Ok(net)
 }
 
@@ -179,11 +180,22 @@ fn a_dealer_that_never_reveals_is_dropped() -> Result<()> {
     Ok(())
 }
 
+/// Round keys registered so far in the running ceremony.
+fn keys_registered(net: &DkgNet) -> Result<u64> {
+    let kv = net.net.nodes[0].app.committed_state();
+    Ok(match dst::ceremony(kv)? {
+        Some(c) => dst::round_counts(kv, c.round)?[0],
+        None => 0,
+    })
+}
+
 #[test]
-fn a_player_offline_for_the_whole_ceremony_gets_its_share_from_the_chain() -> Result<()> {
+fn a_player_offline_after_its_key_gets_its_share_from_the_chain() -> Result<()> {
     for n in [4, 7] {
         let mut net = DkgNet::new(n, 3)?;
         let off = n - 1;
+        // Its round key lands, then it goes: it never deals nor acks.
+        net.until(FORM, |s| Ok(keys_registered(s)? == n as u64))?;
         net.net.stop(off);
         net.until(FORM, |s| Ok(s.epoch()? == 1))?;
         ensure!(
@@ -195,13 +207,54 @@ fn a_player_offline_for_the_whole_ceremony_gets_its_share_from_the_chain() -> Re
             "n = {n}: every online dealer qualifies"
         );
         // Back: it replays the blocks and derives its share from the
-        // revealed values on chain.
+        // values revealed for it, with the round key it still holds.
         net.net.restart(off)?;
         ensure!(
             net.net.nodes[off].epoch_shares.iter().any(|(e, _)| *e == 1),
             "n = {n}: the returning node derived no share"
         );
         check_signs(&net)?;
+        net.pin_hub()?;
+        net.until(60, |s| Ok(s.settled() >= 1))?;
+    }
+    Ok(())
+}
+
+/// A player that registers no round key gets no share of that key (ADR
+/// 0018): nothing is encrypted to it and nothing revealed for it, so its
+/// share stays unknown to everyone; the key forms from the others and
+/// signs without it.
+#[test]
+fn a_player_offline_for_the_whole_ceremony_holds_no_share_of_that_key() -> Result<()> {
+    for n in [4, 7] {
+        let mut net = DkgNet::new(n, 3)?;
+        let off = n - 1;
+        net.net.stop(off);
+        net.until(FORM, |s| Ok(s.epoch()? == 1))?;
+        let kv = net.net.nodes[0].app.committed_state();
+        let last = dst::last_ceremony(kv)?.context("last ceremony")?;
+        ensure!(
+            dst::ceremony_key(kv, last.round, off as u32 + 1)?.is_none(),
+            "n = {n}: the offline node has a round key on chain"
+        );
+        for d in 1..=n as u32 {
+            ensure!(
+                dst::reveal(kv, last.round, d, off as u32 + 1)?.is_none(),
+                "n = {n}: a share of the keyless player was revealed"
+            );
+            if let Some(dealing) = dst::dealing(kv, last.round, d)? {
+                let s = &dealing.shares[off];
+                ensure!(
+                    s.ephemeral.is_empty() && s.ciphertext.is_empty(),
+                    "n = {n}: dealer {d} encrypted a share to a keyless player"
+                );
+            }
+        }
+        net.net.restart(off)?;
+        ensure!(
+            net.net.nodes[off].epoch_shares.is_empty(),
+            "n = {n}: the keyless player derived a share"
+        );
         net.pin_hub()?;
         net.until(60, |s| Ok(s.settled() >= 1))?;
     }

@@ -9,10 +9,10 @@
 //! 1. `key_made_on_chain`: `/dkg` shows epoch 1 with a group key G, signed
 //!    by exactly CometBFT's four validators with threshold 2n/3 + 1, and
 //!    the hub's genesis holds the same G;
-//! 2. `a_power_above_cometbfts_cap_is_refused`: issue 26's reproduction,
-//!    `tx validator propose --update --candidate-home <node1> --power
-//!    1152921504606846975`, which used to stop every node a minute after
-//!    its approvals, is refused (code 33) and the chain goes on;
+//! 2. `a_power_above_cometbfts_cap_is_refused`: issue 26's reproduction
+//!    (`--update --power 1152921504606846975`, which used to stop every
+//!    node a minute after its approvals; updates are gone since ADR 0018)
+//!    as an addition at that power: refused (code 33), the chain goes on;
 //! 3. `fifth_validator_added`: `localnet/node.sh add` starts a fifth node;
 //!    the proposal and approval commands it prints (node0 proposes, node1
 //!    and node2 approve: 3 of 4 equal powers) make it a validator: CometBFT's
@@ -26,7 +26,15 @@
 //!    (4 of 5 equal powers): four validators again, epoch 3, a new key G3
 //!    handed to the hub the same way;
 //! 6. `batch_settles_after_removal`: as 3, with the four and G3 (refused
-//!    under G and G2).
+//!    under G and G2);
+//! 7. `recovery_through_the_hubs_governors` (ADR 0018): nodes 2 and 3 lose
+//!    every share and round-key file, so 2 of 4 signers are left (t = 3);
+//!    `tx validator propose --recover`, approved by 3 of 4, makes epoch 4
+//!    with a new key G4 that activates unsigned (`/rotations`: governed, no
+//!    signature) and that all four hold; the hub still holds G3 until two of
+//!    the localnet hub's three governors sign the rotation with `tally-hub
+//!    governor sign` and send it with `tally-hub govern-key`; then `/keys/hub`
+//!    ends at G4 (`by: governors`) and a batch signed by G4 settles.
 //!
 //! Needs `cometbft` on PATH (without it every test is reported SKIPPED)
 //! and built `tallyd` and `tally-hub` binaries (`$TALLYD`,
@@ -57,7 +65,7 @@ const PHASE_BLOCKS: &str = "3";
 const RESHARE_TIMEOUT: Duration = Duration::from_secs(120);
 const USER: &str = "alice";
 
-const TESTS: [Test<Net>; 6] = [
+const TESTS: [Test<Net>; 7] = [
     Test {
         name: "key_made_on_chain",
         needs: &[],
@@ -87,6 +95,11 @@ const TESTS: [Test<Net>; 6] = [
         name: "batch_settles_after_removal",
         needs: &["fifth_validator_removed"],
         run: batch_settles_after_removal,
+    },
+    Test {
+        name: "recovery_through_the_hubs_governors",
+        needs: &["fifth_validator_removed"],
+        run: recovery_through_the_hubs_governors,
     },
 ];
 
@@ -275,9 +288,13 @@ fn a_power_above_cometbfts_cap_is_refused(f: &mut Net) -> Result<()> {
         &home(0),
         "--node",
         &net.rpc_url(0),
-        "--update",
-        "--candidate-home",
-        &home(1),
+        "--add",
+        "--pubkey",
+        &hex::encode(
+            ed25519_dalek::SigningKey::from_bytes(&[7; 32])
+                .verifying_key()
+                .to_bytes(),
+        ),
         "--power",
         "1152921504606846975",
     ]);
@@ -587,4 +604,144 @@ fn fifth_validator_removed(f: &mut Net) -> Result<()> {
 
 fn batch_settles_after_removal(f: &mut Net) -> Result<()> {
     settle_one(f, 43)
+}
+
+/// Runs `tally-hub ARGS`; its stdout, or an error with its stderr.
+fn tally_hub(args: &[&str]) -> Result<String> {
+    let out = std::process::Command::new(tally_tests::localnet::hub_path()?)
+        .args(args)
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "tally-hub {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// The hub's newest key record.
+fn hub_key(net: &Localnet) -> Result<serde_json::Value> {
+    let keys = query(&Rpc::new(&net.hub_rpc_url()), "/keys/hub")?;
+    keys["keys"]
+        .as_array()
+        .and_then(|k| k.last())
+        .cloned()
+        .context("no hub key")
+}
+
+fn recovery_through_the_hubs_governors(f: &mut Net) -> Result<()> {
+    let net = &f.net;
+    let home = |i: usize| net.dir().join(format!("node{i}")).display().to_string();
+    // Two validators lose their disks' keys: every share and round key.
+    for i in [2, 3] {
+        let down = net.take_down("stop", Some(i))?;
+        let data = net.dir().join(format!("node{i}")).join("data");
+        for e in std::fs::read_dir(&data)? {
+            let p = e?.path();
+            let name = p.file_name().map(|n| n.to_string_lossy().to_string());
+            if name
+                .is_some_and(|n| n.starts_with("bls_share_epoch_") || n.starts_with("dkg_round_"))
+            {
+                std::fs::remove_file(&p)?;
+            }
+        }
+        down.now()?;
+    }
+    tallyd_ok(&[
+        "tx",
+        "validator",
+        "propose",
+        "--home",
+        &home(0),
+        "--node",
+        &net.rpc_url(0),
+        "--recover",
+    ])?;
+    let p = query(&net.rpc(0), "/proposals")?;
+    let id = p["proposals"]
+        .as_array()
+        .context("proposals")?
+        .iter()
+        .filter(|x| x["action"] == "recover")
+        .filter_map(|x| x["id"].as_u64())
+        .max()
+        .context("no recover proposal")?
+        .to_string();
+    for i in [1, 2] {
+        tallyd_ok(&[
+            "tx",
+            "validator",
+            "approve",
+            "--home",
+            &home(i),
+            "--node",
+            &net.rpc_url(i),
+            "--id",
+            &id,
+        ])?;
+    }
+    let t = Instant::now();
+    wait_for("key epoch 4", RESHARE_TIMEOUT, net, || {
+        Ok((query(&net.rpc(0), "/dkg")?["epoch"] == 4).then_some(()))
+    })?;
+    eprintln!("recovered key active {:?} after the approvals", t.elapsed());
+    let new_key = query(&net.rpc(0), "/dkg")?["group_key"]
+        .as_str()
+        .context("no group key")?
+        .to_string();
+    check_key(net, &[0, 1, 2, 3], 4, &new_key)?;
+    let r = query(&net.rpc(0), "/rotations")?["rotations"]
+        .as_array()
+        .and_then(|r| r.last())
+        .cloned()
+        .context("no rotation")?;
+    ensure!(
+        r["governed"] == true && r["signature"].is_null() && r["group_key"] == new_key.as_str(),
+        "rotation {r}"
+    );
+    // The hub still holds G3: only its governors can hand it G4.
+    ensure!(
+        hub_key(net)?["group_key"] == f.group_key.as_str(),
+        "the hub moved on its own"
+    );
+    let nonce = r["nonce"].as_u64().context("nonce")?.to_string();
+    let rotation = [
+        "--nonce",
+        nonce.as_str(),
+        "--epoch",
+        "4",
+        "--group-key",
+        new_key.as_str(),
+    ];
+    let governors = net.dir().join("hub").join("governors");
+    let mut approvals = Vec::new();
+    for g in ["gov1.json", "gov2.json"] {
+        let key = governors.join(g).display().to_string();
+        let mut args = vec![
+            "governor",
+            "sign",
+            "--key",
+            &key,
+            "--settlement-chain-id",
+            &f.chain_id,
+        ];
+        args.extend_from_slice(&rotation);
+        approvals.push(tally_hub(&args)?);
+    }
+    let hub_url = net.hub_rpc_url();
+    let mut args = vec!["govern-key", "--node", hub_url.as_str()];
+    args.extend_from_slice(&rotation);
+    for a in &approvals {
+        args.extend_from_slice(&["--approval", a.as_str()]);
+    }
+    tally_hub(&args)?;
+    let held = hub_key(net)?;
+    ensure!(
+        held["group_key"] == new_key.as_str() && held["by"] == "governors",
+        "hub key {held}"
+    );
+    f.old_keys
+        .push(std::mem::replace(&mut f.group_key, new_key));
+    f.switched_at = net.height(0);
+    settle_one(f, 47)
 }

@@ -1,13 +1,12 @@
-//! `tallyd dkg keygen|enc-proof|dealer`: a validator's encryption key for
-//! the on-chain DKG and the proof that registers it, and (for tests only)
-//! the trusted dealer of a localnet's threshold key.
+//! `tallyd dkg dealer`: for tests only, the trusted dealer of a
+//! localnet's threshold key. A real network needs no DKG setup: each
+//! ceremony's players make and register their keys for that round
+//! themselves (ADR 0018).
 
 use std::path::PathBuf;
 
 use anyhow::bail;
 use clap::{Args, Subcommand};
-
-use crate::dkgkey;
 
 use super::genesis::update_genesis;
 use super::{Command, Context};
@@ -15,63 +14,18 @@ use super::{Command, Context};
 /// Threshold key setup.
 #[derive(Subcommand, Debug, PartialEq, Eq)]
 pub enum DkgCommand {
-    /// Make this validator's DKG encryption key (<home>/config/dkg_key.json,
-    /// 0600) and print its public key; `tallyd start` takes part in the
-    /// chain's key ceremonies when the file exists.
-    Keygen(KeygenCommand),
-    /// Print, as JSON, this validator's consensus key, encryption key and
-    /// the proof of possession that registers it on --chain-id (for
-    /// `genesis add-encryption-key` or `tx validator propose`).
-    EncProof(EncProofCommand),
     /// For tests only: a trusted dealer makes a threshold key, writes each
     /// validator's share to <home>/config/bls_share.json and the group key
     /// and public shares into the genesis app_state. A real network makes its
-    /// key on chain (`dkg keygen`, then the chain's ceremony).
+    /// key on chain, in its first blocks.
     Dealer(DealerCommand),
 }
 
 impl Command for DkgCommand {
     fn execute(self, ctx: &Context) -> anyhow::Result<()> {
         match self {
-            Self::Keygen(c) => c.execute(ctx),
-            Self::EncProof(c) => c.execute(ctx),
             Self::Dealer(c) => c.execute(ctx),
         }
-    }
-}
-
-/// `dkg keygen [--force]`.
-#[derive(Args, Debug, PartialEq, Eq)]
-pub struct KeygenCommand {
-    /// Replace an existing key (a validator registered with the old key
-    /// can no longer decrypt its shares: register the new one first).
-    #[arg(long)]
-    pub force: bool,
-}
-
-impl Command for KeygenCommand {
-    fn execute(self, ctx: &Context) -> anyhow::Result<()> {
-        let path = dkgkey::enc_key_path(ctx.home());
-        let key = dkgkey::generate_enc_key(&path, self.force)?;
-        println!("{}", hex::encode(key.public().compress()));
-        eprintln!("encryption key written to {}", path.display());
-        Ok(())
-    }
-}
-
-/// `dkg enc-proof --chain-id C`.
-#[derive(Args, Debug, PartialEq, Eq)]
-pub struct EncProofCommand {
-    /// The chain the key is registered on (the proof names it).
-    #[arg(long)]
-    pub chain_id: String,
-}
-
-impl Command for EncProofCommand {
-    fn execute(self, ctx: &Context) -> anyhow::Result<()> {
-        let proof = dkgkey::enc_proof_of(ctx.home(), &self.chain_id)?;
-        println!("{}", serde_json::to_string(&proof)?);
-        Ok(())
     }
 }
 

@@ -7,9 +7,7 @@ use crate::keyfile;
 use anyhow::{bail, Context as _};
 use clap::{Args, Subcommand};
 use serde_json::Value;
-use tally_settlement::{
-    AllowanceEntry, BalanceEntry, EncryptionKeyEntry, GatewayEntry, Genesis, UserEntry,
-};
+use tally_settlement::{AllowanceEntry, BalanceEntry, GatewayEntry, Genesis, UserEntry};
 
 use super::{Command, Context};
 
@@ -27,10 +25,6 @@ pub enum GenesisCommand {
     Allow(AllowCommand),
     /// Set a chain parameter (e.g. settlement_window_secs 60, hub_chain hub).
     SetParam(SetParamCommand),
-    /// Register a genesis validator's DKG encryption key (with its proof of
-    /// possession for this genesis's chain id), read from that validator's
-    /// home (`tallyd dkg keygen` there first).
-    AddEncryptionKey(AddEncryptionKeyCommand),
     /// Check the app_state.
     Validate,
 }
@@ -44,7 +38,6 @@ impl Command for GenesisCommand {
             Self::AddUser(c) => c.apply(g, ctx.home()),
             Self::Allow(c) => c.apply(g),
             Self::SetParam(c) => c.apply(g),
-            Self::AddEncryptionKey(c) => c.apply(g, &path),
             Self::Validate => {
                 g.validate()?;
                 g.check_hub_funding()?;
@@ -218,47 +211,6 @@ impl SetParamCommand {
     }
 }
 
-/// `genesis add-encryption-key --validator-home H`.
-#[derive(Args, Debug, PartialEq, Eq)]
-pub struct AddEncryptionKeyCommand {
-    /// The validator's home: its config/priv_validator_key.json and
-    /// config/dkg_key.json.
-    #[arg(long)]
-    pub validator_home: std::path::PathBuf,
-}
-
-impl AddEncryptionKeyCommand {
-    /// Adds the validator's entry (replacing an earlier one for the same
-    /// validator), proved for the chain id of `genesis_path`.
-    fn apply(self, g: &mut Genesis, genesis_path: &Path) -> anyhow::Result<bool> {
-        let chain_id = read_chain_id(genesis_path)?;
-        let proof = crate::dkgkey::enc_proof_of(&self.validator_home, &chain_id)?;
-        g.encryption_keys.retain(|e| e.validator != proof.validator);
-        println!(
-            "encryption key {} of validator {} (chain {chain_id})",
-            proof.key, proof.validator
-        );
-        g.encryption_keys.push(EncryptionKeyEntry {
-            validator: proof.validator,
-            key: proof.key,
-            pop: proof.pop,
-        });
-        Ok(true)
-    }
-}
-
-/// A genesis file's `chain_id`.
-fn read_chain_id(path: &Path) -> anyhow::Result<String> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let doc: Value =
-        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
-    match doc["chain_id"].as_str() {
-        Some(c) if !c.is_empty() => Ok(c.to_string()),
-        _ => bail!("{} has no chain_id", path.display()),
-    }
-}
-
 /// A genesis file's `app_state` (`null` when it has none).
 pub fn read_app_state(path: &Path) -> anyhow::Result<Value> {
     let text =
@@ -429,61 +381,5 @@ pub(crate) mod tests {
         )
         .unwrap();
         pk
-    }
-
-    #[test]
-    fn add_encryption_key_registers_a_proved_key_once_per_validator() {
-        let dir = tempfile::tempdir().unwrap();
-        let g0 = Context {
-            home: dir.path().join("g0"),
-        };
-        std::fs::create_dir_all(g0.home.join("config")).unwrap();
-        std::fs::write(
-            g0.genesis_path(),
-            r#"{"chain_id": "c-1", "app_state": null}"#,
-        )
-        .unwrap();
-        let v = dir.path().join("v1");
-        let pk = write_consensus_key(&v, [3; 32]);
-        let vs = v.to_str().unwrap();
-        let add = || {
-            genesis(&["genesis", "add-encryption-key", "--validator-home", vs])
-                .unwrap()
-                .execute(&g0)
-        };
-        // No encryption key yet: a clear error, and the file is untouched.
-        let before = std::fs::read(g0.genesis_path()).unwrap();
-        let e = add().unwrap_err().to_string();
-        assert!(e.contains("tallyd dkg keygen"), "{e}");
-        assert_eq!(std::fs::read(g0.genesis_path()).unwrap(), before);
-        let vctx = Context { home: v.clone() };
-        let keygen = |args: &[&str]| match parse(args).unwrap().command {
-            Commands::Dkg(c) => c.execute(&vctx),
-            other => panic!("parsed as {other:?}"),
-        };
-        keygen(&["dkg", "keygen"]).unwrap();
-        add().unwrap();
-        keygen(&["dkg", "keygen", "--force"]).unwrap();
-        add().unwrap();
-        let doc: Value =
-            serde_json::from_str(&std::fs::read_to_string(g0.genesis_path()).unwrap()).unwrap();
-        let entries = doc["app_state"]["encryption_keys"].as_array().unwrap();
-        assert_eq!(entries.len(), 1, "one entry per validator");
-        assert_eq!(entries[0]["validator"], hex::encode(pk));
-        let enc = crate::dkgkey::load_enc_key(&crate::dkgkey::enc_key_path(&v)).unwrap();
-        assert_eq!(
-            entries[0]["key"],
-            hex::encode(enc.public().compress()),
-            "the newer key"
-        );
-        // The oracle: the chain's own proof check, for this genesis's chain id.
-        let key = hex::decode(entries[0]["key"].as_str().unwrap()).unwrap();
-        let pop = hex::decode(entries[0]["pop"].as_str().unwrap()).unwrap();
-        let ctx = tally_settlement::dkg::msg::pop_context("c-1", &pk);
-        assert!(tally_settlement::dkg::crypto::verify_pop(
-            &tally_settlement::bls::parse_public_key(&key).unwrap(),
-            &ctx,
-            &pop
-        ));
     }
 }

@@ -139,37 +139,33 @@ fn load_shares(
     Ok(shares)
 }
 
-/// Starts the DKG participant ([`participant`]) when this home has an
-/// encryption key (`config/dkg_key.json`). A key that does not load is
-/// logged: the node still validates.
+/// Starts the DKG participant ([`participant`]); it takes part in every
+/// ceremony that names this node's consensus key. A home without a
+/// readable ed25519 consensus key (a remote signer, say) takes no part;
+/// the node still validates.
 fn start_participant(
     app: &TallyApp,
     home: &Path,
     cfg: &AppConfig,
     shares: Vec<(u64, SecretShare)>,
 ) -> Option<std::thread::JoinHandle<()>> {
-    let enc_path = dkgkey::enc_key_path(home);
-    if !enc_path.exists() {
-        tracing::info!(file = %enc_path.display(), "no DKG encryption key: this node takes no part in ceremonies");
-        return None;
-    }
-    spawn_participant(app, home, cfg, &enc_path, shares)
-        .map_err(|e| tracing::error!(error = %format!("{e:#}"), "DKG participant not started"))
+    spawn_participant(app, home, cfg, shares)
+        .map_err(|e| {
+            tracing::error!(error = %format!("{e:#}"), "DKG participant not started: this node takes no part in key ceremonies")
+        })
         .ok()
 }
 
-/// The participant of [`start_participant`], from the key files.
+/// The participant of [`start_participant`], from the consensus key file.
 fn spawn_participant(
     app: &TallyApp,
     home: &Path,
     cfg: &AppConfig,
-    enc_path: &Path,
     shares: Vec<(u64, SecretShare)>,
 ) -> anyhow::Result<std::thread::JoinHandle<()>> {
-    let enc = dkgkey::load_enc_key(enc_path)?;
     let key = dkgkey::load_consensus_key(home)?;
     let url = participant::rpc_url(home, &cfg.cometbft_rpc);
-    let p = participant::Participant::new(app.clone(), home, &url, key, enc, shares);
+    let p = participant::Participant::new(app.clone(), home, &url, key, shares);
     tracing::info!(participant = ?p, "DKG participant started");
     Ok(p.spawn()?)
 }
@@ -219,15 +215,13 @@ fn start_relay(
         return Ok(None);
     };
     let mut rc = cfg.relay_config(rank);
-    // With a DKG encryption key the node's shares come from the chain's
-    // ceremonies (maybe none yet, and a reshare moves its index): the relay
-    // reads its rank from the active key.
-    if dkgkey::enc_key_path(home).exists() {
-        rc.address = dealer::validator_address(home)
-            .ok()
-            .and_then(|a| hex::decode(a).ok())
-            .and_then(|b| b.try_into().ok());
-    }
+    // The node's shares come from the chain's ceremonies (maybe none yet,
+    // and every re-key may move its index): the relay reads its rank from
+    // the active key's signers by this validator's address.
+    rc.address = dealer::validator_address(home)
+        .ok()
+        .and_then(|a| hex::decode(a).ok())
+        .and_then(|b| b.try_into().ok());
     Ok(Some(tally_relay::spawn(
         Arc::new(app.clone()),
         rc,

@@ -15,8 +15,8 @@
 //!   launch.rs    the launch of tallyd start, one fn per step
 //!   keys.rs      tallyd keys add|show
 //!   allowance.rs tallyd tx allowance grant|revoke
-//!   genesis.rs   tallyd genesis add-gateway|fund|set-param|add-encryption-key|validate
-//!   dkg.rs       tallyd dkg keygen|enc-proof|dealer
+//!   genesis.rs   tallyd genesis add-gateway|fund|set-param|validate
+//!   dkg.rs       tallyd dkg dealer (tests only)
 //!   explorer.rs  tallyd explorer (the SLA explorer page; server in tally_explorer)
 //!   tx.rs        tallyd tx report
 //!   validator.rs tallyd tx validator propose|approve

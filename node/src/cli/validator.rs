@@ -1,8 +1,9 @@
 //! `tallyd tx validator propose|approve`: a current validator proposes
-//! adding, removing or updating a validator, and the others approve; the
-//! change is accepted once approvers hold more than 2/3 of the voting
-//! power, and applied by the reshare that follows. Both are signed with
-//! the sender's CometBFT consensus key (`<home>/config/priv_validator_key.json`).
+//! adding or removing a validator, a re-key of the set, or a recovery
+//! (ADR 0018), and the others approve; the change is accepted once
+//! approvers hold more than 2/3 of the voting power, and carried out by the
+//! re-key that follows. Both are signed with the sender's CometBFT
+//! consensus key (`<home>/config/priv_validator_key.json`).
 
 use std::path::PathBuf;
 
@@ -23,8 +24,8 @@ use super::{Command, Context};
 /// Validator-set changes.
 #[derive(Subcommand, Debug, PartialEq, Eq)]
 pub enum ValidatorCommand {
-    /// Propose adding, removing or updating a validator (prints the
-    /// proposal id; the proposer's approval is included).
+    /// Propose adding or removing a validator, a re-key or a recovery
+    /// (prints the proposal id; the proposer's approval is included).
     Propose(ProposeCommand),
     /// Approve an open proposal.
     Approve(ApproveCommand),
@@ -39,41 +40,38 @@ impl Command for ValidatorCommand {
     }
 }
 
-/// `tx validator propose (--add|--remove|--update) (--pubkey K |
-/// --candidate-home H) [--power N] [--enc-key HEX --enc-pop HEX]`.
+/// `tx validator propose (--add|--remove) (--pubkey K | --candidate-home
+/// H) [--power N]`, or `tx validator propose (--rekey|--recover)`.
 #[derive(Args, Debug, PartialEq, Eq)]
-#[command(group(ArgGroup::new("action").required(true).args(["add", "remove", "update"])))]
-#[command(group(ArgGroup::new("who").required(true).multiple(true).args(["pubkey", "candidate_home"])))]
+#[command(group(ArgGroup::new("action").required(true).args(["add", "remove", "rekey", "recover"])))]
 pub struct ProposeCommand {
-    /// Add a validator (needs --power and its encryption key).
+    /// Add a validator (needs --power: the common power of every
+    /// validator).
     #[arg(long)]
     pub add: bool,
     /// Remove a validator.
     #[arg(long)]
     pub remove: bool,
-    /// Change a validator's power and/or encryption key.
-    #[arg(long)]
-    pub update: bool,
+    /// A fresh key for the same set, handed to the hub by the current key.
+    #[arg(long, conflicts_with_all = ["pubkey", "candidate_home", "power"])]
+    pub rekey: bool,
+    /// A fresh key for the same set when fewer than t signers of the
+    /// current key remain: it activates without the current key's
+    /// signature, and the hub takes it only from its governors.
+    #[arg(long, conflicts_with_all = ["pubkey", "candidate_home", "power"])]
+    pub recover: bool,
     /// The validator's ed25519 consensus key, hex or base64.
     #[arg(long)]
     pub pubkey: Option<String>,
-    /// Voting power (add, update): every validator has the same power,
-    /// the one `query validators` shows.
+    /// Voting power (add): every validator has the same power, the one
+    /// `query validators` shows.
     #[arg(long)]
     pub power: Option<u64>,
     /// Blocks from the node's latest height during which the proposal may
     /// still open (1-1000): a signed proposal cannot be replayed later.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub valid_for: u64,
-    /// The validator's encryption key (hex, 48 bytes), from its
-    /// `tallyd dkg enc-proof`.
-    #[arg(long, requires = "enc_pop", conflicts_with = "candidate_home")]
-    pub enc_key: Option<String>,
-    /// Its proof of possession (hex, 96 bytes).
-    #[arg(long, requires = "enc_key")]
-    pub enc_pop: Option<String>,
-    /// The validator's home: its consensus key and encryption key (with
-    /// the proof) are read from there, as `dkg enc-proof` would print them.
+    /// The validator's home: its consensus key is read from there.
     #[arg(long)]
     pub candidate_home: Option<PathBuf>,
     /// Node and output format.
@@ -98,81 +96,50 @@ impl ProposeCommand {
             ProposalAction::Add
         } else if self.remove {
             ProposalAction::Remove
+        } else if self.rekey {
+            ProposalAction::Rekey
         } else {
-            ProposalAction::Update
+            ProposalAction::Recover
         }
     }
 
-    /// The proposal for `chain_id`, checked here as the chain would check
-    /// its form (the proof too), so a typo is named before anything is sent.
-    pub fn proposal(&self, chain_id: &str) -> anyhow::Result<ValidatorProposal> {
+    /// The proposal, checked here as the chain would check its form, so a
+    /// typo is named before anything is sent.
+    pub fn proposal(&self) -> anyhow::Result<ValidatorProposal> {
         let action = self.action();
+        if !action.has_target() {
+            return Ok(ValidatorProposal {
+                action: action.into(),
+                ..ValidatorProposal::default()
+            });
+        }
         let from_home = match &self.candidate_home {
-            Some(h) => Some(if action == ProposalAction::Remove {
-                let pk = dkgkey::consensus_pubkey(h)?;
-                dkgkey::EncProof {
-                    validator: hex::encode(pk),
-                    key: String::new(),
-                    pop: String::new(),
-                }
-            } else {
-                crate::dkgkey::enc_proof_of(h, chain_id)?
-            }),
+            Some(h) => Some(dkgkey::consensus_pubkey(h)?),
             None => None,
         };
         let given = match &self.pubkey {
             Some(p) => Some(dkgkey::parse_ed25519_pubkey(p).map_err(anyhow::Error::msg)?),
             None => None,
         };
-        let pubkey = match (given, &from_home) {
-            (Some(g), Some(h)) if hex::encode(g) != h.validator => bail!(
+        let pubkey = match (given, from_home) {
+            (Some(g), Some(h)) if g != h => bail!(
                 "--pubkey {} is not the consensus key of --candidate-home ({})",
                 hex::encode(g),
-                h.validator
+                hex::encode(h)
             ),
-            (Some(g), _) => g.to_vec(),
-            (None, Some(h)) => hex::decode(&h.validator)?,
+            (Some(k), _) | (None, Some(k)) => k.to_vec(),
             (None, None) => bail!("give --pubkey or --candidate-home"),
-        };
-        let (enc_key, enc_pop) = match (&self.enc_key, &self.enc_pop, &from_home) {
-            (Some(k), Some(p), _) => (
-                hex::decode(k.trim()).context("--enc-key is not hex")?,
-                hex::decode(p.trim()).context("--enc-pop is not hex")?,
-            ),
-            (None, None, Some(h)) if action != ProposalAction::Remove => {
-                (hex::decode(&h.key)?, hex::decode(&h.pop)?)
-            }
-            _ => (Vec::new(), Vec::new()),
         };
         let power = self.power.unwrap_or(0);
         match action {
-            ProposalAction::Add | ProposalAction::Update if power == 0 => bail!("--power N (above 0) is required to add or update"),
+            ProposalAction::Add if power == 0 => bail!("--power N (above 0) is required to add"),
             ProposalAction::Remove if self.power.is_some() => bail!("a removal takes no --power"),
-            ProposalAction::Remove if !enc_key.is_empty() => bail!("a removal takes no encryption key"),
-            ProposalAction::Add if enc_key.is_empty() => bail!(
-                "adding a validator needs its encryption key: --enc-key and --enc-pop (from its `tallyd dkg enc-proof`), or --candidate-home"
-            ),
             _ => {}
-        }
-        if !enc_key.is_empty() {
-            let proof = dkgkey::EncProof {
-                validator: hex::encode(&pubkey),
-                key: hex::encode(&enc_key),
-                pop: hex::encode(&enc_pop),
-            };
-            if !proof.verifies(chain_id) {
-                bail!(
-                    "the encryption key's proof does not verify for validator {} on chain {chain_id} (made for another key or chain?)",
-                    proof.validator
-                );
-            }
         }
         Ok(ValidatorProposal {
             action: action.into(),
             pubkey,
             power,
-            enc_key,
-            enc_pop,
             valid_until_height: 0,
         })
     }
@@ -221,7 +188,7 @@ fn proposal_state(rpc: &Rpc, id: u64) -> Option<serde_json::Value> {
 impl Command for ProposeCommand {
     fn execute(self, ctx: &Context) -> anyhow::Result<()> {
         let (rpc, chain_id) = connect(&self.node)?;
-        let mut p = self.proposal(&chain_id)?;
+        let mut p = self.proposal()?;
         p.valid_until_height = rpc.status()?.height.saturating_add(self.valid_for);
         let (data, height) = send(ctx, &rpc, &chain_id, Sum::Propose(p))?;
         let id = data
@@ -300,8 +267,10 @@ mod tests {
     fn parses_and_refuses_bad_invocations() {
         let pk = "ab".repeat(32);
         let c = propose(&["--remove", "--pubkey", &pk, "--node", "http://n:1"]).unwrap();
-        assert!(c.remove && !c.add && !c.update);
+        assert!(c.remove && !c.add && !c.rekey && !c.recover);
         assert_eq!(c.node.node.primary(), "http://n:1");
+        assert!(propose(&["--rekey"]).unwrap().rekey);
+        assert!(propose(&["--recover"]).unwrap().recover);
         let ValidatorCommand::Approve(a) =
             validator(&["tx", "validator", "approve", "--id", "7", "--json"]).unwrap()
         else {
@@ -318,25 +287,12 @@ mod tests {
                 &["--add", "--remove", "--pubkey", &pk],
                 ErrorKind::ArgumentConflict,
             ),
-            (
-                &["--add", "--power", "1"],
-                ErrorKind::MissingRequiredArgument,
-            ),
+            (&["--rekey", "--recover"], ErrorKind::ArgumentConflict),
+            (&["--rekey", "--pubkey", &pk], ErrorKind::ArgumentConflict),
+            (&["--recover", "--power", "3"], ErrorKind::ArgumentConflict),
             (
                 &["--add", "--pubkey", &pk, "--enc-key", "ab"],
-                ErrorKind::MissingRequiredArgument,
-            ),
-            (
-                &[
-                    "--add",
-                    "--candidate-home",
-                    "h",
-                    "--enc-key",
-                    "a",
-                    "--enc-pop",
-                    "b",
-                ],
-                ErrorKind::ArgumentConflict,
+                ErrorKind::UnknownArgument,
             ),
             (
                 &["--add", "--pubkey", &pk, "--power", "-1"],
@@ -358,99 +314,64 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let home = dir.path().join("cand");
         let pk = write_consensus_key(&home, [8; 32]);
-        let enc = dkgkey::generate_enc_key(&dkgkey::enc_key_path(&home), false).unwrap();
         let h = home.to_str().unwrap();
-        // --candidate-home: key and proof from the home, for this chain.
+        // --candidate-home: the consensus key from the home.
         let p = propose(&["--add", "--candidate-home", h, "--power", "5"])
             .unwrap()
-            .proposal("c-1")
+            .proposal()
             .unwrap();
         assert_eq!((p.action, p.power), (u32::from(ProposalAction::Add), 5));
         assert_eq!(p.pubkey, pk.to_vec());
-        assert_eq!(p.enc_key, enc.public().compress().to_vec());
-        // The oracle: the chain's check of the proof.
-        assert!(tally_settlement::dkg::crypto::verify_pop(
-            &enc.public(),
-            &tally_settlement::dkg::msg::pop_context("c-1", &pk),
-            &p.enc_pop
-        ));
         // The same by hand, the key in base64.
         use base64::Engine as _;
         let b64 = base64::engine::general_purpose::STANDARD.encode(pk);
-        let (k, pop) = (hex::encode(&p.enc_key), hex::encode(&p.enc_pop));
-        let by_hand = propose(&[
-            "--add",
-            "--pubkey",
-            &b64,
-            "--power",
-            "5",
-            "--enc-key",
-            &k,
-            "--enc-pop",
-            &pop,
-        ])
-        .unwrap()
-        .proposal("c-1")
-        .unwrap();
+        let by_hand = propose(&["--add", "--pubkey", &b64, "--power", "5"])
+            .unwrap()
+            .proposal()
+            .unwrap();
         assert_eq!(by_hand, p);
-        // A proof for another chain, a missing power, a missing key, a
-        // removal with power, a --pubkey that is not the home's: refused.
-        for (args, chain, want) in [
-            (
-                vec![
-                    "--add",
-                    "--pubkey",
-                    &b64,
-                    "--power",
-                    "5",
-                    "--enc-key",
-                    &k,
-                    "--enc-pop",
-                    &pop,
-                ],
-                "c-2",
-                "does not verify",
-            ),
-            (vec!["--add", "--candidate-home", h], "c-1", "--power"),
-            (
-                vec!["--add", "--pubkey", &b64, "--power", "5"],
-                "c-1",
-                "encryption key",
-            ),
+        // A missing power, a removal with power, no key at all, a --pubkey
+        // that is not the home's: refused.
+        for (args, want) in [
+            (vec!["--add", "--candidate-home", h], "--power"),
             (
                 vec!["--remove", "--pubkey", &b64, "--power", "5"],
-                "c-1",
                 "no --power",
             ),
+            (vec!["--remove"], "give --pubkey or --candidate-home"),
             (
                 vec![
-                    "--update",
+                    "--remove",
                     "--candidate-home",
                     h,
                     "--pubkey",
                     &"11".repeat(32),
-                    "--power",
-                    "1",
                 ],
-                "c-1",
                 "not the consensus key",
             ),
         ] {
-            let e = propose(&args)
-                .unwrap()
-                .proposal(chain)
-                .unwrap_err()
-                .to_string();
+            let e = propose(&args).unwrap().proposal().unwrap_err().to_string();
             assert!(e.contains(want), "{args:?}: {e}");
         }
         let r = propose(&["--remove", "--candidate-home", h])
             .unwrap()
-            .proposal("c-1")
+            .proposal()
             .unwrap();
-        assert_eq!(
-            (r.action, r.power, r.enc_key.len()),
-            (u32::from(ProposalAction::Remove), 0, 0)
-        );
+        assert_eq!((r.action, r.power), (u32::from(ProposalAction::Remove), 0));
         assert_eq!(r.pubkey, pk.to_vec());
+        // A re-key and a recovery name no validator and carry no power.
+        for (flag, action) in [
+            ("--rekey", ProposalAction::Rekey),
+            ("--recover", ProposalAction::Recover),
+        ] {
+            let r = propose(&[flag]).unwrap().proposal().unwrap();
+            assert_eq!(
+                r,
+                ValidatorProposal {
+                    action: action.into(),
+                    ..ValidatorProposal::default()
+                }
+            );
+        }
     }
 }

@@ -3,9 +3,17 @@
 //! rotation, starting the next ceremony, and expiring proposals nobody
 //! approved.
 //!
-//! Finalisation (ack-or-reveal): a dealer qualifies when its dealing is on
-//! chain and every player either acked it or had its share revealed and
-//! checked, with at most `players - threshold` reveals (so at least
+//! A ceremony runs four phases of `dkg_phase_blocks` each: ceremony keys
+//! (each player registers an encryption key made for this round only, ADR
+//! 0018), dealings, acks, reveals. A player that registered no key gets
+//! no share of this key: nothing is encrypted to it, it cannot ack, and
+//! its share is never revealed (it signs as if offline until the next
+//! key).
+//!
+//! Finalisation (ack-or-reveal): at least `threshold` players must have
+//! registered keys; a dealer qualifies when its dealing is on chain and
+//! every player with a key either acked it or had its share revealed and
+//! checked, with at most `keyed - threshold` reveals (so at least
 //! `threshold` players hold secret shares of it). A key needs `threshold`
 //! qualified dealers and is the sum of their polynomials: the first key
 //! (`fresh`) and every key after a set change (`rekey`, dealt by the next
@@ -21,7 +29,8 @@
 //! sign through vote extensions ([`super::rotation`]); the hub accepts the
 //! new key only with that signature. The block that combines it returns
 //! the validator update, and the new key becomes active two blocks later,
-//! when CometBFT's set changes.
+//! when CometBFT's set changes. A recovery's key (no signature possible)
+//! activates two blocks after it is made, and its rotation is governed.
 
 use blst::min_pk::PublicKey;
 use tally_store::{Kv, KvRead};
@@ -34,7 +43,7 @@ use super::rules::{check_change, check_update, proposal_closed, refuse, update_o
 use super::state::{self as st};
 use super::types::{CeremonyKind, ProposalAction, ProposalStatus};
 use crate::error::Fatal;
-use crate::proto::{Ceremony, CeremonyDealer, CeremonyPlayer, NextKey, Proposal, ValidatorRecord};
+use crate::proto::{Ceremony, CeremonyDealer, CeremonyPlayer, NextKey, Proposal};
 use crate::state::chain::params;
 use crate::state::sync::delete_all_partials;
 use crate::sync::batch::resign_current_batch;
@@ -60,6 +69,7 @@ pub fn begin_block(kv: &mut impl Kv, block: &Block) -> Result<Vec<Event>, Fatal>
         }
     }
     expire_proposals(kv, h, &mut events)?;
+    events.extend(rotation::yield_to_recovery(kv)?);
     if st::ceremony(kv)?.is_none() && st::next_key(kv)?.is_none() {
         if let Some(e) = start_next(kv, h)? {
             events.push(e);
@@ -93,31 +103,12 @@ fn activate(kv: &mut impl Kv, h: u64, next: &NextKey) -> Result<Event, Fatal> {
     ))
 }
 
+/// The stored set as CometBFT's will be once `p`'s update (if any)
+/// applies.
 fn apply_change(kv: &mut impl Kv, p: &Proposal) -> Result<(), Fatal> {
-    let addr = address_of(&p.pubkey);
-    let old = st::validator(kv, &addr)?;
-    let rec = match st::proposal_action(p)? {
-        ProposalAction::Add => ValidatorRecord {
-            pubkey: p.pubkey.clone(),
-            power: p.power,
-            enc_key: p.enc_key.clone(),
-        },
-        ProposalAction::Remove => ValidatorRecord {
-            pubkey: p.pubkey.clone(),
-            power: 0,
-            enc_key: Vec::new(),
-        },
-        ProposalAction::Update => ValidatorRecord {
-            pubkey: p.pubkey.clone(),
-            power: p.power,
-            enc_key: if p.enc_key.is_empty() {
-                old.map(|o| o.enc_key).unwrap_or_default()
-            } else {
-                p.enc_key.clone()
-            },
-        },
-    };
-    st::put_validator(kv, &addr, &rec);
+    if let Some(rec) = update_of(p)? {
+        st::put_validator(kv, &address_of(&p.pubkey), &rec);
+    }
     Ok(())
 }
 
@@ -129,25 +120,16 @@ fn next_set(kv: &impl KvRead, p: Option<&Proposal>) -> Result<Vec<CeremonyPlayer
             address: a.to_vec(),
             pubkey: v.pubkey,
             power: v.power,
-            enc_key: v.enc_key,
         })
         .collect();
-    if let Some(p) = p {
-        let addr = address_of(&p.pubkey).to_vec();
+    if let Some(u) = p.map(update_of).transpose()?.flatten() {
+        let addr = address_of(&u.pubkey).to_vec();
         set.retain(|v| v.address != addr);
-        let old_enc = st::validator(kv, &addr)?
-            .map(|v| v.enc_key)
-            .unwrap_or_default();
-        if st::proposal_action(p)? != ProposalAction::Remove {
+        if u.power > 0 {
             set.push(CeremonyPlayer {
                 address: addr,
-                pubkey: p.pubkey.clone(),
-                power: p.power,
-                enc_key: if p.enc_key.is_empty() {
-                    old_enc
-                } else {
-                    p.enc_key.clone()
-                },
+                pubkey: u.pubkey,
+                power: u.power,
             });
         }
         set.sort_by(|a, b| a.address.cmp(&b.address));
@@ -155,17 +137,17 @@ fn next_set(kv: &impl KvRead, p: Option<&Proposal>) -> Result<Vec<CeremonyPlayer
     Ok(set)
 }
 
-/// `c` (kind, dealers, players, old threshold, proposal, epoch and
-/// attempt filled in) scheduled from `h`: its round, phase windows and
-/// threshold.
+/// `c` (kind, dealers, players, proposal, epoch and attempt filled in)
+/// scheduled from `h`: its round, phase windows and threshold.
 fn schedule(kv: &mut impl Kv, h: u64, c: Ceremony) -> Result<Ceremony, Fatal> {
     let phase = params(kv)?.dkg_phase_blocks.max(3);
     Ok(Ceremony {
         round: st::next_round(kv)?,
         start_height: h,
-        deal_end: h.saturating_add(phase),
-        ack_end: h.saturating_add(2 * phase),
-        end: h.saturating_add(3 * phase),
+        keys_end: h.saturating_add(phase),
+        deal_end: h.saturating_add(2 * phase),
+        ack_end: h.saturating_add(3 * phase),
+        end: h.saturating_add(4 * phase),
         threshold: threshold_for(c.players.len() as u32),
         qualified: Vec::new(),
         ..c
@@ -186,15 +168,23 @@ fn started(c: &Ceremony, kind: CeremonyKind) -> Event {
     )
 }
 
-/// With nothing running: a fresh key when there is none and every
-/// validator has an encryption key; else the reshare of the oldest
-/// accepted proposal (or, with no key, its change applied directly).
+/// With nothing running: the re-key of the oldest accepted proposal (or,
+/// with no key, its change applied directly); else a fresh key when there
+/// is none.
 fn start_next(kv: &mut impl Kv, h: u64) -> Result<Option<Event>, Fatal> {
     let key = st::active_key_record(kv)?;
-    let mut accepted = None;
+    // The oldest accepted proposal, but a recovery first: the others may
+    // wait on signers that are gone.
+    let mut accepted: Option<Proposal> = None;
     for p in st::open_proposals(kv)? {
-        if st::proposal_status(&p)? == ProposalStatus::Accepted {
+        if st::proposal_status(&p)? != ProposalStatus::Accepted {
+            continue;
+        }
+        let recovery = st::proposal_action(&p)? == ProposalAction::Recover;
+        if recovery || accepted.is_none() {
             accepted = Some(p);
+        }
+        if recovery {
             break;
         }
     }
@@ -206,25 +196,21 @@ fn start_next(kv: &mut impl Kv, h: u64) -> Result<Option<Event>, Fatal> {
         }
         let players = next_set(kv, Some(&p))?;
         let Some(key) = key else {
-            // No key to keep: the set changes at once.
+            // No key to keep: the set changes at once (a re-key has
+            // nothing to do: the first key is made next).
             let update = update_of(&p)?;
-            if let Err(why) = check_update(&set, &update) {
+            if let Err(why) = check_update(&set, update.as_ref()) {
                 return refuse(kv, &mut p, why);
             }
             apply_change(kv, &p)?;
-            st::put_validator_updates(kv, h, vec![update]);
+            if let Some(u) = update {
+                st::put_validator_updates(kv, h, vec![u]);
+            }
             p.status = ProposalStatus::Applied.into();
             p.applied_height = h;
             st::put_proposal(kv, &p);
             return Ok(Some(proposal_closed(&p)));
         };
-        if let Some(v) = players.iter().find(|v| v.enc_key.is_empty()) {
-            let why = format!(
-                "validator {} has no encryption key",
-                hex::encode(&v.address)
-            );
-            return refuse(kv, &mut p, why);
-        }
         let c = schedule(
             kv,
             h,
@@ -233,7 +219,12 @@ fn start_next(kv: &mut impl Kv, h: u64) -> Result<Option<Event>, Fatal> {
                 dealers: dealers_of(&players),
                 players,
                 proposal: p.id,
-                epoch: key.epoch + 1,
+                // Past every key ever made: a key dropped unsigned for a
+                // recovery keeps its epoch, never reused for another key.
+                epoch: key
+                    .epoch
+                    .max(st::last_ceremony(kv)?.map_or(0, |c| c.epoch))
+                    .saturating_add(1),
                 ..Ceremony::default()
             },
         )?;
@@ -246,10 +237,10 @@ fn start_next(kv: &mut impl Kv, h: u64) -> Result<Option<Event>, Fatal> {
     Ok(None)
 }
 
-/// A fresh key's ceremony, once every validator has an encryption key.
+/// The first key's ceremony.
 fn start_fresh(kv: &mut impl Kv, h: u64) -> Result<Option<Event>, Fatal> {
     let players = next_set(kv, None)?;
-    if players.is_empty() || players.iter().any(|v| v.enc_key.is_empty()) {
+    if players.is_empty() {
         return Ok(None);
     }
     let c = schedule(
@@ -273,15 +264,31 @@ fn dealers_of(players: &[CeremonyPlayer]) -> Vec<CeremonyDealer> {
         .iter()
         .map(|p| CeremonyDealer {
             address: p.address.clone(),
-            share_index: 0,
         })
         .collect()
 }
 
-/// The qualified dealers' positions and commitments (ack-or-reveal).
+/// The positions of the players of `c` that registered a key for its
+/// round, ascending.
+pub fn keyed_players(kv: &impl KvRead, c: &Ceremony) -> Result<Vec<u32>, Fatal> {
+    let mut out = Vec::with_capacity(c.players.len());
+    for j in 1..=c.players.len() as u32 {
+        if st::ceremony_key(kv, c.round, j)?.is_some() {
+            out.push(j);
+        }
+    }
+    Ok(out)
+}
+
+/// The qualified dealers' positions and commitments (ack-or-reveal over
+/// the players with keys); none when fewer than `threshold` players
+/// registered keys, since such a key could never sign.
 pub fn qualified(kv: &impl KvRead, c: &Ceremony) -> Result<Vec<(u32, Vec<PublicKey>)>, Fatal> {
-    let n = c.players.len() as u32;
-    let max_reveals = n.saturating_sub(c.threshold);
+    let keyed = keyed_players(kv, c)?;
+    if keyed.len() < c.threshold as usize {
+        return Ok(Vec::new());
+    }
+    let max_reveals = (keyed.len() as u32).saturating_sub(c.threshold);
     let mut out = Vec::new();
     for d in 1..=c.dealers.len() as u32 {
         let Some(dealing) = st::dealing(kv, c.round, d)? else {
@@ -289,7 +296,7 @@ pub fn qualified(kv: &impl KvRead, c: &Ceremony) -> Result<Vec<(u32, Vec<PublicK
         };
         let mut reveals = 0u32;
         let mut covered = true;
-        for p in 1..=n {
+        for &p in &keyed {
             if st::has_ack(kv, c.round, d, p)? {
                 continue;
             }
@@ -328,7 +335,7 @@ fn finalise(kv: &mut impl Kv, h: u64, mut c: Ceremony) -> Result<Vec<Event>, Fat
         CeremonyKind::Fresh => None,
     };
     if let Some(mut p) = proposal.clone() {
-        if let Err(why) = check_update(&st::validators(kv)?, &update_of(&p)?) {
+        if let Err(why) = check_update(&st::validators(kv)?, update_of(&p)?.as_ref()) {
             st::delete_round(kv, c.round);
             st::put_ceremony(kv, None);
             let closed = refuse(kv, &mut p, why.clone())?;
@@ -363,7 +370,8 @@ fn finalise(kv: &mut impl Kv, h: u64, mut c: Ceremony) -> Result<Vec<Event>, Fat
         return Ok(vec![ev]);
     };
     let from_epoch = st::active_key_record(kv)?.map_or(0, |k| k.epoch);
-    let rotation = rotation::begin(kv, h, &key, from_epoch, p.id)?;
+    let governed = st::proposal_action(&p)? == ProposalAction::Recover;
+    let rotation = rotation::begin(kv, h, &key, from_epoch, p.id, governed)?;
     Ok(vec![ev, rotation])
 }
 

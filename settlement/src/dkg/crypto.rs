@@ -37,8 +37,8 @@
 //!
 //! *Share encryption.* Shares travel on chain, so they are encrypted with a
 //! hashed ElGamal (ECIES-like) scheme in G1 to an encryption key each
-//! validator registers with a proof of possession ([`EncKey::prove`],
-//! [`verify_pop`]). The ciphertext is not authenticated on purpose: the
+//! player registers for the round with a proof of possession
+//! ([`EncKey::prove`], [`verify_pop`]). The ciphertext is not authenticated on purpose: the
 //! commitment already authenticates the plaintext, since any share other
 //! than `f_i(j)` fails [`verify_share`].
 //!

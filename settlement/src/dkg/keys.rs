@@ -12,13 +12,16 @@ fn cat(parts: &[&[u8]]) -> Vec<u8> {
 /// JSON): the dealer's genesis key, or the last key a ceremony made.
 pub const ACTIVE_KEY: &[u8] = b"dkg";
 
-/// `val/<address>`: a validator (consensus key, power, encryption key).
+/// `val/<address>`: a validator (consensus key, power).
 pub const VALIDATOR: &[u8] = b"val/";
 /// `cer/cur`: the ceremony running now.
 pub const CEREMONY: &[u8] = b"cer/cur";
 /// `cer/last`: the last ceremony that made a key (its data is kept so a
 /// player can derive its share later).
 pub const LAST_CEREMONY: &[u8] = b"cer/last";
+/// `cer/k/<round><player>`: a player's encryption key for one round
+/// (48 bytes, ADR 0018).
+pub const CEREMONY_KEY: &[u8] = b"cer/k/";
 /// `cer/d/<round><dealer>`: a dealing.
 pub const DEALING: &[u8] = b"cer/d/";
 /// `cer/a/<round><dealer><player>`: an ack.
@@ -45,6 +48,16 @@ pub const NEXT_PROPOSAL: &[u8] = b"meta/next_proposal";
 /// `val/<address>`.
 pub fn validator(address: &[u8]) -> Vec<u8> {
     cat(&[VALIDATOR, address])
+}
+
+/// `cer/k/<round><player>`.
+pub fn ceremony_key(round: u64, player: u32) -> Vec<u8> {
+    cat(&[CEREMONY_KEY, &round.to_be_bytes(), &player.to_be_bytes()])
+}
+
+/// `cer/k/<round>`: every ceremony key of a round.
+pub fn ceremony_key_round(round: u64) -> Vec<u8> {
+    cat(&[CEREMONY_KEY, &round.to_be_bytes()])
 }
 
 /// `cer/d/<round><dealer>`.

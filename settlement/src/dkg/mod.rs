@@ -2,13 +2,16 @@
 //! chain (ADR 0015).
 //!
 //! **Key.** A Joint-Feldman DKG with encrypted shares and the ack-or-reveal
-//! rule. Every validator registers a BLS12-381 encryption key with a proof
-//! of possession (in genesis, or in the proposal that adds it). A ceremony
-//! is a fixed window of blocks in three phases of `dkg_phase_blocks` each:
+//! rule. A ceremony is a fixed window of blocks in four phases of
+//! `dkg_phase_blocks` each:
 //!
+//! 0. *keys*: each player registers a BLS12-381 encryption key made for
+//!    this round only, with a proof of possession (ADR 0018); its owner
+//!    erases it once the round is over, so no later theft opens a dealing;
 //! 1. *dealings*: each dealer posts a commitment to a random polynomial of
 //!    degree `t - 1` (t points of G1) and, for each player, its share
-//!    encrypted to that player's key;
+//!    encrypted to that player's round key (empty for a player with none,
+//!    which gets no share of this key);
 //! 2. *acks*: each player decrypts its shares and acks every dealing whose
 //!    share matches the commitment;
 //! 3. *reveals*: each dealer publishes, in the clear, the share of every
@@ -18,13 +21,16 @@
 //! then, at the start of block `end`, the chain finalises ([`ceremony`]):
 //! the qualified dealings make the group polynomial's commitment, the
 //! public share of every player and the key record, and each player
-//! derives its secret share from the chain and its own key
+//! derives its secret share from the chain and its round key
 //! ([`participant::derive_share`]). A failed round runs again as the next.
 //!
-//! **Set.** A current validator proposes adding, removing or updating a
-//! validator; the proposal is accepted once approvers holding more than
-//! 2/3 of the voting power signed approvals ([`proposal`]). Every
-//! validator has the same power, and an accepted change is checked again
+//! **Set.** A current validator proposes adding or removing a validator,
+//! a re-key of the same set (`rekey`), or a recovery (`recover`: a fresh
+//! key that activates without the old key's signature, for the day fewer
+//! than `t` of its signers remain; the hub takes it only from its
+//! governors, ADR 0018); the proposal is accepted once approvers holding
+//! more than 2/3 of the voting power signed approvals ([`proposal`]).
+//! Every validator has the same power, and an accepted change is checked again
 //! when it runs, with CometBFT's own rules for the update it makes
 //! ([`rules`]). It then runs a *re-key* (ADR 0017): the next set deals a
 //! key with a fresh secret, so no past committee holds a share of it. The

@@ -96,14 +96,16 @@ pub fn open(
     })
 }
 
-/// What a proof of possession of an encryption key signs: the chain and
-/// the consensus key it is registered for, so a proof cannot be replayed
-/// for another validator or chain.
-pub fn pop_context(chain_id: &str, consensus_key: &[u8]) -> Vec<u8> {
-    let mut c = b"tally/dkg-pop/v1".to_vec();
+/// What a proof of possession of a ceremony key signs: the chain, the
+/// round and the player's consensus address, so a proof cannot be
+/// replayed for another player, round or chain (copying another player's
+/// key would need its secret).
+pub fn key_context(chain_id: &str, round: u64, address: &[u8; 20]) -> Vec<u8> {
+    let mut c = b"tally/dkg-key/v1".to_vec();
     c.push(chain_id.len().min(255) as u8);
     c.extend_from_slice(&chain_id.as_bytes()[..chain_id.len().min(255)]);
-    c.extend_from_slice(consensus_key);
+    c.extend_from_slice(&round.to_be_bytes());
+    c.extend_from_slice(address);
     c
 }
 

@@ -3,9 +3,13 @@
 //! validator's own secrets, run by the node after each Commit (never
 //! inside an ABCI call) and by the in-process driver.
 //!
-//! A dealer's polynomial and its encryption randomness come from its
-//! encryption key and the round ([`EncKey::seed`]), so a dealer that
-//! restarts deals the same bytes again and can still reveal.
+//! Each round a validator takes part in has its own encryption key (ADR
+//! 0018): the node makes it fresh when the round starts, registers it in
+//! the key phase and erases it once the round is over and its share is
+//! derived, so a disk taken later opens no past dealing. A dealer's
+//! polynomial and its encryption randomness come from that key and the
+//! round ([`EncKey::seed`]), so a dealer that restarts mid-round deals the
+//! same bytes again and can still reveal.
 
 use blst::min_pk::PublicKey;
 use num_bigint::BigUint;
@@ -14,13 +18,13 @@ use tally_store::KvRead;
 use super::crypto::{
     combine_shares, encrypt, scalar_from_bytes, scalar_to_bytes, verify_share, EncKey, Poly,
 };
-use super::msg::share_context;
+use super::msg::{key_context, share_context};
 use super::state as st;
 use crate::bls::{parse_public_key, SecretShare};
 use crate::error::Fatal;
 use crate::proto::{
-    validator_msg::Sum, Ceremony, Dealing, DkgAck, DkgReveal, EncryptedShare, RevealedShare,
-    ValidatorMsg,
+    validator_msg::Sum, Ceremony, Dealing, DkgAck, DkgKey, DkgReveal, EncryptedShare,
+    RevealedShare, ValidatorMsg,
 };
 use crate::state::chain::chain_id;
 
@@ -38,20 +42,22 @@ pub enum DeriveError {
     /// The derived share's public key is not the one on chain.
     #[error("derived share does not match public share {0} of the key")]
     Mismatch(u32),
+    /// The key given is not the one this validator registered for the
+    /// round (its round key was lost).
+    #[error("round {0}: the key given is not the one registered on chain")]
+    NotMyKey(u64),
     /// Arithmetic failed.
     #[error("share arithmetic: {0}")]
     Crypto(String),
 }
 
-/// A validator's view of itself.
+/// A validator's view of itself in the running round.
 #[derive(Debug)]
 pub struct Me<'a> {
     /// Its consensus address.
     pub address: [u8; 20],
-    /// Its encryption key.
+    /// Its encryption key for the running round (made fresh for it).
     pub enc: &'a EncKey,
-    /// Its share of the current key and that key's epoch, if it has one.
-    pub share: Option<(u64, &'a SecretShare)>,
 }
 
 fn seed_label(chain: &str, round: u64, what: &[u8]) -> Vec<u8> {
@@ -63,47 +69,63 @@ fn seed_label(chain: &str, round: u64, what: &[u8]) -> Vec<u8> {
 }
 
 /// The dealer's polynomial for `c`: a fresh secret, derived from the
-/// dealer's encryption key and the round (so a restarted dealer deals the
-/// same bytes).
+/// dealer's key for the round (so a restarted dealer deals the same
+/// bytes).
 pub fn polynomial(chain: &str, c: &Ceremony, me: &Me) -> Option<Poly> {
     let seed = me.enc.seed(&seed_label(chain, c.round, b"poly"));
     Poly::from_seed(c.threshold, &seed, None).ok()
 }
 
-/// This validator's dealing for the running round.
-pub fn dealing(chain: &str, c: &Ceremony, pos: u32, poly: &Poly, me: &Me) -> Option<Dealing> {
-    let commitment = poly
+/// This validator's dealing for the running round: a share for each
+/// player that registered a key, encrypted to it, and an empty one for
+/// each player that did not.
+pub fn dealing(
+    kv: &impl KvRead,
+    chain: &str,
+    c: &Ceremony,
+    pos: u32,
+    poly: &Poly,
+    me: &Me,
+) -> Result<Option<Dealing>, Fatal> {
+    let commitment: Option<Vec<Vec<u8>>> = poly
         .commit()
-        .ok()?
-        .iter()
-        .map(|p| p.compress().to_vec())
-        .collect();
+        .ok()
+        .map(|c| c.iter().map(|p| p.compress().to_vec()).collect());
+    let Some(commitment) = commitment else {
+        return Ok(None);
+    };
     let mut shares = Vec::with_capacity(c.players.len());
-    for (i, p) in c.players.iter().enumerate() {
-        let j = i as u32 + 1;
-        let pk = parse_public_key(&p.enc_key).ok()?;
+    for j in 1..=c.players.len() as u32 {
+        let Some(key) = st::ceremony_key(kv, c.round, j)? else {
+            shares.push(EncryptedShare::default());
+            continue;
+        };
+        let Ok(pk) = parse_public_key(&key) else {
+            return Ok(None);
+        };
         let eph = me.enc.seed(&seed_label(
             chain,
             c.round,
             &[b"eph".as_slice(), &j.to_be_bytes()].concat(),
         ));
-        let (r, ct) = encrypt(
+        let Ok((r, ct)) = encrypt(
             &pk,
             &poly.eval(j),
             &share_context(chain, c.round, pos, j),
             &eph,
-        )
-        .ok()?;
+        ) else {
+            return Ok(None);
+        };
         shares.push(EncryptedShare {
             ephemeral: r.to_vec(),
             ciphertext: ct.to_vec(),
         });
     }
-    Some(Dealing {
+    Ok(Some(Dealing {
         round: c.round,
         commitment,
         shares,
-    })
+    }))
 }
 
 /// My share of dealing `d` (as player `j`), checked against its
@@ -137,8 +159,9 @@ pub fn my_share_of(
 }
 
 /// The messages this validator should send now (at the last committed
-/// height): its dealing, acks of good dealings, and reveals for players
-/// that did not ack. Empty when no ceremony runs or all is sent.
+/// height): its key for the round, its dealing, acks of good dealings,
+/// and reveals for players that did not ack. Empty when no ceremony runs
+/// or all is sent.
 pub fn next_messages(kv: &impl KvRead, me: &Me) -> Result<Vec<ValidatorMsg>, Fatal> {
     let Some(c) = st::ceremony(kv)? else {
         return Ok(Vec::new());
@@ -150,48 +173,40 @@ pub fn next_messages(kv: &impl KvRead, me: &Me) -> Result<Vec<ValidatorMsg>, Fat
         sum: Some(sum),
     };
     let mut out = Vec::new();
+    let player = c
+        .players
+        .iter()
+        .position(|p| p.address.as_slice() == me.address)
+        .map(|i| i as u32 + 1);
+    let registered = match player {
+        Some(j) => st::ceremony_key(kv, c.round, j)?,
+        None => None,
+    };
+    if player.is_some() && registered.is_none() && h < c.keys_end {
+        let key = me.enc.public();
+        let pop = me.enc.prove(&key_context(&chain, c.round, &me.address));
+        out.push(msg(Sum::Key(DkgKey {
+            round: c.round,
+            enc_key: key.compress().to_vec(),
+            pop: pop.compress().to_vec(),
+        })));
+    }
     let dealer = c
         .dealers
         .iter()
         .position(|d| d.address.as_slice() == me.address)
         .map(|i| i as u32 + 1);
     if let Some(pos) = dealer {
-        let mine = st::dealing(kv, c.round, pos)?;
-        if mine.is_none() && h < c.deal_end {
-            if let Some(d) =
-                polynomial(&chain, &c, me).and_then(|poly| dealing(&chain, &c, pos, &poly, me))
-            {
-                out.push(msg(Sum::Dealing(d)));
-            }
-        }
-        if mine.is_some() && h >= c.ack_end && h < c.end {
-            if let Some(poly) = polynomial(&chain, &c, me) {
-                let mut shares = Vec::new();
-                for j in 1..=c.players.len() as u32 {
-                    if !st::has_ack(kv, c.round, pos, j)?
-                        && st::reveal(kv, c.round, pos, j)?.is_none()
-                    {
-                        shares.push(RevealedShare {
-                            player: j,
-                            share: scalar_to_bytes(&poly.eval(j)).to_vec(),
-                        });
-                    }
-                }
-                if !shares.is_empty() {
-                    out.push(msg(Sum::Reveal(DkgReveal {
-                        round: c.round,
-                        shares,
-                    })));
-                }
-            }
-        }
+        out.extend(
+            dealer_messages(kv, &chain, &c, pos, h, me)?
+                .into_iter()
+                .map(msg),
+        );
     }
-    let player = c
-        .players
-        .iter()
-        .position(|p| p.address.as_slice() == me.address)
-        .map(|i| i as u32 + 1);
-    if let (Some(j), true) = (player, h < c.ack_end) {
+    // Acks only with the key on chain being the one held: a node that lost
+    // its round key cannot decrypt and stays silent.
+    let mine = me.enc.public().compress().to_vec();
+    if let (Some(j), true) = (player, h < c.ack_end && registered == Some(mine)) {
         let mut good = Vec::new();
         for d in 1..=c.dealers.len() as u32 {
             if st::has_ack(kv, c.round, d, j)? {
@@ -211,10 +226,56 @@ pub fn next_messages(kv: &impl KvRead, me: &Me) -> Result<Vec<ValidatorMsg>, Fat
     Ok(out)
 }
 
+/// What dealer `pos` sends after height `h`: its dealing once every round
+/// key is on chain (keys land below `keys_end`), then reveals for keyed
+/// players that did not ack it.
+fn dealer_messages(
+    kv: &impl KvRead,
+    chain: &str,
+    c: &Ceremony,
+    pos: u32,
+    h: u64,
+    me: &Me,
+) -> Result<Vec<Sum>, Fatal> {
+    let mine = st::dealing(kv, c.round, pos)?;
+    let Some(poly) = polynomial(chain, c, me) else {
+        return Ok(Vec::new());
+    };
+    if mine.is_none() && h.saturating_add(1) >= c.keys_end && h < c.deal_end {
+        return Ok(dealing(kv, chain, c, pos, &poly, me)?
+            .map(Sum::Dealing)
+            .into_iter()
+            .collect());
+    }
+    if mine.is_none() || h < c.ack_end || h >= c.end {
+        return Ok(Vec::new());
+    }
+    let mut shares = Vec::new();
+    for j in 1..=c.players.len() as u32 {
+        if st::ceremony_key(kv, c.round, j)?.is_some()
+            && !st::has_ack(kv, c.round, pos, j)?
+            && st::reveal(kv, c.round, pos, j)?.is_none()
+        {
+            shares.push(RevealedShare {
+                player: j,
+                share: scalar_to_bytes(&poly.eval(j)).to_vec(),
+            });
+        }
+    }
+    if shares.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(vec![Sum::Reveal(DkgReveal {
+        round: c.round,
+        shares,
+    })])
+}
+
 /// This validator's share of the newest key a ceremony made (the active
-/// key, or a new key waiting to activate), from the chain's record
-/// of that ceremony and its encryption key. `None` when it is not a
-/// player of that ceremony or no ceremony made a key yet.
+/// key, or a new key waiting to activate), from the chain's record of that
+/// ceremony and its key for that ceremony's round. `None` when it is not
+/// a player of that ceremony, registered no key in it, or no ceremony made
+/// a key yet.
 pub fn derive_share(
     kv: &impl KvRead,
     address: &[u8; 20],
@@ -231,6 +292,12 @@ pub fn derive_share(
     else {
         return Ok(None);
     };
+    let Some(registered) = st::ceremony_key(kv, c.round, j)? else {
+        return Ok(None);
+    };
+    if registered != enc.public().compress().to_vec() {
+        return Err(DeriveError::NotMyKey(c.round));
+    }
     let chain = chain_id(kv)?;
     let mut values = Vec::with_capacity(c.qualified.len());
     for &d in &c.qualified {
@@ -248,9 +315,10 @@ pub fn derive_share(
         Some(n) => Some(st::next_key_record(&n)?),
         None => st::active_key_record(kv)?,
     };
-    let key = key
-        .filter(|k| k.epoch == c.epoch)
-        .ok_or(Fatal::Corrupt("key of the last ceremony"))?;
+    // None: that key was dropped unsigned for a recovery (ADR 0018).
+    let Some(key) = key.filter(|k| k.epoch == c.epoch) else {
+        return Ok(None);
+    };
     let want = key
         .public_shares
         .get(j as usize - 1)

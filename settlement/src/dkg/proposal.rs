@@ -2,18 +2,20 @@
 //! limits on open proposals, and acceptance once approvers hold more than
 //! 2/3 of the current voting power ([`accept_if_enough`]). The
 //! transactions that carry them are planned and applied in
-//! [`super::tx`]; accepted proposals are carried out (reshared, or applied
-//! at once without a key) by [`super::ceremony`].
+//! [`super::tx`]; accepted proposals are carried out (re-keyed, or
+//! applied at once without a key) by [`super::ceremony`].
+//!
+//! Actions: `add` and `remove` name a validator (`pubkey`; an addition
+//! carries the common `power`); `rekey` and `recover` name none and make a
+//! fresh key for the same set (ADR 0018).
 
 use ed25519_dalek::VerifyingKey;
 use tally_store::KvRead;
 
-use super::crypto::verify_pop;
-use super::msg::{address_of, pop_context, Opened};
+use super::msg::{address_of, Opened};
 use super::rules::check_change;
 use super::state::{self as st};
 use super::types::{ProposalAction, ProposalStatus};
-use crate::bls::parse_public_key;
 use crate::codes::Code;
 use crate::error::{reject, ExecError};
 use crate::proto::{Proposal, ValidatorProposal};
@@ -76,7 +78,6 @@ fn bad(why: String) -> ExecError {
 /// current set and the limits on open proposals.
 pub fn plan_proposal(
     kv: &impl KvRead,
-    chain: &str,
     height: u64,
     o: &Opened,
     p: ValidatorProposal,
@@ -94,32 +95,31 @@ pub fn plan_proposal(
             p.valid_until_height
         )));
     }
-    let key: [u8; 32] = p
-        .pubkey
-        .as_slice()
-        .try_into()
-        .map_err(|_| bad("the validator key is not 32 bytes".into()))?;
-    VerifyingKey::from_bytes(&key).map_err(|_| bad("not a valid ed25519 key".into()))?;
     let action = ProposalAction::try_from(p.action)
         .map_err(|_| bad(format!("unknown action {}", p.action)))?;
-    // Cheap checks first; the proof of possession (a pairing) last.
-    check_change(&st::validators(kv)?, action, &address_of(&key), p.power).map_err(bad)?;
-    if action == ProposalAction::Remove
-        && (p.power != 0 || !p.enc_key.is_empty() || !p.enc_pop.is_empty())
-    {
-        return Err(bad("a removal carries no power or key".into()));
+    let address = if action.has_target() {
+        let key: [u8; 32] = p
+            .pubkey
+            .as_slice()
+            .try_into()
+            .map_err(|_| bad("the validator key is not 32 bytes".into()))?;
+        VerifyingKey::from_bytes(&key).map_err(|_| bad("not a valid ed25519 key".into()))?;
+        address_of(&key)
+    } else if !p.pubkey.is_empty() {
+        return Err(bad(format!("a {} names no validator", action.name())));
+    } else {
+        [0; 20]
+    };
+    if action != ProposalAction::Add && p.power != 0 {
+        return Err(bad(format!("a {} carries no power", action.name())));
     }
+    check_change(&st::validators(kv)?, action, &address, p.power).map_err(bad)?;
     check_open(kv, o, &p)?;
-    let key_required = action == ProposalAction::Add;
-    if key_required || !p.enc_key.is_empty() {
-        check_enc(chain, &key, &p)?;
-    }
     Ok(Proposal {
         id: 0,
         action: p.action,
         pubkey: p.pubkey,
         power: p.power,
-        enc_key: p.enc_key,
         proposer: o.address.to_vec(),
         height,
         status: ProposalStatus::Open.into(),
@@ -127,17 +127,6 @@ pub fn plan_proposal(
         reason: String::new(),
         applied_height: 0,
     })
-}
-
-/// The encryption key `p` registers and its proof of possession.
-fn check_enc(chain: &str, key: &[u8; 32], p: &ValidatorProposal) -> Result<(), ExecError> {
-    let ek = parse_public_key(&p.enc_key).map_err(|e| bad(format!("encryption key: {e}")))?;
-    if !verify_pop(&ek, &pop_context(chain, key), &p.enc_pop) {
-        return Err(bad(
-            "the encryption key's proof of possession does not verify".into(),
-        ));
-    }
-    Ok(())
 }
 
 /// The limits on open proposals (in all, per proposer) and no duplicate
@@ -157,9 +146,10 @@ fn check_open(kv: &impl KvRead, o: &Opened, p: &ValidatorProposal) -> Result<(),
             "the sender has {MAX_OPEN_PER_PROPOSER} proposals open already"
         )));
     }
-    if open.iter().any(|q| {
-        q.action == p.action && q.pubkey == p.pubkey && q.power == p.power && q.enc_key == p.enc_key
-    }) {
+    if open
+        .iter()
+        .any(|q| q.action == p.action && q.pubkey == p.pubkey && q.power == p.power)
+    {
         return Err(reject(
             Code::DkgDuplicate,
             "the same proposal is already open",

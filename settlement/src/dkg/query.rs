@@ -3,18 +3,19 @@
 //! hex for every key and address.
 //!
 //! - `/validators`: `{"validators": [{"address", "pubkey", "power",
-//!   "enc_key", "share_index"}], "total_power"}`; `enc_key` is `null` for a
-//!   validator without an encryption key, `share_index` is its index in the
+//!   "share_index"}], "total_power"}`; `share_index` is its index in the
 //!   active key or `null`.
 //! - `/proposals?from=ID`: up to [`PROPOSALS_PAGE`] proposals from id `ID`
 //!   (default 1), each with its action and status by name (`add`, `remove`,
-//!   `update`; `open`, `accepted`, `applied`, `refused`), its approvals,
+//!   `rekey`, `recover`; `open`, `accepted`, `applied`, `refused`; `pubkey`
+//!   and `address` `null` for the last two), its approvals,
 //!   the current power of its approvers and the current total power;
 //!   `next_from` is the id to ask for next, or `null`.
 //! - `/dkg`: the active key as before (`threshold`, `validators`,
 //!   `group_key`, `public_shares`, `signers`, `dst`) plus its `epoch`; the
 //!   running `ceremony` (round, kind, phase at the last height, heights,
-//!   dealer and player counts, dealings, acks and reveals so far), the
+//!   dealer and player counts, ceremony keys, dealings, acks and reveals
+//!   so far), the
 //!   `next_key` waiting to activate and the `last_ceremony` that made a
 //!   key (each `null` when there is none). Without a key the key fields are
 //!   `null` (or empty); a chain with no key and no ceremony at all answers
@@ -22,8 +23,9 @@
 //!   0 while the rotation that hands the key to the hub is unsigned.
 //! - `/rotations?from=N`: up to [`ROTATIONS_PAGE`] key rotations from nonce
 //!   `N` (default 1): `{nonce, hub, epoch, from_epoch, group_key,
-//!   signature, made_height, signed_height, active_height}` (`signature`
-//!   `null` until signed, heights 0 until reached), and `next_from`.
+//!   signature, governed, made_height, signed_height, active_height}`
+//!   (`signature` `null` until signed and for a governed rotation, heights
+//!   0 until reached), and `next_from`.
 
 use serde_json::{json, Value};
 use tally_store::KvRead;
@@ -77,7 +79,6 @@ pub fn validators(kv: &impl KvRead) -> Result<Value, ExecError> {
                 "address": hex::encode(a),
                 "pubkey": hex::encode(&v.pubkey),
                 "power": v.power,
-                "enc_key": hex_or_null(&v.enc_key),
                 "share_index": share_index(a),
             })
         })
@@ -137,10 +138,9 @@ fn proposal_json(
     Ok(json!({
         "id": p.id,
         "action": st::proposal_action(p)?.name(),
-        "pubkey": hex::encode(&p.pubkey),
-        "address": hex::encode(address_of(&p.pubkey)),
+        "pubkey": hex_or_null(&p.pubkey),
+        "address": (!p.pubkey.is_empty()).then(|| hex::encode(address_of(&p.pubkey))),
         "power": p.power,
-        "enc_key": hex_or_null(&p.enc_key),
         "proposer": hex::encode(&p.proposer),
         "height": p.height,
         "status": st::proposal_status(p)?.name(),
@@ -153,22 +153,23 @@ fn proposal_json(
 }
 
 fn ceremony_json(kv: &impl KvRead, c: &Ceremony, h: u64) -> Result<Value, ExecError> {
-    let [dealings, acks, reveals] = st::round_counts(kv, c.round)?;
+    let [keys, dealings, acks, reveals] = st::round_counts(kv, c.round)?;
     Ok(json!({
         "round": c.round,
         "kind": st::ceremony_kind(c)?.name(),
         "phase": Phase::at(c, h).name(),
         "start_height": c.start_height,
+        "keys_end": c.keys_end,
         "deal_end": c.deal_end,
         "ack_end": c.ack_end,
         "end": c.end,
         "threshold": c.threshold,
-        "old_threshold": c.old_threshold,
         "epoch": c.epoch,
         "proposal": c.proposal,
         "attempt": c.attempt,
         "dealers": c.dealers.len(),
         "players": c.players.len(),
+        "keys": keys,
         "dealings": dealings,
         "acks": acks,
         "reveals": reveals,
@@ -260,6 +261,7 @@ pub fn rotations(kv: &impl KvRead, qs: Option<&str>) -> Result<Value, ExecError>
                 "from_epoch": r.from_epoch,
                 "group_key": hex::encode(&r.group_key),
                 "signature": (!r.signature.is_empty()).then(|| hex::encode(&r.signature)),
+                "governed": r.governed,
                 "made_height": r.made_height,
                 "signed_height": r.signed_height,
                 "active_height": r.active_height,

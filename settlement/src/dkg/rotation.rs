@@ -21,13 +21,22 @@
 //! The relay hands the hub every signed rotation it has not applied, in
 //! nonce order, before any batch. The records stay in state as the history
 //! of keys (`/rotations`).
+//!
+//! **Recovery** (ADR 0018). When fewer than `t` signers of the current key
+//! remain, no rotation can ever be signed. A `recover` proposal (more than
+//! 2/3 of the voting power) runs the same re-key, but its rotation is
+//! *governed*: it is not signed, the new key activates two blocks after
+//! the ceremony, and the hub takes it only through its own governors'
+//! `GovernKey` transaction over the same digest. The chain trusts its
+//! validators' approval; the hub trusts its governors, who check the key
+//! against this chain's `/rotations` and its proofs.
 
 use tally_store::{Kv, KvRead};
 
 use super::key::KeyEpoch;
 use super::rules::{check_update, refuse, update_of};
 use super::state as st;
-use super::types::ProposalStatus;
+use super::types::{ProposalAction, ProposalStatus};
 use crate::error::Fatal;
 use crate::proto::{KeyRotation, NextKey};
 use crate::state::chain::params;
@@ -41,6 +50,7 @@ pub fn digest_of(r: &KeyRotation) -> [u8; 32] {
 
 /// A re-key of proposal `proposal` made `key` at `h` while `from_epoch` is
 /// active: its rotation is stored, waiting for the outgoing key's
+/// signature; or, `governed` (a recovery), activating at `h + 2` with no
 /// signature.
 pub fn begin(
     kv: &mut impl Kv,
@@ -48,6 +58,7 @@ pub fn begin(
     key: &KeyEpoch,
     from_epoch: u64,
     proposal: u64,
+    governed: bool,
 ) -> Result<Event, Fatal> {
     let group_key = hex::decode(&key.group_key).map_err(|_| Fatal::Corrupt("new group key"))?;
     let nonce = st::next_rotation_nonce(kv)?;
@@ -61,27 +72,43 @@ pub fn begin(
         made_height: h,
         signed_height: 0,
         active_height: 0,
+        governed,
     };
     st::put_rotation(kv, &r);
     let bytes = serde_json::to_vec(key).map_err(|_| Fatal::Corrupt("key"))?;
+    let activate_height = if governed { h.saturating_add(2) } else { 0 };
     st::put_next_key(
         kv,
         Some(&NextKey {
             key: bytes,
-            activate_height: 0,
+            activate_height,
             proposal,
             rotation: nonce,
         }),
     );
-    Ok(Event::new(
-        "key_rotation",
-        [
-            ("nonce", nonce.to_string()),
-            ("epoch", r.epoch.to_string()),
-            ("group_key", key.group_key.clone()),
-            ("status", "signing".into()),
-        ],
-    ))
+    if governed {
+        if let Some(mut p) = st::proposal(kv, proposal)? {
+            p.status = ProposalStatus::Applied.into();
+            p.applied_height = h;
+            st::put_proposal(kv, &p);
+        }
+    }
+    let mut attrs = vec![
+        ("nonce", nonce.to_string()),
+        ("epoch", r.epoch.to_string()),
+        ("group_key", key.group_key.clone()),
+        (
+            "status",
+            if governed { "governed" } else { "signing" }.into(),
+        ),
+    ];
+    if governed {
+        attrs.push(("activate_height", activate_height.to_string()));
+    }
+    Ok(Event {
+        kind: "key_rotation".into(),
+        attrs: attrs.into_iter().map(|(k, v)| (k.into(), v)).collect(),
+    })
 }
 
 /// The rotation waiting for the current key's signature, if any.
@@ -93,6 +120,39 @@ fn waiting(kv: &impl KvRead) -> Result<Option<KeyRotation>, Fatal> {
         return Ok(None);
     }
     Ok(st::rotation(kv, next.rotation)?.filter(|r| r.signature.is_empty()))
+}
+
+/// A rotation waiting for a signature that may never come (fewer than
+/// `t` signers of the current key remain) gives way to an accepted
+/// recovery: its key is dropped, its rotation deleted (no hub ever saw
+/// it: it was never signed, so its nonce is used again) and its proposal
+/// refused. `None` when nothing waits or no recovery is accepted.
+pub fn yield_to_recovery(kv: &mut impl Kv) -> Result<Option<Event>, Fatal> {
+    let Some(r) = waiting(kv)? else {
+        return Ok(None);
+    };
+    let mut recovery = false;
+    for p in st::open_proposals(kv)? {
+        recovery |= st::proposal_status(&p)? == ProposalStatus::Accepted
+            && st::proposal_action(&p)? == ProposalAction::Recover;
+    }
+    if !recovery {
+        return Ok(None);
+    }
+    let next = st::next_key(kv)?.ok_or(Fatal::Corrupt("next key"))?;
+    st::put_next_key(kv, None);
+    st::drop_last_rotation(kv, r.nonce)?;
+    match st::proposal(kv, next.proposal)? {
+        Some(mut p) => refuse(
+            kv,
+            &mut p,
+            format!(
+                "its rotation {} was never signed and gave way to a recovery",
+                r.nonce
+            ),
+        ),
+        None => Ok(None),
+    }
 }
 
 /// The digest validators should sign now for a rotation, if one waits.
@@ -124,11 +184,13 @@ pub fn signed(
         let u = update_of(&p)?;
         // Checked once more: the signature is kept only if CometBFT will
         // take the change, so the hub never learns a key this chain drops.
-        if let Err(why) = check_update(&st::validators(kv)?, &u) {
+        if let Err(why) = check_update(&st::validators(kv)?, u.as_ref()) {
             st::put_next_key(kv, None);
             return refuse(kv, &mut p, why);
         }
-        st::put_validator_updates(kv, h, vec![u]);
+        if let Some(u) = u {
+            st::put_validator_updates(kv, h, vec![u]);
+        }
         p.status = ProposalStatus::Applied.into();
         p.applied_height = h;
         st::put_proposal(kv, &p);

@@ -24,8 +24,8 @@
 //! **Equal powers.** Threshold shares count heads while consensus counts
 //! power; with unequal powers a threshold of shares is not a threshold of
 //! power. Tally has no stake, so the chain keeps every validator at one
-//! common power (genesis sets it; an addition carries it; an update only
-//! replaces the encryption key) and then `t = n − ⌊(n − 1)/3⌋` shares are
+//! common power (genesis sets it; an addition carries it; nothing else
+//! changes a power) and then `t = n − ⌊(n − 1)/3⌋` shares are
 //! exactly "more than 2/3 of the power". ADR 0017 has the arithmetic.
 
 use tally_store::Kv;
@@ -53,6 +53,8 @@ pub fn common_power(set: &[([u8; 20], ValidatorRecord)]) -> Option<u64> {
 
 /// Whether a change of `action` to the validator at `address` with
 /// `power` fits the current `set` (ascending by address, powers > 0).
+/// A re-key or recovery names no validator (`address` and `power` are not
+/// read) and fits any set that is not empty.
 pub fn check_change(
     set: &[([u8; 20], ValidatorRecord)],
     action: ProposalAction,
@@ -64,11 +66,12 @@ pub fn check_change(
     let size_after = match action {
         ProposalAction::Add if member => return Err(format!("{} is already a validator", hex())),
         ProposalAction::Add => set.len() + 1,
-        ProposalAction::Remove | ProposalAction::Update if !member => {
-            return Err(format!("{} is not a validator", hex()))
-        }
+        ProposalAction::Remove if !member => return Err(format!("{} is not a validator", hex())),
         ProposalAction::Remove => set.len() - 1,
-        ProposalAction::Update => set.len(),
+        ProposalAction::Rekey | ProposalAction::Recover if set.is_empty() => {
+            return Err("there is no validator set to re-key".into())
+        }
+        ProposalAction::Rekey | ProposalAction::Recover => return Ok(()),
     };
     if size_after == 0 {
         return Err("the last validator cannot be removed".into());
@@ -134,14 +137,17 @@ pub fn check_updates(set: &[([u8; 20], u64)], updates: &[([u8; 20], u64)]) -> Re
     Ok(())
 }
 
-/// The validator update `p` makes.
-pub fn update_of(p: &Proposal) -> Result<ValidatorRecord, Fatal> {
-    let removed = st::proposal_action(p)? == ProposalAction::Remove;
-    Ok(ValidatorRecord {
+/// The validator update `p` makes: none for a re-key or recovery.
+pub fn update_of(p: &Proposal) -> Result<Option<ValidatorRecord>, Fatal> {
+    let power = match st::proposal_action(p)? {
+        ProposalAction::Add => p.power,
+        ProposalAction::Remove => 0,
+        ProposalAction::Rekey | ProposalAction::Recover => return Ok(None),
+    };
+    Ok(Some(ValidatorRecord {
         pubkey: p.pubkey.clone(),
-        power: if removed { 0 } else { p.power },
-        enc_key: Vec::new(),
-    })
+        power,
+    }))
 }
 
 /// Closes accepted proposal `p` as refused with `why` (it no longer fits
@@ -153,13 +159,17 @@ pub fn refuse(kv: &mut impl Kv, p: &mut Proposal, why: String) -> Result<Option<
     Ok(Some(proposal_closed(p)))
 }
 
-/// CometBFT's check of `update` against `set`, the set it applies to
-/// (the stored set: changes reach it only through this module, one at a
-/// time, so it is CometBFT's next set whenever an update is made).
+/// CometBFT's check of `update` (none: nothing to check) against `set`,
+/// the set it applies to (the stored set: changes reach it only through
+/// this module, one at a time, so it is CometBFT's next set whenever an
+/// update is made).
 pub fn check_update(
     set: &[([u8; 20], ValidatorRecord)],
-    update: &ValidatorRecord,
+    update: Option<&ValidatorRecord>,
 ) -> Result<(), String> {
+    let Some(update) = update else {
+        return Ok(());
+    };
     let powers: Vec<([u8; 20], u64)> = set.iter().map(|(a, v)| (*a, v.power)).collect();
     check_updates(&powers, &[(address_of(&update.pubkey), update.power)])
 }
@@ -184,7 +194,6 @@ mod tests {
         ValidatorRecord {
             pubkey: vec![0; 32],
             power,
-            enc_key: Vec::new(),
         }
     }
 
@@ -196,22 +205,23 @@ mod tests {
     fn membership_must_fit_the_action() {
         let s = set(4, 10);
         assert!(check_change(&s, ProposalAction::Remove, &[9; 20], 0).is_err());
-        assert!(check_change(&s, ProposalAction::Update, &[9; 20], 10).is_err());
         assert!(check_change(&s, ProposalAction::Add, &[1; 20], 10).is_err());
         assert!(check_change(&s, ProposalAction::Add, &[9; 20], 10).is_ok());
         assert!(check_change(&s, ProposalAction::Remove, &[4; 20], 0).is_ok());
-        assert!(check_change(&s, ProposalAction::Update, &[4; 20], 10).is_ok());
+        for whole in [ProposalAction::Rekey, ProposalAction::Recover] {
+            assert!(check_change(&s, whole, &[0; 20], 0).is_ok());
+            assert!(check_change(&[], whole, &[0; 20], 0).is_err());
+        }
     }
 
     #[test]
     fn powers_stay_equal_and_capped() {
         let s = set(4, 10);
         assert!(check_change(&s, ProposalAction::Add, &[9; 20], 11).is_err());
-        assert!(check_change(&s, ProposalAction::Update, &[2; 20], 9).is_err());
-        // The one validator of a set of one may take any allowed power.
-        let one = set(1, 10);
-        assert!(check_change(&one, ProposalAction::Update, &[1; 20], 7).is_ok());
-        assert!(check_change(&one, ProposalAction::Update, &[1; 20], MAX_POWER + 1).is_err());
+        assert!(check_change(&s, ProposalAction::Add, &[9; 20], 0).is_err());
+        let one = set(1, MAX_POWER);
+        assert!(check_change(&one, ProposalAction::Add, &[9; 20], MAX_POWER).is_ok());
+        assert!(check_change(&one, ProposalAction::Add, &[9; 20], MAX_POWER + 1).is_err());
         assert!(check_change(&one, ProposalAction::Remove, &[1; 20], 0).is_err());
     }
 

@@ -175,9 +175,21 @@ pub fn put_reveal(kv: &mut impl Kv, round: u64, dealer: u32, player: u32, share:
     kv.put(keys::reveal(round, dealer, player), share.to_vec());
 }
 
-/// Deletes every dealing, ack and reveal of `round`.
+/// Player `player`'s encryption key for `round` (48 bytes), if it
+/// registered one.
+pub fn ceremony_key(kv: &impl KvRead, round: u64, player: u32) -> Result<Option<Vec<u8>>, Fatal> {
+    Ok(kv.get(&keys::ceremony_key(round, player))?)
+}
+
+/// Records a player's encryption key for a round.
+pub fn put_ceremony_key(kv: &mut impl Kv, round: u64, player: u32, key: &[u8]) {
+    kv.put(keys::ceremony_key(round, player), key.to_vec());
+}
+
+/// Deletes every ceremony key, dealing, ack and reveal of `round`.
 pub fn delete_round(kv: &mut impl Kv, round: u64) {
     for p in [
+        keys::ceremony_key_round(round),
         keys::dealing_round(round),
         keys::ack_round(round),
         keys::reveal_round(round),
@@ -187,10 +199,12 @@ pub fn delete_round(kv: &mut impl Kv, round: u64) {
     }
 }
 
-/// How many dealings, acks and reveals `round` holds so far.
-pub fn round_counts(kv: &impl KvRead, round: u64) -> Result<[u64; 3], Fatal> {
-    let mut out = [0u64; 3];
+/// How many ceremony keys, dealings, acks and reveals `round` holds so
+/// far.
+pub fn round_counts(kv: &impl KvRead, round: u64) -> Result<[u64; 4], Fatal> {
+    let mut out = [0u64; 4];
     let prefixes = [
+        keys::ceremony_key_round(round),
         keys::dealing_round(round),
         keys::ack_round(round),
         keys::reveal_round(round),
@@ -300,6 +314,17 @@ pub fn next_rotation_nonce(kv: &mut impl Kv) -> Result<u64, Fatal> {
     let n = last_rotation(kv)?.saturating_add(1);
     put_u64(kv, keys::LAST_ROTATION.to_vec(), n);
     Ok(n)
+}
+
+/// Drops rotation `nonce`, which must be the last one made and never
+/// signed (so no hub ever saw it): its nonce is taken again by the next.
+pub fn drop_last_rotation(kv: &mut impl Kv, nonce: u64) -> Result<(), Fatal> {
+    if last_rotation(kv)? != nonce {
+        return Err(Fatal::Corrupt("dropping a rotation that is not the last"));
+    }
+    kv.delete(keys::rotation(nonce));
+    put_u64(kv, keys::LAST_ROTATION.to_vec(), nonce.saturating_sub(1));
+    Ok(())
 }
 
 /// The key a re-key made, until it activates.

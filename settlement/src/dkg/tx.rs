@@ -3,11 +3,16 @@
 //! and approvals. A plan reads only; `apply` writes what the plan checked.
 //!
 //! Who may send what:
-//! - a dealing: a dealer of the running round, before `deal_end`, once;
-//! - an ack: a player of the round, for a dealing on chain, before
-//!   `ack_end`, once per dealing;
+//! - a ceremony key: a player of the running round, before `keys_end`,
+//!   once, with a proof of possession over (chain, round, its address);
+//! - a dealing: a dealer of the running round, from `keys_end` until
+//!   `deal_end`, once, with one share per player: encrypted to the
+//!   player's ceremony key, or empty for a player that registered none;
+//! - an ack: a player of the round that registered a key, for a dealing
+//!   on chain, before `ack_end`, once per dealing;
 //! - a reveal: the dealing's dealer, from `ack_end` until `end`, only for
-//!   players that did not ack, each share checked against the commitment;
+//!   players with a key that did not ack, each share checked against the
+//!   commitment;
 //! - a proposal or approval: a current validator (voting power > 0).
 //!
 //! The height a message is checked at is the last block begun: in
@@ -17,21 +22,23 @@
 
 use tally_store::{Kv, KvRead};
 
-use super::crypto::{scalar_from_bytes, verify_share};
-use super::msg::Opened;
+use super::crypto::{scalar_from_bytes, verify_pop, verify_share};
+use super::msg::{key_context, Opened};
 use super::proposal::{accept_if_enough, current_validator, plan_proposal, proposal_event};
 use super::state::{self as st};
 use super::types::ProposalStatus;
 use crate::bls::parse_public_key;
 use crate::codes::Code;
 use crate::error::{reject, ExecError};
-use crate::proto::{validator_msg::Sum, Ceremony, Dealing, DkgReveal, Proposal};
+use crate::proto::{validator_msg::Sum, Ceremony, Dealing, DkgKey, DkgReveal, Proposal};
 use crate::state::chain::chain_id;
 use crate::types::{Event, TxResult};
 
 /// A checked validator transaction.
 #[derive(Debug)]
 pub enum ValidatorPlan {
+    /// Store a player's ceremony key: round, player, key.
+    Key(u64, u32, Vec<u8>),
     /// Store a dealing under the dealer's position.
     Dealing(u32, Dealing),
     /// Record acks: round, dealers, player.
@@ -48,6 +55,7 @@ impl ValidatorPlan {
     /// A one-line description for CheckTx.
     pub fn describe(&self) -> String {
         match self {
+            ValidatorPlan::Key(r, p, _) => format!("ceremony key of player {p}, round {r}"),
             ValidatorPlan::Dealing(d, x) => format!("dealing of dealer {d} for round {}", x.round),
             ValidatorPlan::Ack(r, d, p) => {
                 format!("ack of player {p} for {} dealing(s), round {r}", d.len())
@@ -63,6 +71,14 @@ impl ValidatorPlan {
     /// Writes the change and returns the accepted result.
     pub fn apply(self, kv: &mut impl Kv) -> Result<TxResult, ExecError> {
         Ok(match self {
+            ValidatorPlan::Key(r, p, key) => {
+                st::put_ceremony_key(kv, r, p, &key);
+                let ev = Event::new(
+                    "dkg_key",
+                    [("round", r.to_string()), ("player", p.to_string())],
+                );
+                TxResult::ok(format!("ceremony key of player {p} stored"), vec![ev])
+            }
             ValidatorPlan::Dealing(pos, d) => {
                 st::put_dealing(kv, pos, &d);
                 let ev = Event::new(
@@ -119,6 +135,7 @@ pub fn plan_validator_tx(kv: &impl KvRead, o: &Opened) -> Result<ValidatorPlan, 
     let chain = chain_id(kv)?;
     let height = st::last_height(kv)?;
     match o.msg.sum.clone() {
+        Some(Sum::Key(k)) => plan_key(kv, &chain, height, o, k),
         Some(Sum::Dealing(d)) => plan_dealing(kv, height, o, d),
         Some(Sum::Ack(a)) => {
             let c = running(kv, a.round)?;
@@ -129,6 +146,12 @@ pub fn plan_validator_tx(kv: &impl KvRead, o: &Opened) -> Result<ValidatorPlan, 
                 )));
             }
             let p = player_pos(&c, o)?;
+            if st::ceremony_key(kv, c.round, p)?.is_none() {
+                return Err(phase(format!(
+                    "player {p} registered no key in round {}: it holds no share to ack",
+                    c.round
+                )));
+            }
             if a.dealers.is_empty() || !a.dealers.windows(2).all(|w| w[0] < w[1]) {
                 return Err(reject(
                     Code::MalformedTx,
@@ -150,7 +173,7 @@ pub fn plan_validator_tx(kv: &impl KvRead, o: &Opened) -> Result<ValidatorPlan, 
         }
         Some(Sum::Reveal(r)) => plan_reveal(kv, height, o, r),
         Some(Sum::Propose(p)) => {
-            plan_proposal(kv, &chain, height, o, p).map(|p| ValidatorPlan::Propose(Box::new(p)))
+            plan_proposal(kv, height, o, p).map(|p| ValidatorPlan::Propose(Box::new(p)))
         }
         Some(Sum::Approve(a)) => {
             current_validator(kv, o)?;
@@ -217,6 +240,41 @@ fn player_pos(c: &Ceremony, o: &Opened) -> Result<u32, ExecError> {
         })
 }
 
+fn plan_key(
+    kv: &impl KvRead,
+    chain: &str,
+    height: u64,
+    o: &Opened,
+    k: DkgKey,
+) -> Result<ValidatorPlan, ExecError> {
+    let c = running(kv, k.round)?;
+    if height >= c.keys_end {
+        return Err(phase(format!(
+            "ceremony keys of round {} ended at height {}",
+            c.round, c.keys_end
+        )));
+    }
+    let p = player_pos(&c, o)?;
+    if st::ceremony_key(kv, c.round, p)?.is_some() {
+        return Err(reject(
+            Code::DkgDuplicate,
+            format!(
+                "player {p} already registered its key for round {}",
+                c.round
+            ),
+        ));
+    }
+    let bad = |why: String| reject(Code::BadDealing, why);
+    let key = parse_public_key(&k.enc_key).map_err(|e| bad(format!("ceremony key: {e}")))?;
+    // The pairing last, after every cheap check.
+    if !verify_pop(&key, &key_context(chain, c.round, &o.address), &k.pop) {
+        return Err(bad(
+            "the ceremony key's proof of possession does not verify".into(),
+        ));
+    }
+    Ok(ValidatorPlan::Key(c.round, p, k.enc_key))
+}
+
 fn plan_dealing(
     kv: &impl KvRead,
     height: u64,
@@ -224,10 +282,10 @@ fn plan_dealing(
     d: Dealing,
 ) -> Result<ValidatorPlan, ExecError> {
     let c = running(kv, d.round)?;
-    if height >= c.deal_end {
+    if height < c.keys_end || height >= c.deal_end {
         return Err(phase(format!(
-            "dealings of round {} ended at height {}",
-            c.round, c.deal_end
+            "dealings of round {} are taken at heights {}..{}",
+            c.round, c.keys_end, c.deal_end
         )));
     }
     let pos = dealer_pos(&c, o)?;
@@ -255,11 +313,20 @@ fn plan_dealing(
     for (k, p) in d.commitment.iter().enumerate() {
         parse_public_key(p).map_err(|e| bad(format!("commitment point {k}: {e}")))?;
     }
-    for (j, s) in d.shares.iter().enumerate() {
+    for (i, s) in d.shares.iter().enumerate() {
+        let j = i as u32 + 1;
+        if st::ceremony_key(kv, c.round, j)?.is_none() {
+            if !s.ephemeral.is_empty() || !s.ciphertext.is_empty() {
+                return Err(bad(format!(
+                    "share {j}: player {j} registered no key, its share must be empty"
+                )));
+            }
+            continue;
+        }
         parse_public_key(&s.ephemeral)
-            .map_err(|e| bad(format!("share {}: ephemeral key: {e}", j + 1)))?;
+            .map_err(|e| bad(format!("share {j}: ephemeral key: {e}")))?;
         if s.ciphertext.len() != 32 {
-            return Err(bad(format!("share {}: ciphertext is not 32 bytes", j + 1)));
+            return Err(bad(format!("share {j}: ciphertext is not 32 bytes")));
         }
     }
     Ok(ValidatorPlan::Dealing(pos, d))
@@ -301,6 +368,12 @@ fn plan_reveal(
             return Err(reject(
                 Code::BadDealing,
                 format!("player {p} acked; its share stays secret"),
+            ));
+        }
+        if st::ceremony_key(kv, c.round, p)?.is_none() {
+            return Err(reject(
+                Code::BadDealing,
+                format!("player {p} registered no key; its share stays unknown"),
             ));
         }
         if st::reveal(kv, c.round, d, p)?.is_some() {

@@ -68,8 +68,21 @@ stored_enum! {
         Add = 1 => "add",
         /// Remove a validator.
         Remove = 2 => "remove",
-        /// Change a validator's encryption key (and re-key).
-        Update = 3 => "update",
+        /// A fresh key for the same set, handed to the hub by a rotation
+        /// the current key signs (a periodic re-key).
+        Rekey = 3 => "rekey",
+        /// A fresh key for the same set that activates without the current
+        /// key's signature, for the day fewer than `t` of its signers
+        /// remain: the hub takes it only from its governors (ADR 0018).
+        Recover = 4 => "recover",
+    }
+}
+
+impl ProposalAction {
+    /// Whether the action names a validator (add, remove) rather than the
+    /// whole set (rekey, recover).
+    pub fn has_target(self) -> bool {
+        matches!(self, ProposalAction::Add | ProposalAction::Remove)
     }
 }
 
@@ -111,6 +124,8 @@ stored_enum! {
 /// still carry. Not stored: derived from the ceremony's heights.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
+    /// Players register their keys for this round.
+    Keys,
     /// Dealings are taken.
     Dealings,
     /// Acks are taken.
@@ -124,7 +139,9 @@ pub enum Phase {
 impl Phase {
     /// The phase of `c` once block `h` is committed.
     pub fn at(c: &Ceremony, h: u64) -> Phase {
-        if h < c.deal_end {
+        if h < c.keys_end {
+            Phase::Keys
+        } else if h < c.deal_end {
             Phase::Dealings
         } else if h < c.ack_end {
             Phase::Acks
@@ -138,6 +155,7 @@ impl Phase {
     /// The name `/dkg` shows.
     pub fn name(self) -> &'static str {
         match self {
+            Phase::Keys => "keys",
             Phase::Dealings => "dealings",
             Phase::Acks => "acks",
             Phase::Reveals => "reveals",
@@ -154,7 +172,7 @@ mod tests {
     fn stored_numbers_and_names_are_the_documented_ones() {
         // The numbers are in state (ADR 0015); the names in /proposals and
         // /dkg (docs/ARCHITECTURE.md).
-        let actions = [(1, "add"), (2, "remove"), (3, "update")];
+        let actions = [(1, "add"), (2, "remove"), (3, "rekey"), (4, "recover")];
         for (v, name) in actions {
             let a = ProposalAction::try_from(v).unwrap();
             assert_eq!((u32::from(a), a.name()), (v, name));
@@ -168,7 +186,7 @@ mod tests {
             let k = CeremonyKind::try_from(v).unwrap();
             assert_eq!((u32::from(k), k.name()), (v, name));
         }
-        for v in [0, 4, u32::MAX] {
+        for v in [0, 5, u32::MAX] {
             assert_eq!(
                 ProposalAction::try_from(v),
                 Err(UnknownValue {
@@ -190,13 +208,16 @@ mod tests {
     #[test]
     fn phases_follow_the_ceremony_heights() {
         let c = Ceremony {
+            keys_end: 5,
             deal_end: 10,
             ack_end: 20,
             end: 30,
             ..Ceremony::default()
         };
         for (h, p) in [
-            (0, "dealings"),
+            (0, "keys"),
+            (4, "keys"),
+            (5, "dealings"),
             (9, "dealings"),
             (10, "acks"),
             (19, "acks"),

@@ -23,7 +23,7 @@ pub struct ValidatorMsg {
     #[prost(string, tag = "1")]
     pub chain_id: String,
     /// What the message does.
-    #[prost(oneof = "validator_msg::Sum", tags = "2, 3, 4, 5, 6")]
+    #[prost(oneof = "validator_msg::Sum", tags = "2, 3, 4, 5, 6, 7")]
     pub sum: Option<validator_msg::Sum>,
 }
 
@@ -47,7 +47,26 @@ pub mod validator_msg {
         /// An approval of a proposal.
         #[prost(message, tag = "6")]
         Approve(super::ProposalApproval),
+        /// A player's encryption key for one ceremony round.
+        #[prost(message, tag = "7")]
+        Key(super::DkgKey),
     }
+}
+
+/// A player's encryption key for one ceremony round (ADR 0018): made
+/// fresh for the round, erased by its owner once the round is over.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct DkgKey {
+    /// The ceremony round.
+    #[prost(uint64, tag = "1")]
+    pub round: u64,
+    /// 48-byte compressed G1 encryption key.
+    #[prost(bytes = "vec", tag = "2")]
+    pub enc_key: Vec<u8>,
+    /// 96-byte proof of possession over the chain, the round and the
+    /// player's address.
+    #[prost(bytes = "vec", tag = "3")]
+    pub pop: Vec<u8>,
 }
 
 /// A dealer's commitment and encrypted shares.
@@ -111,21 +130,16 @@ pub struct RevealedShare {
 /// A proposal to change the validator set.
 #[derive(Clone, PartialEq, Eq, prost::Message)]
 pub struct ValidatorProposal {
-    /// 1 add, 2 remove, 3 update (the encryption key).
+    /// 1 add, 2 remove, 3 rekey, 4 recover (ADR 0018).
     #[prost(uint32, tag = "1")]
     pub action: u32,
-    /// The validator's ed25519 consensus key.
+    /// Add, remove: the validator's ed25519 consensus key; rekey,
+    /// recover: empty.
     #[prost(bytes = "vec", tag = "2")]
     pub pubkey: Vec<u8>,
-    /// Voting power (add, update): the common power of every validator.
+    /// Add: the common power of every validator; else 0.
     #[prost(uint64, tag = "3")]
     pub power: u64,
-    /// 48-byte encryption key (add: required; update: empty keeps it).
-    #[prost(bytes = "vec", tag = "4")]
-    pub enc_key: Vec<u8>,
-    /// 96-byte proof of possession of `enc_key`.
-    #[prost(bytes = "vec", tag = "5")]
-    pub enc_pop: Vec<u8>,
     /// The last height the proposal may open at (at most
     /// `MAX_VALIDITY_BLOCKS` ahead): a signed proposal cannot be replayed
     /// later to fill the open slots.
@@ -150,9 +164,6 @@ pub struct ValidatorRecord {
     /// Voting power.
     #[prost(uint64, tag = "2")]
     pub power: u64,
-    /// 48-byte encryption key; empty when none is registered.
-    #[prost(bytes = "vec", tag = "3")]
-    pub enc_key: Vec<u8>,
 }
 
 /// A DKG or resharing ceremony (state).
@@ -165,10 +176,10 @@ pub struct Ceremony {
     /// same secret, is no longer made).
     #[prost(uint32, tag = "2")]
     pub kind: u32,
-    /// First height of the dealing phase.
+    /// First height of the ceremony-key phase.
     #[prost(uint64, tag = "3")]
     pub start_height: u64,
-    /// Dealings at heights below this.
+    /// Dealings at heights from `keys_end` to below this.
     #[prost(uint64, tag = "4")]
     pub deal_end: u64,
     /// Acks at heights below this.
@@ -186,10 +197,7 @@ pub struct Ceremony {
     /// Threshold of the key being made.
     #[prost(uint32, tag = "9")]
     pub threshold: u32,
-    /// Reshare: qualified dealers needed (the current key's threshold).
-    #[prost(uint32, tag = "10")]
-    pub old_threshold: u32,
-    /// Reshare: the accepted proposal applied (0: none).
+    /// Re-key: the accepted proposal it carries out (0: none).
     #[prost(uint64, tag = "11")]
     pub proposal: u64,
     /// Epoch of the key being made.
@@ -201,6 +209,9 @@ pub struct Ceremony {
     /// 0 for the ceremony's first round, then one more per retry.
     #[prost(uint32, tag = "14")]
     pub attempt: u32,
+    /// Ceremony keys at heights from `start_height` to below this.
+    #[prost(uint64, tag = "15")]
+    pub keys_end: u64,
 }
 
 /// A ceremony's dealer.
@@ -209,9 +220,6 @@ pub struct CeremonyDealer {
     /// Consensus address.
     #[prost(bytes = "vec", tag = "1")]
     pub address: Vec<u8>,
-    /// Reshare: its index in the current key; fresh: 0.
-    #[prost(uint32, tag = "2")]
-    pub share_index: u32,
 }
 
 /// A ceremony's player.
@@ -226,9 +234,6 @@ pub struct CeremonyPlayer {
     /// Voting power in the next set.
     #[prost(uint64, tag = "3")]
     pub power: u64,
-    /// 48-byte encryption key.
-    #[prost(bytes = "vec", tag = "4")]
-    pub enc_key: Vec<u8>,
 }
 
 /// A validator-set proposal (state).
@@ -237,18 +242,15 @@ pub struct Proposal {
     /// Id, from 1.
     #[prost(uint64, tag = "1")]
     pub id: u64,
-    /// 1 add, 2 remove, 3 update.
+    /// 1 add, 2 remove, 3 rekey, 4 recover.
     #[prost(uint32, tag = "2")]
     pub action: u32,
-    /// The validator's consensus key.
+    /// The validator's consensus key (add, remove; else empty).
     #[prost(bytes = "vec", tag = "3")]
     pub pubkey: Vec<u8>,
-    /// Power (add, update).
+    /// Power (add; else 0).
     #[prost(uint64, tag = "4")]
     pub power: u64,
-    /// Encryption key (add; update when changed).
-    #[prost(bytes = "vec", tag = "5")]
-    pub enc_key: Vec<u8>,
     /// Proposer's consensus address.
     #[prost(bytes = "vec", tag = "6")]
     pub proposer: Vec<u8>,
@@ -319,6 +321,11 @@ pub struct KeyRotation {
     /// Height the new key became active on this chain (0 before).
     #[prost(uint64, tag = "9")]
     pub active_height: u64,
+    /// A recovery (ADR 0018): activated without the outgoing key's
+    /// signature (`signature` stays empty); the hub takes it only from its
+    /// governors.
+    #[prost(bool, tag = "10")]
+    pub governed: bool,
 }
 
 /// Validator updates for one block (state).

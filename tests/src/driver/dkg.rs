@@ -1,5 +1,6 @@
-//! Keyed nets: validators with real CometBFT consensus keys and DKG
-//! encryption keys, so the on-chain DKG, proposals and reshares run
+//! Keyed nets: validators with real CometBFT consensus keys and a seed
+//! for their per-round DKG encryption keys ([`round_key`]), so the
+//! on-chain DKG, proposals and re-keys run
 //! through the driver. Each honest node sends what
 //! [`tally_settlement::dkg::next_messages`] says after every block and
 //! derives its share after every commit, as `tallyd`'s participant does;
@@ -14,7 +15,6 @@ use ed25519_dalek::SigningKey;
 use tally_settlement::dkg::crypto::EncKey;
 use tally_settlement::dkg::{self, Me};
 use tally_settlement::proto::ValidatorMsg;
-use tally_settlement::EncryptionKeyEntry;
 use tally_store::MemBackend;
 use tendermint_abci::Application;
 use tendermint_proto::v0_38::abci::{RequestInfo, ValidatorUpdate};
@@ -31,9 +31,17 @@ pub fn consensus_key(i: usize) -> SigningKey {
     SigningKey::from_bytes(&[i as u8 + 1; 32])
 }
 
-/// Node `i`'s encryption key (deterministic).
+/// Node `i`'s seed for its round keys (deterministic).
 pub fn enc_key(i: usize) -> EncKey {
     let ikm = [i as u8 + 101; 32];
+    EncKey::from_ikm(&ikm).unwrap_or_else(|_| unreachable!("32-byte ikm"))
+}
+
+/// The encryption key a node with `seed` makes for ceremony `round`: a
+/// different key every round, as `tallyd` makes a fresh one (ADR 0018),
+/// but deterministic so runs repeat.
+pub fn round_key(seed: &EncKey, round: u64) -> EncKey {
+    let ikm = seed.seed(&[b"driver-round-key".as_slice(), &round.to_be_bytes()].concat());
     EncKey::from_ikm(&ikm).unwrap_or_else(|_| unreachable!("32-byte ikm"))
 }
 
@@ -47,10 +55,8 @@ fn update(key: &SigningKey, power: i64) -> ValidatorUpdate {
 }
 
 impl Net {
-    /// `n` validators on in-memory stores with consensus and encryption
-    /// keys, power 10 each, sending their DKG messages with every block.
-    /// Call [`Net::init`] with an app state holding
-    /// [`Net::encryption_keys`].
+    /// `n` validators on in-memory stores with consensus keys and round-key
+    /// seeds, power 10 each, sending their DKG messages with every block.
     pub fn keyed(n: usize, chain_id: &str, now: i64) -> Result<Self> {
         let mut net = Self::in_memory(n, chain_id, now)?;
         for i in 0..n {
@@ -61,15 +67,6 @@ impl Net {
         net.comet = Some(CometSet::new(&net.genesis_validators)?);
         net.auto_dkg = true;
         Ok(net)
-    }
-
-    /// The genesis `encryption_keys` of the keyed nodes.
-    pub fn encryption_keys(&self) -> Vec<EncryptionKeyEntry> {
-        self.nodes
-            .iter()
-            .filter_map(|n| Some((n.consensus.as_ref()?, n.enc.as_ref()?)))
-            .map(|(c, e)| entry(&self.chain_id, c, e))
-            .collect()
     }
 
     /// Adds node `i = nodes.len()` with its keys, not a validator: it
@@ -123,32 +120,22 @@ impl Net {
         }
     }
 
-    /// Node `i`'s share of the active key, if it holds it.
-    fn active_share(&self, i: usize) -> Result<Option<(u64, tally_settlement::bls::SecretShare)>> {
-        let kv = self.nodes[i].app.committed_state();
-        let Some(key) = tally_settlement::dkg::state::active_key_record(kv)? else {
-            return Ok(None);
-        };
-        Ok(self.nodes[i]
-            .epoch_shares
-            .iter()
-            .find(|(e, _)| *e == key.epoch)
-            .cloned())
-    }
-
     /// Every up node's DKG messages for the next block, signed, each sent
     /// once.
     pub(super) fn dkg_messages(&mut self) -> Result<Vec<Vec<u8>>> {
         let mut out = Vec::new();
         for i in self.followers() {
-            let (Some(c), Some(enc)) = (&self.nodes[i].consensus, &self.nodes[i].enc) else {
+            let (Some(c), Some(seed)) = (&self.nodes[i].consensus, &self.nodes[i].enc) else {
                 continue;
             };
-            let share = self.active_share(i)?;
+            let state = self.nodes[i].app.committed_state();
+            let Some(round) = dkg::state::ceremony(state)?.map(|c| c.round) else {
+                continue;
+            };
+            let enc = round_key(seed, round);
             let me = Me {
                 address: dkg::address_of(c.verifying_key().as_bytes()),
-                enc,
-                share: share.as_ref().map(|(e, s)| (*e, s)),
+                enc: &enc,
             };
             let msgs = dkg::next_messages(self.nodes[i].app.committed_state(), &me)?;
             for m in msgs {
@@ -171,12 +158,20 @@ impl Net {
     /// Nodes `of` derive their shares of the newest key from the chain.
     pub(super) fn derive_shares(&mut self, of: &[usize]) -> Result<()> {
         for &i in of {
-            let (Some(c), Some(enc)) = (&self.nodes[i].consensus, &self.nodes[i].enc) else {
+            let (Some(c), Some(seed)) = (&self.nodes[i].consensus, &self.nodes[i].enc) else {
+                continue;
+            };
+            let state = self.nodes[i].app.committed_state();
+            let Some(round) = dkg::state::last_ceremony(state)?.map(|c| c.round) else {
                 continue;
             };
             let address = dkg::address_of(c.verifying_key().as_bytes());
-            let got = dkg::derive_share(self.nodes[i].app.committed_state(), &address, enc)
-                .with_context(|| format!("node{i} deriving its share"))?;
+            let got = match dkg::derive_share(state, &address, &round_key(seed, round)) {
+                // Its disk was replaced since it registered (a new seed):
+                // it cannot open its shares, as `tallyd` cannot.
+                Err(dkg::participant::DeriveError::NotMyKey(_)) => None,
+                other => other.with_context(|| format!("node{i} deriving its share"))?,
+            };
             if let Some((e, s)) = got {
                 if !self.nodes[i].epoch_shares.iter().any(|(x, _)| *x == e) {
                     self.nodes[i].app.add_signer(e, s.clone());
@@ -193,15 +188,5 @@ impl Net {
             .consensus
             .as_ref()
             .map(|c| Bytes::copy_from_slice(c.verifying_key().as_bytes()))
-    }
-}
-
-/// A genesis encryption-key entry, with its proof of possession.
-pub fn entry(chain_id: &str, c: &SigningKey, e: &EncKey) -> EncryptionKeyEntry {
-    let pk = c.verifying_key().to_bytes();
-    EncryptionKeyEntry {
-        validator: hex::encode(pk),
-        key: hex::encode(e.public().compress()),
-        pop: hex::encode(e.prove(&dkg::msg::pop_context(chain_id, &pk)).compress()),
     }
 }

@@ -22,7 +22,7 @@ mod rounds;
 pub mod statesync;
 
 pub use cometbft::{CometSet, MAX_TOTAL_VOTING_POWER};
-pub use dkg::{consensus_key, enc_key, entry as dkg_entry, DkgFilter};
+pub use dkg::{consensus_key, enc_key, round_key, DkgFilter};
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -191,7 +191,6 @@ impl Env {
                 public_shares: pubs.shares.iter().map(hexk).collect(),
                 signers: signers(N),
             }),
-            encryption_keys: Vec::new(),
         };
         let (halt, halts) = Halt::recording();
         let app = TallyApp::new(Arc::new(MemBackend::new()), halt).expect("app");

@@ -95,18 +95,17 @@ fn s(v: &Value) -> String {
 pub fn validators(out: &mut impl Write, v: &Value) -> io::Result<()> {
     writeln!(
         out,
-        "{:<40} {:>8} {:>5} {:<3} PUBKEY",
-        "ADDRESS", "POWER", "SHARE", "ENC"
+        "{:<40} {:>8} {:>5} PUBKEY",
+        "ADDRESS", "POWER", "SHARE"
     )?;
     let rows = v["validators"].as_array().map(Vec::as_slice).unwrap_or(&[]);
     for r in rows {
         writeln!(
             out,
-            "{:<40} {:>8} {:>5} {:<3} {}",
+            "{:<40} {:>8} {:>5} {}",
             s(&r["address"]),
             s(&r["power"]),
             s(&r["share_index"]),
-            if r["enc_key"].is_null() { "no" } else { "yes" },
             s(&r["pubkey"]),
         )?;
     }
@@ -291,17 +290,17 @@ mod tests {
     #[test]
     fn tables_show_what_the_answers_hold() {
         let v = json!({"validators": [
-            {"address": "aa", "pubkey": "bb", "power": 10, "enc_key": null, "share_index": null},
-            {"address": "cc", "pubkey": "dd", "power": 20, "enc_key": "ee", "share_index": 2}],
+            {"address": "aa", "pubkey": "bb", "power": 10, "share_index": null},
+            {"address": "cc", "pubkey": "dd", "power": 20, "share_index": 2}],
             "total_power": 30});
         let t = text(|o| validators(o, &v));
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines.len(), 4, "{t}");
         assert!(
-            lines[1].starts_with("aa ") && lines[1].contains(" 10     - no  bb"),
+            lines[1].starts_with("aa ") && lines[1].contains(" 10     - bb"),
             "{t}"
         );
-        assert!(lines[2].contains(" 20     2 yes dd"), "{t}");
+        assert!(lines[2].contains(" 20     2 dd"), "{t}");
         assert_eq!(lines[3], "total power: 30");
         let v = json!({"proposals": [{"id": 3, "action": "add", "status": "accepted",
             "address": "ab", "power": 5, "height": 9, "approvals": ["x", "y"],

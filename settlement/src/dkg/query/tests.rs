@@ -24,8 +24,8 @@ fn empty() -> Pending {
     Pending::open(Arc::new(MemBackend::new())).unwrap()
 }
 
-/// Two validators ([1; 20] power 10 without an encryption key, [2; 20]
-/// power 20 with one) and a 1-of-1 key held by [2; 20].
+/// Two validators ([1; 20] power 10, [2; 20] power 20) and a 1-of-1 key
+/// held by [2; 20].
 fn with_validators() -> (Pending, KeyEpoch) {
     let mut kv = empty();
     st::put_validator(
@@ -34,7 +34,6 @@ fn with_validators() -> (Pending, KeyEpoch) {
         &ValidatorRecord {
             pubkey: vec![0x11; 32],
             power: 10,
-            enc_key: Vec::new(),
         },
     );
     st::put_validator(
@@ -43,7 +42,6 @@ fn with_validators() -> (Pending, KeyEpoch) {
         &ValidatorRecord {
             pubkey: vec![0x22; 32],
             power: 20,
-            enc_key: vec![0xab; 48],
         },
     );
     let (pubs, _) = crate::bls::deal(1, 1, &[[7u8; 64]]).unwrap();
@@ -65,9 +63,9 @@ fn validators_show_keys_powers_and_share_indexes() {
         ask(&kv, "/validators"),
         json!({"validators": [
             {"address": "01".repeat(20), "pubkey": "11".repeat(32), "power": 10,
-             "enc_key": null, "share_index": null},
+             "share_index": null},
             {"address": "02".repeat(20), "pubkey": "22".repeat(32), "power": 20,
-             "enc_key": "ab".repeat(48), "share_index": 1},
+             "share_index": 1},
         ], "total_power": 30})
     );
     assert_eq!(
@@ -83,7 +81,6 @@ fn proposal(id: u64, status: u32, approvals: Vec<Vec<u8>>) -> Proposal {
         action: 1,
         pubkey: vec![0x33; 32],
         power: 5,
-        enc_key: vec![0xcd; 48],
         proposer: vec![1; 20],
         height: 40,
         status,
@@ -99,7 +96,6 @@ fn proposals_are_paged_by_id_with_status_names_and_approving_power() {
     st::put_proposal(&mut kv, &proposal(1, 1, vec![vec![1; 20]]));
     let mut refused = proposal(2, 4, vec![vec![1; 20], vec![2; 20]]);
     refused.action = 2;
-    refused.enc_key.clear();
     refused.reason = "expired without enough approvals".into();
     st::put_proposal(&mut kv, &refused);
     let v = ask(&kv, "/proposals");
@@ -110,13 +106,11 @@ fn proposals_are_paged_by_id_with_status_names_and_approving_power() {
     assert_eq!(p[0]["action"], "add");
     assert_eq!(p[0]["status"], "open");
     assert_eq!(p[0]["pubkey"], "33".repeat(32));
-    assert_eq!(p[0]["enc_key"], "cd".repeat(48));
     assert_eq!(p[0]["approvals"], json!(["01".repeat(20)]));
     assert_eq!(p[0]["approving_power"], 10);
     assert_eq!(p[0]["total_power"], 30);
     assert_eq!(p[1]["action"], "remove");
     assert_eq!(p[1]["status"], "refused");
-    assert_eq!(p[1]["enc_key"], json!(null));
     assert_eq!(p[1]["reason"], "expired without enough approvals");
     assert_eq!(p[1]["approving_power"], 30);
     let v = ask(&kv, "/proposals?from=2");
@@ -133,6 +127,17 @@ fn proposals_are_paged_by_id_with_status_names_and_approving_power() {
     let v = ask(&kv, "/proposals?from=101");
     assert_eq!(v["proposals"].as_array().unwrap().len(), 3);
     assert_eq!(v["next_from"], json!(null));
+    let mut rekey = proposal(200, 1, vec![vec![2; 20]]);
+    rekey.action = 3;
+    rekey.pubkey.clear();
+    rekey.power = 0;
+    st::put_proposal(&mut kv, &rekey);
+    let r = &ask(&kv, "/proposals?from=200")["proposals"][0];
+    assert_eq!(
+        (&r["action"], &r["pubkey"], &r["address"]),
+        (&json!("rekey"), &json!(null), &json!(null)),
+        "a re-key names no validator"
+    );
     assert_eq!(query(&kv, "/proposals?from=x").code, Code::BadArgument);
     assert_eq!(query(&kv, "/proposals?limit=2").code, Code::BadArgument);
 }
@@ -141,13 +146,13 @@ fn ceremony(round: u64) -> Ceremony {
     Ceremony {
         round,
         kind: 3,
-        start_height: 100,
+        start_height: 95,
+        keys_end: 100,
         deal_end: 110,
         ack_end: 120,
         end: 130,
         dealers: vec![CeremonyDealer {
             address: vec![2; 20],
-            share_index: 1,
         }],
         players: (1..=3u8)
             .map(|i| CeremonyPlayer {
@@ -156,7 +161,6 @@ fn ceremony(round: u64) -> Ceremony {
             })
             .collect(),
         threshold: 2,
-        old_threshold: 1,
         proposal: 9,
         epoch: 4,
         qualified: Vec::new(),
@@ -183,6 +187,8 @@ fn dkg_shows_the_key_the_running_ceremony_and_what_comes_next() {
         round: 6,
         ..Default::default()
     };
+    st::put_ceremony_key(&mut kv, 6, 1, &[1; 48]);
+    st::put_ceremony_key(&mut kv, 6, 3, &[3; 48]);
     st::put_dealing(&mut kv, 1, &d);
     st::put_ack(&mut kv, 6, 1, 1);
     st::put_ack(&mut kv, 6, 1, 2);
@@ -219,10 +225,11 @@ fn dkg_shows_the_key_the_running_ceremony_and_what_comes_next() {
     assert_eq!(v["height"], 112);
     assert_eq!(
         v["ceremony"],
-        json!({"round": 6, "kind": "rekey", "phase": "acks", "start_height": 100,
-               "deal_end": 110, "ack_end": 120, "end": 130, "threshold": 2,
-               "old_threshold": 1, "epoch": 4, "proposal": 9, "attempt": 1,
-               "dealers": 1, "players": 3, "dealings": 1, "acks": 2, "reveals": 1})
+        json!({"round": 6, "kind": "rekey", "phase": "acks", "start_height": 95,
+               "keys_end": 100, "deal_end": 110, "ack_end": 120, "end": 130,
+               "threshold": 2, "epoch": 4, "proposal": 9, "attempt": 1,
+               "dealers": 1, "players": 3, "keys": 2, "dealings": 1, "acks": 2,
+               "reveals": 1})
     );
     assert_eq!(
         v["next_key"],
@@ -235,6 +242,8 @@ fn dkg_shows_the_key_the_running_ceremony_and_what_comes_next() {
                "dealers": 1, "players": 3})
     );
     for (h, phase) in [
+        (99, "keys"),
+        (100, "dealings"),
         (109, "dealings"),
         (120, "reveals"),
         (129, "reveals"),
