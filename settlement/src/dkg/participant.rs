@@ -226,9 +226,10 @@ pub fn next_messages(kv: &impl KvRead, me: &Me) -> Result<Vec<ValidatorMsg>, Fat
     Ok(out)
 }
 
-/// What dealer `pos` sends after height `h`: its dealing once every round
-/// key is on chain (keys land below `keys_end`), then reveals for keyed
-/// players that did not ack it.
+/// What dealer `pos` sends after height `h`: its dealing once the keys
+/// phase is over (every round key is on chain, and CheckTx, which checks
+/// at the last height, takes a dealing from `keys_end` on), then reveals
+/// for keyed players that did not ack it.
 fn dealer_messages(
     kv: &impl KvRead,
     chain: &str,
@@ -241,7 +242,7 @@ fn dealer_messages(
     let Some(poly) = polynomial(chain, c, me) else {
         return Ok(Vec::new());
     };
-    if mine.is_none() && h.saturating_add(1) >= c.keys_end && h < c.deal_end {
+    if mine.is_none() && h >= c.keys_end && h < c.deal_end {
         return Ok(dealing(kv, chain, c, pos, &poly, me)?
             .map(Sum::Dealing)
             .into_iter()

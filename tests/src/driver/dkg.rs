@@ -147,9 +147,23 @@ impl Net {
                     None => m,
                 };
                 let tx = dkg::sign_validator_msg(c, &m);
-                if self.dkg_sent.insert(tx.clone()) {
-                    out.push(tx);
+                if self.dkg_sent.contains(&tx) {
+                    continue;
                 }
+                // Through CheckTx first, as `tallyd` sends it (CheckTx
+                // judges at the last committed height): an honest
+                // participant's message is never refused there.
+                if self.nodes[i].dkg_filter.is_none() {
+                    let r = tally_settlement::check_tx(state, &tx)?;
+                    anyhow::ensure!(
+                        r.code == tally_settlement::Code::Ok,
+                        "CheckTx refused node{i}'s DKG message ({:?}): {}",
+                        r.code,
+                        r.log
+                    );
+                }
+                self.dkg_sent.insert(tx.clone());
+                out.push(tx);
             }
         }
         Ok(out)
