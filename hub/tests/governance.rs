@@ -8,22 +8,12 @@ use std::sync::Arc;
 
 use ed25519_dalek::{Signer, SigningKey};
 use prost::Message;
-use tally_hub::machine::{
-    self, hub_tx, GovernKey, GovernorApproval, HubCode, HubTx, RotateKey, SubmitBatch,
-};
-use tally_settlement::bls::{self, deal, Kind, PublicShares, SecretShare};
-use tally_settlement::proto::HubCall;
-use tally_settlement::sync::{batch_digest, rotation_digest};
+use tally_hub::machine::{self, hub_tx, GovernKey, GovernorApproval, HubCode, HubTx};
+use tally_settlement::sync::rotation_digest;
 use tally_store::{MemBackend, Pending};
 
-const SETTLEMENT: &str = "tally-localnet";
-
-type Key = (PublicShares, Vec<SecretShare>);
-
-fn key(seed: u8) -> Key {
-    let coeffs: Vec<[u8; 64]> = (0..3u8).map(|i| [i + seed; 64]).collect();
-    deal(4, 3, &coeffs).unwrap()
-}
+mod keys_common;
+use keys_common::*;
 
 fn governor(i: u8) -> SigningKey {
     SigningKey::from_bytes(&[i + 50; 32])
@@ -76,42 +66,6 @@ fn governed(nonce: u64, epoch: u64, next: &[u8], approvals: Vec<GovernorApproval
         })),
     }
     .encode_to_vec()
-}
-
-fn sign(k: &Key, kind: Kind, digest: &[u8; 32]) -> Vec<u8> {
-    let msg = bls::message(SETTLEMENT, kind, digest);
-    let parts: Vec<_> = k.1[..3].iter().map(|s| s.sign(&msg)).collect();
-    k.0.combine(&msg, &parts).unwrap().compress().to_vec()
-}
-
-fn batch(signer: &Key, nonce: u64) -> Vec<u8> {
-    let calls = vec![HubCall {
-        id: nonce,
-        user: "bob".into(),
-        provider: "acme".into(),
-        amount: 10,
-        window: 1,
-    }];
-    let d = batch_digest("hub", nonce, &calls);
-    HubTx {
-        sum: Some(hub_tx::Sum::SubmitBatch(SubmitBatch {
-            chain: "hub".into(),
-            nonce,
-            calls,
-            signature: sign(signer, Kind::Batch, &d),
-        })),
-    }
-    .encode_to_vec()
-}
-
-fn run(kv: &mut Pending, h: u64, tx: &[u8]) -> HubCode {
-    machine::deliver(kv, h, tx).expect("store").code
-}
-
-fn keys(kv: &Pending) -> serde_json::Value {
-    let r = machine::query(kv, "/keys/hub");
-    assert_eq!(r.code, HubCode::Ok, "{}", r.log);
-    serde_json::from_slice(&r.value).unwrap()
 }
 
 #[test]
@@ -174,18 +128,7 @@ fn a_majority_of_governors_installs_a_recovered_key_and_then_only_it_settles() {
     assert_eq!(run(&mut kv, 5, &batch(&k1, 1)), HubCode::BadSignature);
     assert_eq!(run(&mut kv, 5, &batch(&k2, 1)), HubCode::Ok);
     let g3 = k3.0.group.compress();
-    let d = rotation_digest("hub", 2, 3, &g3);
-    let rotate = HubTx {
-        sum: Some(hub_tx::Sum::RotateKey(RotateKey {
-            chain: "hub".into(),
-            nonce: 2,
-            epoch: 3,
-            group_key: g3.to_vec(),
-            signature: sign(&k2, Kind::KeyRotation, &d),
-        })),
-    }
-    .encode_to_vec();
-    assert_eq!(run(&mut kv, 6, &rotate), HubCode::Ok);
+    assert_eq!(run(&mut kv, 6, &rotation(&k2, 2, 3, &g3)), HubCode::Ok);
     assert_eq!(keys(&kv)["keys"][2]["by"], "key");
 }
 
