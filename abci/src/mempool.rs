@@ -132,30 +132,30 @@ mod tests {
     fn a_variant_is_refused_the_same_bytes_are_not() {
         let mut c = Claims::default();
         let scope = [7u8; 48];
-        c.claim(&scope, 100, b"tx-a", 10).unwrap();
-        c.claim(&scope, 100, b"tx-a", 10).unwrap();
+        c.claim(&scope, 100, b"tx-a", 10).unwrap(); // ok: unit test
+        c.claim(&scope, 100, b"tx-a", 10).unwrap(); // ok: unit test
         let e = c.claim(&scope, 100, b"tx-b", 10).unwrap_err();
         assert_eq!(e.code, Code::ReportPending);
         // Another gateway's scope with the same id is independent.
         let mut other = scope;
         other[0] = 8;
-        c.claim(&other, 100, b"tx-b", 10).unwrap();
+        c.claim(&other, 100, b"tx-b", 10).unwrap(); // ok: unit test
         assert_eq!(c.len(), 2);
         // After expiry the scope is free; after a commit too.
-        c.claim(&scope, 200, b"tx-b", 100).unwrap();
+        c.claim(&scope, 200, b"tx-b", 100).unwrap(); // ok: unit test
         c.clear();
-        c.claim(&scope, 300, b"tx-c", 100).unwrap();
+        c.claim(&scope, 300, b"tx-c", 100).unwrap(); // ok: unit test
     }
 
     #[test]
     fn one_transaction_per_block_scope_waits_at_a_time() {
         let mut c = Claims::default();
-        c.claim_once(b"validator/k\x02", b"ack-1").unwrap();
-        c.claim_once(b"validator/k\x02", b"ack-1").unwrap();
+        c.claim_once(b"validator/k\x02", b"ack-1").unwrap(); // ok: unit test
+        c.claim_once(b"validator/k\x02", b"ack-1").unwrap(); // ok: unit test
         let e = c.claim_once(b"validator/k\x02", b"ack-2").unwrap_err();
         assert_eq!(e.code, Code::TxPending);
-        c.claim_once(b"validator/k\x03", b"reveal").unwrap();
+        c.claim_once(b"validator/k\x03", b"reveal").unwrap(); // ok: unit test
         c.clear();
-        c.claim_once(b"validator/k\x02", b"ack-2").unwrap();
+        c.claim_once(b"validator/k\x02", b"ack-2").unwrap(); // ok: unit test
     }
 }
