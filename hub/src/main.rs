@@ -201,6 +201,18 @@ fn parse_approval(a: &str) -> Result<GovernorApproval> {
     Ok(GovernorApproval { pubkey, signature })
 }
 
+/// Sends `tx` to the hub node at `node`, waits for its block and prints
+/// its code, height and log; refused (`what` names it) unless code 0.
+fn send(node: &str, tx: &[u8], what: &str) -> Result<()> {
+    let r = rpc(node).broadcast_tx_commit(tx)?;
+    let code = u64::from(r.check_code) + u64::from(r.code);
+    println!("code {code} height {} {}", r.height, r.log);
+    if code != 0 {
+        bail!("{what} refused");
+    }
+    Ok(())
+}
+
 /// A client of the hub node's CometBFT RPC (the workspace's one client).
 fn rpc(node: &str) -> RpcClient {
     RpcClient::new(node, Duration::from_secs(3), Duration::from_secs(30))
@@ -298,24 +310,14 @@ fn main() -> Result<()> {
                 })),
             }
             .encode_to_vec();
-            let r = rpc(&node).broadcast_tx_commit(&tx)?;
-            let code = u64::from(r.check_code) + u64::from(r.code);
-            println!("code {code} height {} {}", r.height, r.log);
-            if code != 0 {
-                bail!("governed key refused");
-            }
+            send(&node, &tx, "governed key")?;
         }
         Cmd::Deposit { user, amount, node } => {
             let tx = HubTx {
                 sum: Some(hub_tx::Sum::Deposit(Deposit { user, amount })),
             }
             .encode_to_vec();
-            let r = rpc(&node).broadcast_tx_commit(&tx)?;
-            let code = u64::from(r.check_code) + u64::from(r.code);
-            println!("code {code} height {} {}", r.height, r.log);
-            if code != 0 {
-                bail!("deposit refused");
-            }
+            send(&node, &tx, "deposit")?;
         }
         Cmd::Query { path, node } => {
             let a = rpc(&node).abci_query(&path)?;

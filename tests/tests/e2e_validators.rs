@@ -278,26 +278,24 @@ fn key_made_on_chain(f: &mut Net) -> Result<()> {
 
 fn a_power_above_cometbfts_cap_is_refused(f: &mut Net) -> Result<()> {
     let net = &f.net;
-    let home = |i: usize| net.dir().join(format!("node{i}")).display().to_string();
     let before = net.height(0);
-    let r = tallyd_ok(&[
-        "tx",
-        "validator",
-        "propose",
-        "--home",
-        &home(0),
-        "--node",
-        &net.rpc_url(0),
-        "--add",
-        "--pubkey",
-        &hex::encode(
-            ed25519_dalek::SigningKey::from_bytes(&[7; 32])
-                .verifying_key()
-                .to_bytes(),
-        ),
-        "--power",
-        "1152921504606846975",
-    ]);
+    let stranger = hex::encode(
+        ed25519_dalek::SigningKey::from_bytes(&[7; 32])
+            .verifying_key()
+            .to_bytes(),
+    );
+    let r = validator_tx(
+        net,
+        0,
+        &[
+            "propose",
+            "--add",
+            "--pubkey",
+            &stranger,
+            "--power",
+            "1152921504606846975",
+        ],
+    );
     let e = r.err().context("the proposal was accepted")?.to_string();
     ensure!(e.contains("code 33"), "refused otherwise: {e}");
     net.wait_height(0, before + 3, Duration::from_secs(30))?;
@@ -305,18 +303,29 @@ fn a_power_above_cometbfts_cap_is_refused(f: &mut Net) -> Result<()> {
     Ok(())
 }
 
-/// The id of the newest proposal for `pubkey` of `action` (`add`,
-/// `remove`).
-fn proposal_id(net: &Localnet, pubkey: &str, action: &str) -> Result<u64> {
+/// The id of the newest proposal for `pubkey` (`None` for a re-key or a
+/// recovery, which name no validator) of `action` (`add`, `remove`,
+/// `recover`).
+fn proposal_id(net: &Localnet, pubkey: Option<&str>, action: &str) -> Result<u64> {
     let p = query(&net.rpc(0), "/proposals")?;
     p["proposals"]
         .as_array()
         .context("proposals")?
         .iter()
-        .filter(|x| x["pubkey"] == pubkey && x["action"] == action)
+        .filter(|x| x["pubkey"] == serde_json::json!(pubkey) && x["action"] == action)
         .filter_map(|x| x["id"].as_u64())
         .max()
-        .with_context(|| format!("no {action} proposal for {pubkey}: {p}"))
+        .with_context(|| format!("no {action} proposal for {pubkey:?}: {p}"))
+}
+
+/// `tallyd tx validator ARGS` signed by validator `i`, sent to its node.
+fn validator_tx(net: &Localnet, i: usize, args: &[&str]) -> Result<String> {
+    let home = net.dir().join(format!("node{i}")).display().to_string();
+    let url = net.rpc_url(i);
+    let mut all = vec!["tx", "validator"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--home", &home, "--node", &url]);
+    tallyd_ok(&all)
 }
 
 /// Runs a command line node.sh printed (`tallyd tx validator ...`).
@@ -469,7 +478,7 @@ fn fifth_validator_added(f: &mut Net) -> Result<()> {
         .find(|l| l.contains(" tx validator propose "))
         .context("no propose command printed")?;
     run_printed(propose)?;
-    let id = proposal_id(net, &pk, "add")?;
+    let id = proposal_id(net, Some(&pk), "add")?;
     let approvals: Vec<&str> = out
         .lines()
         .filter(|l| l.contains(" tx validator approve "))
@@ -565,33 +574,11 @@ fn batch_settles_after_add(f: &mut Net) -> Result<()> {
 fn fifth_validator_removed(f: &mut Net) -> Result<()> {
     let net = &f.net;
     let pk = f.fifth.clone().context("no fifth validator")?;
-    let home = |i: usize| net.dir().join(format!("node{i}")).display().to_string();
-    tallyd_ok(&[
-        "tx",
-        "validator",
-        "propose",
-        "--home",
-        &home(0),
-        "--node",
-        &net.rpc_url(0),
-        "--remove",
-        "--pubkey",
-        &pk,
-    ])?;
-    let id = proposal_id(net, &pk, "remove")?.to_string();
+    validator_tx(net, 0, &["propose", "--remove", "--pubkey", &pk])?;
+    let id = proposal_id(net, Some(&pk), "remove")?.to_string();
     // The proposer and three approvers: 4 of 5 equal powers, more than 2/3.
     for i in 1..=3 {
-        tallyd_ok(&[
-            "tx",
-            "validator",
-            "approve",
-            "--home",
-            &home(i),
-            "--node",
-            &net.rpc_url(i),
-            "--id",
-            &id,
-        ])?;
+        validator_tx(net, i, &["approve", "--id", &id])?;
     }
     f.switched_at = wait_switch(f, 4, 3, &[0, 1, 2, 3])?;
     let left: Vec<String> = comet_validators(&f.net, 0)?
@@ -631,7 +618,6 @@ fn hub_key(net: &Localnet) -> Result<serde_json::Value> {
 
 fn recovery_through_the_hubs_governors(f: &mut Net) -> Result<()> {
     let net = &f.net;
-    let home = |i: usize| net.dir().join(format!("node{i}")).display().to_string();
     // Two validators lose their disks' keys: every share and round key.
     for i in [2, 3] {
         let down = net.take_down("stop", Some(i))?;
@@ -647,38 +633,10 @@ fn recovery_through_the_hubs_governors(f: &mut Net) -> Result<()> {
         }
         down.now()?;
     }
-    tallyd_ok(&[
-        "tx",
-        "validator",
-        "propose",
-        "--home",
-        &home(0),
-        "--node",
-        &net.rpc_url(0),
-        "--recover",
-    ])?;
-    let p = query(&net.rpc(0), "/proposals")?;
-    let id = p["proposals"]
-        .as_array()
-        .context("proposals")?
-        .iter()
-        .filter(|x| x["action"] == "recover")
-        .filter_map(|x| x["id"].as_u64())
-        .max()
-        .context("no recover proposal")?
-        .to_string();
+    validator_tx(net, 0, &["propose", "--recover"])?;
+    let id = proposal_id(net, None, "recover")?.to_string();
     for i in [1, 2] {
-        tallyd_ok(&[
-            "tx",
-            "validator",
-            "approve",
-            "--home",
-            &home(i),
-            "--node",
-            &net.rpc_url(i),
-            "--id",
-            &id,
-        ])?;
+        validator_tx(net, i, &["approve", "--id", &id])?;
     }
     let t = Instant::now();
     wait_for("key epoch 4", RESHARE_TIMEOUT, net, || {
