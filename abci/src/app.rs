@@ -1,7 +1,7 @@
 //! The application: [`TallyApp`], the state its handlers share, and the
 //! `Application` impl, which only delegates to one module per handler.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use tally_settlement::bls::SecretShare;
@@ -60,6 +60,8 @@ pub(crate) struct Inner {
     halt: Halt,
     /// Set once the halt hook was called: no further consensus work.
     halted: AtomicBool,
+    /// The newest app version this node runs (ADR 0019).
+    pub(crate) max_app_version: AtomicU64,
 }
 
 /// The consensus connection's block state.
@@ -121,6 +123,7 @@ impl TallyApp {
                 metrics,
                 halt,
                 halted: AtomicBool::new(false),
+                max_app_version: AtomicU64::new(settlement::upgrade::LATEST_APP_VERSION),
             }),
         })
     }
@@ -269,12 +272,18 @@ impl TallyApp {
 
     /// Calls the halt hook and stops taking consensus work.
     pub(crate) fn halt(&self, reason: HaltReason, height: u64, error: String) {
-        self.inner.halted.store(true, Ordering::SeqCst);
-        self.inner.halt.halt(HaltEvent {
+        self.halt_with(HaltEvent {
             reason,
             height,
             error,
+            upgrade_info: None,
         });
+    }
+
+    /// [`Self::halt`] with the whole event.
+    pub(crate) fn halt_with(&self, event: HaltEvent) {
+        self.inner.halted.store(true, Ordering::SeqCst);
+        self.inner.halt.halt(event);
     }
 
     /// The node's own storage failed (a read, a corrupt value, a write).

@@ -60,3 +60,12 @@ pub(crate) fn validator_updates(
         })
         .collect()
 }
+
+/// The consensus-parameter update that switches headers from the next
+/// height on to app version `version` (every other parameter unchanged).
+pub(crate) fn app_version_update(version: u64) -> tendermint_proto::v0_38::types::ConsensusParams {
+    tendermint_proto::v0_38::types::ConsensusParams {
+        version: Some(tendermint_proto::v0_38::types::VersionParams { app: version }),
+        ..Default::default()
+    }
+}

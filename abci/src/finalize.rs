@@ -17,10 +17,10 @@ use crate::convert::{self, codespace};
 use crate::metrics::BlockTally;
 
 pub(crate) fn finalize_block(app: &TallyApp, req: RequestFinalizeBlock) -> ResponseFinalizeBlock {
-    if app.halted() {
+    let block = convert::block(req.height, req.time.as_ref());
+    if app.stop_if_upgrade_due(block.height) {
         return ResponseFinalizeBlock::default();
     }
-    let block = convert::block(req.height, req.time.as_ref());
     let mut c = app.consensus();
     let sigs = app.signatures();
     let keys = app.key_cache();
@@ -36,8 +36,9 @@ pub(crate) fn finalize_block(app: &TallyApp, req: RequestFinalizeBlock) -> Respo
     } else {
         c.before_block = c.pending.changes().clone();
     }
+    let version_before = settlement::state::chain::app_version(&c.pending).unwrap_or(1);
     let fault =
-        match settlement::begin_block(&mut c.pending, &block) {
+        match settlement::begin_block_with(&mut c.pending, &block, app.max_app_version()) {
             Ok(events) => {
                 let mut tx_results = Vec::with_capacity(req.txs.len());
                 let mut fault = None;
@@ -61,18 +62,22 @@ pub(crate) fn finalize_block(app: &TallyApp, req: RequestFinalizeBlock) -> Respo
                     Some(f) => f,
                     None => match settlement::dkg::validator_updates(&c.pending, block.height)
                         .and_then(|u| {
+                            let v = settlement::state::chain::app_version(&c.pending)?;
                             c.pending
                                 .app_hash_at(block.height)
-                                .map(|h| (h, u))
+                                .map(|h| (h, u, v))
                                 .map_err(settlement::Fatal::Store)
                         }) {
-                        Ok((app_hash, updates)) => {
+                        Ok((app_hash, updates, version)) => {
                             c.finalized = Some(block.height);
                             let r = ResponseFinalizeBlock {
                                 events: convert::events(events),
                                 tx_results,
                                 validator_updates: convert::validator_updates(&updates),
-                                consensus_param_updates: None,
+                                // A switch: the next header carries the
+                                // new app version (ADR 0019).
+                                consensus_param_updates: (version != version_before)
+                                    .then(|| convert::app_version_update(version)),
                                 app_hash: Bytes::copy_from_slice(&app_hash),
                             };
                             c.tally = Some(BlockTally::from_response(block.height, block.time, &r));
@@ -88,7 +93,12 @@ pub(crate) fn finalize_block(app: &TallyApp, req: RequestFinalizeBlock) -> Respo
     let before = c.before_block.clone();
     c.pending.set_changes(before);
     drop(c);
-    app.fatal_store_error(block.height, &fault.to_string());
+    match fault {
+        settlement::Fatal::UpgradeNeeded { plan, max } => {
+            app.upgrade_halt(block.height, &plan, max)
+        }
+        f => app.fatal_store_error(block.height, &f.to_string()),
+    }
     ResponseFinalizeBlock::default()
 }
 

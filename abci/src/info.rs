@@ -23,7 +23,9 @@ pub(crate) fn info(app: &TallyApp, _req: RequestInfo) -> ResponseInfo {
     ResponseInfo {
         data: "tally".into(),
         version: env!("CARGO_PKG_VERSION").into(),
-        app_version: crate::APP_VERSION,
+        // The version committed state runs under (CometBFT takes it only
+        // at genesis, and state sync checks it against the header).
+        app_version: app.app_version(),
         last_block_height: last.height as i64,
         last_block_app_hash: if last.height == 0 {
             Bytes::new()

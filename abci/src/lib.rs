@@ -44,6 +44,7 @@ mod proposal;
 pub mod sigcache;
 pub mod snapshot;
 pub mod snapshot_store;
+pub mod upgrade;
 mod vote_extension;
 
 pub use app::{AbciError, Committed, TallyApp};
@@ -51,9 +52,11 @@ pub use inbox::{HandIn, Inbox};
 pub use metrics::AppMetrics;
 pub use snapshot_store::{SnapshotInfo, SnapshotStore};
 pub use tally_store::halt::{Halt, HaltEvent, HaltLog, HaltReason};
+pub use upgrade::{upgrade_info, UpgradeStop};
 
-/// The app's protocol version: answered by Info and set in the chain's
-/// consensus parameters at InitChain, so every header carries it.
+/// The app version a chain starts at: set in the chain's consensus
+/// parameters at InitChain, so every header carries it until an upgrade
+/// plan switches it (ADR 0019; Info answers the state's version).
 pub const APP_VERSION: u64 = 1;
 
 /// The codespace of every Tally result code.

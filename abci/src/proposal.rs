@@ -23,6 +23,10 @@ pub(crate) fn prepare_proposal(
     app: &TallyApp,
     req: RequestPrepareProposal,
 ) -> ResponsePrepareProposal {
+    if app.stop_if_upgrade_due(u64::try_from(req.height).unwrap_or(0)) {
+        // This node lacks the block's app version: it proposes nothing.
+        return ResponsePrepareProposal::default();
+    }
     let max = usize::try_from(req.max_tx_bytes.max(0)).unwrap_or(usize::MAX);
     let mut used = 0usize;
     let mut txs = Vec::with_capacity(req.txs.len() + 2);
@@ -96,7 +100,7 @@ pub(crate) fn process_proposal(
     app: &TallyApp,
     req: RequestProcessProposal,
 ) -> ResponseProcessProposal {
-    let status = if app.halted() {
+    let status = if app.stop_if_upgrade_due(u64::try_from(req.height).unwrap_or(0)) {
         ProposalStatus::Reject
     } else {
         verdict(app, &req)

@@ -30,6 +30,15 @@
 //! no block can be read, `expiry_grace` after `expires_at` if no node's
 //! index has it either. One never sent expires at `expires_at`.
 //!
+//! No usage is lost to a stopped chain (an upgrade, ADR 0019): a report
+//! that expired unseen is signed again under the SAME report id with a new
+//! expiry, as long as `reseal_for` after its first expiry, but only once
+//! the chain proved its old bytes can never land: the follower read a
+//! block whose time is after the old `expires_at` without it, or the
+//! chain refused it as expired (code 5). The replay rule then lets at most
+//! one of the two land. While no block past the old expiry can be read,
+//! it waits for one rather than expire.
+//!
 //! Every record holds one buffer permit from `record` until its report has
 //! an outcome; the permits are owned by a guard that gives them back on
 //! every path, a panic in a submission included.
@@ -87,6 +96,12 @@ pub struct ReporterConfig {
     /// mempool is given up this long after its `expires_at` (if no node's
     /// index has it).
     pub expiry_grace: Duration,
+    /// A report whose `expires_at` passed before any block held it (a
+    /// block after that time did not, so its bytes can never land, e.g.
+    /// while the chain was stopped for an upgrade) is signed again under
+    /// the same report id with a new expiry, for this long after its first
+    /// expiry; then it expires. Zero: never signed again.
+    pub reseal_for: Duration,
 }
 
 impl ReporterConfig {
@@ -104,6 +119,7 @@ impl ReporterConfig {
             confirm_poll: Duration::from_millis(200),
             resubmit_after: Duration::from_secs(8),
             expiry_grace: Duration::from_secs(60),
+            reseal_for: Duration::from_secs(3600),
         }
     }
 }
@@ -208,6 +224,9 @@ pub struct Metrics {
     pub rejected: Mutex<BTreeMap<u32, u64>>,
     /// Reports that expired unconfirmed.
     pub expired: AtomicU64,
+    /// Reports signed again under the same id after their old bytes
+    /// expired unseen (`reseal_for`).
+    pub resealed: AtomicU64,
     /// Submissions that stopped abnormally (a panic).
     pub failed: AtomicU64,
 }
@@ -418,6 +437,7 @@ async fn run<T: Transport>(
         transport,
         metrics: metrics.clone(),
         conf: Arc::new(Confirmations::default()),
+        key: Arc::new(key.clone()),
     });
     // The block follower lives as long as this task (aborted when it ends
     // or is dropped).

@@ -52,6 +52,12 @@ struct Chain {
     max_unconfirmed: usize,
     /// Whether `lookup` answers (CometBFT's tx indexer on).
     indexer: bool,
+    /// Report ids accepted, with the accepted body's hash: a report id
+    /// lands once, whatever bytes carry it (the chain's replay rule).
+    ids: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// While set, no block is cut (the chain is stopped, e.g. for an
+    /// upgrade); mempools still take transactions.
+    stopped: bool,
 }
 
 impl Default for Chain {
@@ -72,6 +78,8 @@ impl Default for Chain {
             inclusions: BTreeMap::new(),
             max_unconfirmed: 0,
             indexer: true,
+            ids: BTreeMap::new(),
+            stopped: false,
         }
     }
 }
@@ -79,21 +87,32 @@ impl Default for Chain {
 impl Chain {
     /// Cuts the blocks due by now.
     fn advance(&mut self) {
+        if self.stopped {
+            self.last_block = tokio::time::Instant::now();
+            return;
+        }
         while self.last_block.elapsed() >= BLOCK {
             self.last_block += BLOCK;
             let mut txs = std::mem::take(&mut self.mempool);
             self.mempool = std::mem::take(&mut self.later);
             txs.dedup();
             let mut block = Vec::new();
+            // A block's time: a second after the last, or the wall clock
+            // if that is later (after a stop).
+            let prev = self.blocks.last().map_or(self.genesis_time, |b| b.time);
+            let time = (prev + BLOCK.as_secs()).max(wall_now());
             for tx in txs {
                 let hash: [u8; 32] = Sha256::digest(&tx).into();
                 *self.inclusions.entry(hash).or_default() += 1;
-                let (code, data) = match self.landed.entry(hash) {
-                    std::collections::btree_map::Entry::Occupied(_) => (7, body_hash(&tx)),
-                    std::collections::btree_map::Entry::Vacant(v) => {
-                        v.insert(records_in(&tx));
-                        (0, Vec::new())
-                    }
+                let (id, expires_at) = id_and_expiry(&tx);
+                let (code, data) = if expires_at <= time {
+                    (5, Vec::new())
+                } else if let Some(body) = self.ids.get(&id) {
+                    (7, body.clone())
+                } else {
+                    self.ids.insert(id, body_hash(&tx));
+                    self.landed.insert(hash, records_in(&tx));
+                    (0, Vec::new())
                 };
                 block.push(BlockTx {
                     hash,
@@ -105,7 +124,7 @@ impl Chain {
             let height = self.blocks.len() as u64 + 1;
             self.blocks.push(Block {
                 height,
-                time: self.genesis_time + height * BLOCK.as_secs(),
+                time,
                 txs: block,
             });
         }
@@ -162,6 +181,23 @@ fn body_hash(tx: &[u8]) -> Vec<u8> {
     match tally_client::proto::Tx::decode(tx).ok().and_then(|t| t.sum) {
         Some(tx::Sum::Report(s)) => Sha256::digest(&s.body).to_vec(),
         _ => Vec::new(),
+    }
+}
+
+fn wall_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// The report id and `expires_at` of the report in `tx`.
+fn id_and_expiry(tx: &[u8]) -> (Vec<u8>, u64) {
+    match tally_client::proto::Tx::decode(tx).ok().and_then(|t| t.sum) {
+        Some(tx::Sum::Report(s)) => ReportUsage::decode(s.body.as_slice())
+            .map(|r| (r.report_id, r.expires_at))
+            .unwrap_or_default(),
+        _ => (Vec::new(), 0),
     }
 }
 
@@ -253,11 +289,11 @@ impl Transport for FakeRpc {
                 Ok(Admission::Accepted)
             }
             None => {
-                if c.landed.contains_key(&hash) {
+                if let Some(body) = c.ids.get(&id_and_expiry(&tx).0) {
                     return Ok(Admission::Refused {
                         code: 7,
                         log: "duplicate".into(),
-                        data: body_hash(&tx),
+                        data: body.clone(),
                     });
                 }
                 if c.waiting(&tx) {
@@ -775,4 +811,69 @@ proptest::proptest! {
         proptest::prop_assert_eq!(chain.landed.len(), out.len());
         proptest::prop_assert_eq!(chain.sent.len(), out.len(), "one set of bytes per report");
     }
+}
+
+/// The chain stops for longer than the report TTL with a report in its
+/// mempool (an upgrade's stop): when it comes back, its first block
+/// refuses the old bytes as expired (code 5), and the reporter signs the
+/// report again under the same id; it lands exactly once. With
+/// `reseal_for` zero, the same run loses the records.
+async fn stop_longer_than_the_ttl(reseal_for: Duration) -> (Vec<ReportOutcome>, FakeRpc, u64) {
+    let rpc = FakeRpc::default();
+    let mut c = cfg(&["a"]);
+    c.ttl = Duration::from_secs(2);
+    c.reseal_for = reseal_for;
+    let r = Reporter::start(c, key(), rpc.clone()).unwrap();
+    for i in 0..5 {
+        r.record(rec(i)).await.unwrap();
+    }
+    r.flush().await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    rpc.0.lock().unwrap().stopped = true;
+    for i in 5..15 {
+        r.record(rec(i)).await.unwrap();
+    }
+    r.flush().await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Real time passes beyond the TTL while the chain makes no block.
+    tokio::task::spawn_blocking(|| std::thread::sleep(Duration::from_millis(3500)))
+        .await
+        .unwrap();
+    rpc.0.lock().unwrap().stopped = false;
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let resealed = r
+        .metrics()
+        .resealed
+        .load(std::sync::atomic::Ordering::Relaxed);
+    (shut(r).await, rpc, resealed)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_report_that_expired_unseen_while_the_chain_was_stopped_lands_once_signed_again() {
+    let (out, rpc, resealed) = stop_longer_than_the_ttl(Duration::from_secs(3600)).await;
+    assert_eq!(all_landed(&out), 15, "{out:?}");
+    assert!(resealed >= 1, "nothing was signed again");
+    let c = rpc.0.lock().unwrap();
+    // Each report id accepted once; the first bytes of the resealed one
+    // were refused as expired in a block.
+    assert_eq!(c.ids.len(), out.len());
+    assert_eq!(c.landed.values().sum::<usize>(), 15);
+    let expired_in_block = c
+        .blocks
+        .iter()
+        .flat_map(|b| &b.txs)
+        .filter(|t| t.code == 5)
+        .count();
+    assert!(expired_in_block >= 1, "the stop did not outlast the TTL");
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_resealing_the_same_stop_loses_the_report() {
+    let (out, _, resealed) = stop_longer_than_the_ttl(Duration::ZERO).await;
+    assert_eq!(resealed, 0);
+    assert!(
+        out.iter()
+            .any(|o| matches!(o, ReportOutcome::Rejected { code: 5, .. })),
+        "{out:?}"
+    );
 }

@@ -75,6 +75,7 @@ impl HubApp {
             reason: HaltReason::StoreFailure,
             height,
             error: what.to_string(),
+            upgrade_info: None,
         });
     }
 }
@@ -108,6 +109,7 @@ impl Application for HubApp {
                 reason: HaltReason::BadGenesis,
                 height: 0,
                 error: e.to_string(),
+                upgrade_info: None,
             });
         }
         ResponseInitChain::default()

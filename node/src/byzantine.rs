@@ -13,7 +13,10 @@
 //! - `garbage`: bytes that do not decode as a `VoteExtension`
 //!   (`Undecodable`);
 //! - `silent`: an empty extension (always accepted; the validator never
-//!   signs).
+//!   signs);
+//! - `old-release`: honest in everything, but runs app versions up to 1
+//!   only: a release from before app version 2, for the upgrade tests
+//!   (ADR 0019). It stops with exit code 4 where the plan switches to 2.
 //!
 //! The `tallyd-byzantine` binary (`src/bin/tallyd-byzantine.rs`) runs
 //! `tallyd start` with this wrapper; the mode comes from
@@ -39,7 +42,7 @@ use tendermint_proto::v0_38::abci::{
 };
 
 /// The environment variable `tallyd-byzantine start` reads its [`Mode`]
-/// from (`foreign-index`, `oversized`, `garbage`, `silent`).
+/// from (`foreign-index`, `oversized`, `garbage`, `silent`, `old-release`).
 pub const MODE_VAR: &str = "TALLY_BYZANTINE_MODE";
 
 /// The junk secret the forged partials are signed with (a valid scalar,
@@ -60,15 +63,18 @@ pub enum Mode {
     Garbage,
     /// Always empty.
     Silent,
+    /// Honest, on a release that carries app version 1 only.
+    OldRelease,
 }
 
 impl Mode {
     /// Every mode, in the order of its names.
-    pub const ALL: [Mode; 4] = [
+    pub const ALL: [Mode; 5] = [
         Mode::ForeignIndex,
         Mode::Oversized,
         Mode::Garbage,
         Mode::Silent,
+        Mode::OldRelease,
     ];
 
     /// The mode's name (what [`MODE_VAR`] holds).
@@ -78,6 +84,7 @@ impl Mode {
             Mode::Oversized => "oversized",
             Mode::Garbage => "garbage",
             Mode::Silent => "silent",
+            Mode::OldRelease => "old-release",
         }
     }
 
@@ -97,7 +104,7 @@ impl fmt::Display for Mode {
 
 /// A [`MODE_VAR`] value that names no [`Mode`].
 #[derive(Debug, thiserror::Error)]
-#[error("{MODE_VAR}={0:?}: set it to foreign-index, oversized, garbage or silent")]
+#[error("{MODE_VAR}={0:?}: set it to foreign-index, oversized, garbage, silent or old-release")]
 pub struct ModeError(String);
 
 impl FromStr for Mode {
@@ -130,6 +137,7 @@ pub struct Context {
 /// honest extension, decoded).
 pub fn forge(mode: Mode, honest: &VoteExtension, ctx: &Context) -> Vec<u8> {
     match mode {
+        Mode::OldRelease => honest.encode_to_vec(),
         Mode::Silent => Vec::new(),
         // A varint that never ends: no protobuf message starts like this.
         Mode::Garbage => vec![0xff; 64],
@@ -214,6 +222,9 @@ impl Byzantine {
     /// Wraps `app` of the validator with consensus `address`.
     pub fn new(app: TallyApp, mode: Mode, address: Vec<u8>) -> Self {
         tracing::warn!(mode = %mode, "BYZANTINE test build: this node's vote extensions misbehave");
+        if mode == Mode::OldRelease {
+            app.set_max_app_version(1);
+        }
         Self { app, mode, address }
     }
 

@@ -17,6 +17,7 @@
 //! | 15 | `bls_share` | this node's validator holds a share of the active key but the app has none loaded |
 //! | 16 | `hub` | the relay runs and every hub endpoint's circuit breaker is open |
 //! | 17 | `settlement` | the oldest unsettled hub call (in the current batch or waiting for one) is older than `max_batch_age` |
+//! | 18 | `upgrade` | an approved upgrade plan is pending whose app version this binary does not carry ("upgrade needed": the node stops at its height) |
 //!
 //! Exit code 1 is a failure of the command itself and 2 a usage error.
 
@@ -77,6 +78,19 @@ pub struct Observed {
     pub metrics: Option<Result<MetricsView, String>>,
     /// Chain state; `Err` when the queries failed.
     pub settlement: Result<Settlement, String>,
+    /// `/upgrade`; `Err` when the query failed.
+    pub upgrade: Result<UpgradeView, String>,
+}
+
+/// The upgrade state, from `/upgrade`, and what this binary carries.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UpgradeView {
+    /// The app version the chain runs.
+    pub app_version: u64,
+    /// The pending plan: name, app version, height.
+    pub pending: Option<(String, u64, u64)>,
+    /// The newest app version this binary carries.
+    pub binary_max: u64,
 }
 
 /// The thresholds.
@@ -156,6 +170,8 @@ pub mod code {
     pub const HUB: u8 = 16;
     /// Settlement is stuck.
     pub const SETTLEMENT: u8 = 17;
+    /// An upgrade is pending that this binary cannot run.
+    pub const UPGRADE: u8 = 18;
 }
 
 fn check(name: &'static str, code: u8, state: State, detail: impl Into<String>) -> Check {
@@ -276,6 +292,7 @@ pub fn decide(o: &Observed, l: &Limits) -> Report {
             check("settlement", code::SETTLEMENT, state, detail)
         }
     });
+    checks.push(upgrade_check(&o.upgrade, comet));
     let exit_code = checks
         .iter()
         .find(|c| c.state == Fail)
@@ -285,6 +302,31 @@ pub fn decide(o: &Observed, l: &Limits) -> Report {
         exit_code,
         checks,
     }
+}
+
+fn upgrade_check(u: &Result<UpgradeView, String>, comet: Option<&CometStatus>) -> Check {
+    let u = match u {
+        Err(e) => return check("upgrade", code::UPGRADE, State::Skipped, e.clone()),
+        Ok(u) => u,
+    };
+    let Some((name, version, height)) = &u.pending else {
+        let detail = format!("app version {}, no upgrade pending", u.app_version);
+        return check("upgrade", code::UPGRADE, State::Ok, detail);
+    };
+    let left = comet.map_or(String::new(), |s| {
+        format!(" (in {} blocks)", height.saturating_sub(s.height))
+    });
+    if *version > u.binary_max {
+        let detail = format!(
+            "UPGRADE NEEDED: {name:?} switches to app version {version} at height {height}{left}; this binary carries versions up to {}",
+            u.binary_max
+        );
+        return check("upgrade", code::UPGRADE, State::Fail, detail);
+    }
+    let detail = format!(
+        "{name:?} switches to app version {version} at height {height}{left}; this binary carries it"
+    );
+    check("upgrade", code::UPGRADE, State::Ok, detail)
 }
 
 fn share_check(o: &Observed, comet: Option<&CometStatus>, view: Option<&MetricsView>) -> Check {

@@ -1,4 +1,6 @@
-//! Work at the start of every block, before its transactions: forget
+//! Work at the start of every block, before its transactions: switch to
+//! a new app version when an upgrade plan is due (its migration first of
+//! all, [`crate::upgrade`]), forget
 //! report ids that can no longer be replayed, close the settlement window
 //! the block time has left (its totals freeze), turn a bounded number of
 //! closed windows' debts into escrowed hub calls (see [`crate::sync::close`]),
@@ -22,17 +24,32 @@ use tally_store::Kv;
 
 use crate::error::Fatal;
 use crate::state::chain::{
-    cur_window, forget_reports_through, params, put_cur_window, put_last_time, put_window_info,
-    window_info,
+    cur_window, params, put_cur_window, put_last_time, put_window_info, window_info,
 };
+use crate::state::replay::forget_reports_through;
 use crate::sync::close::convert_closed;
 use crate::sync::partials::expire_partials;
 use crate::sync::results::prune_settled;
 use crate::types::{Block, Event};
+use crate::upgrade::LATEST_APP_VERSION;
 
-/// Runs the start-of-block work for `block`; returns its events.
+/// Runs the start-of-block work for `block` on a node that runs every
+/// app version this build carries; returns its events.
 pub fn begin_block(kv: &mut impl Kv, block: &Block) -> Result<Vec<Event>, Fatal> {
-    let mut events = Vec::new();
+    begin_block_with(kv, block, LATEST_APP_VERSION)
+}
+
+/// [`begin_block`] on a node that runs app versions up to `max_version`:
+/// first of all the upgrade switch ([`crate::upgrade::begin_block`]), so a
+/// due migration runs before anything else of the block and the whole
+/// block runs the new version's rules; [`Fatal::UpgradeNeeded`] when the
+/// due version is above `max_version`.
+pub fn begin_block_with(
+    kv: &mut impl Kv,
+    block: &Block,
+    max_version: u64,
+) -> Result<Vec<Event>, Fatal> {
+    let mut events = crate::upgrade::begin_block(kv, block, max_version)?;
     // Report ids whose expires_at <= now can never be replayed: forget them.
     forget_reports_through(kv, block.time)?;
 

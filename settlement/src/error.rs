@@ -58,6 +58,19 @@ pub enum Fatal {
     /// A stored value (named here) does not decode.
     #[error("stored {0} is corrupt")]
     Corrupt(&'static str),
+    /// The pending upgrade plan is due at this block and this node runs
+    /// versions up to `max` only: it must stop before executing the block
+    /// (ADR 0019).
+    #[error(
+        "upgrade {:?} switches to app version {} at height {}; this node runs app versions up to {max}: install a binary that carries version {}",
+        plan.name, plan.app_version, plan.height, plan.app_version
+    )]
+    UpgradeNeeded {
+        /// The plan.
+        plan: Box<crate::proto::UpgradePlan>,
+        /// The newest version this node runs.
+        max: u64,
+    },
 }
 
 impl Fatal {

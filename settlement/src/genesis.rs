@@ -5,6 +5,11 @@ use serde::{Deserialize, Serialize};
 use crate::dkg::key::KeyEpoch;
 use crate::ident;
 
+/// The largest `max_report_expiry_secs` genesis accepts: no report id
+/// lives longer than this after the block that accepted it (the replay
+/// layout of app version 2 relies on it).
+pub const MAX_REPORT_EXPIRY_CAP: u64 = 600;
+
 /// Chain parameters, fixed in genesis.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -98,7 +103,7 @@ impl Params {
         if !(1..=1000).contains(&self.max_report_records) {
             return bad("max_report_records must be 1..=1000");
         }
-        if !(1..=600).contains(&self.max_report_expiry_secs) {
+        if !(1..=MAX_REPORT_EXPIRY_CAP).contains(&self.max_report_expiry_secs) {
             return bad("max_report_expiry_secs must be 1..=600");
         }
         if !(1024..=(64 << 20)).contains(&self.max_tx_bytes) {

@@ -93,6 +93,16 @@ pub const HUB_CURSOR: &[u8] = b"hubcur/";
 pub const DEPOSIT_SEQ: &[u8] = b"depseq/";
 /// `meta/last_height`: the height of the last block.
 pub const LAST_HEIGHT: &[u8] = b"meta/last_height";
+/// `meta/app_version`: the app version the state runs under (absent: 1).
+pub const APP_VERSION: &[u8] = b"meta/app_version";
+/// `rb/<bucket><gateway key><report_id>`: an accepted report id of one
+/// gateway from app version 2 on, filed under `expires_at / 120`: its
+/// expiry and the SHA-256 of its body (ADR 0019).
+pub const REPORT_BUCKET: &[u8] = b"rb/";
+/// `upg/plan`: the pending upgrade plan.
+pub const UPGRADE_PLAN: &[u8] = b"upg/plan";
+/// `upg/done/<name>`: an upgrade plan carried out, and its height.
+pub const UPGRADE_DONE: &[u8] = b"upg/done/";
 /// Every prefix (or single key) of the state and what lives there: the
 /// layout in one table, in the order the docs list it.
 pub const LAYOUT: &[(&[u8], &str)] = &[
@@ -105,6 +115,10 @@ pub const LAYOUT: &[(&[u8], &str)] = &[
     (BALANCE, "balances"),
     (REPORT_ID, "accepted report ids"),
     (REPORT_EXPIRY, "report ids by expiry"),
+    (
+        REPORT_BUCKET,
+        "accepted report ids by expiry bucket (app version 2)",
+    ),
     (ROUTE, "route records"),
     (BY_PROVIDER, "route records by provider"),
     (BY_USER, "route records by user"),
@@ -133,6 +147,9 @@ pub const LAYOUT: &[(&[u8], &str)] = &[
     (HUB_CURSOR, "next hub height per hub chain"),
     (DEPOSIT_SEQ, "next deposit sequence per hub chain"),
     (LAST_HEIGHT, "height of the last block"),
+    (APP_VERSION, "app version the state runs under"),
+    (UPGRADE_PLAN, "pending upgrade plan"),
+    (UPGRADE_DONE, "upgrade plans carried out"),
     (
         VALIDATOR,
         "validators (consensus key, power, encryption key)",
@@ -222,6 +239,21 @@ pub fn report_id(scope: &[u8]) -> Vec<u8> {
 /// `rexp/<expires_at><scope>`.
 pub fn report_expiry(expires_at: u64, scope: &[u8]) -> Vec<u8> {
     cat(&[REPORT_EXPIRY, &expires_at.to_be_bytes(), scope])
+}
+
+/// `rb/<bucket><scope>`.
+pub fn report_bucket(bucket: u64, scope: &[u8]) -> Vec<u8> {
+    cat(&[REPORT_BUCKET, &bucket.to_be_bytes(), scope])
+}
+
+/// Start of the report-bucket keys of `bucket` (`rb/<bucket>`).
+pub fn report_bucket_start(bucket: u64) -> Vec<u8> {
+    cat(&[REPORT_BUCKET, &bucket.to_be_bytes()])
+}
+
+/// `upg/done/<name>`.
+pub fn upgrade_done(name: &str) -> Vec<u8> {
+    cat(&[UPGRADE_DONE, name.as_bytes()])
 }
 
 /// `rr/<user>\0<provider>\0<model>\0<route>\0` + window: a route's windows

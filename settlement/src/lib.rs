@@ -67,9 +67,10 @@ pub mod system;
 pub mod time;
 pub mod tx;
 pub mod types;
+pub mod upgrade;
 
 pub use allowance::{sign_allowance, ALLOWANCE_SIGN_DOMAIN};
-pub use block::begin_block;
+pub use block::{begin_block, begin_block_with};
 pub use codes::Code;
 pub use dkg::key::{KeyCache, KeyEpoch};
 pub use envelope::{VerifiedSignatures, VerifyAll};

@@ -340,6 +340,16 @@ pub fn rotations(from: Option<u64>) -> QueryPath {
     }
 }
 
+/// `/upgrade`.
+pub fn upgrade() -> QueryPath {
+    QueryPath::from_segments(["upgrade"])
+}
+
+/// `/upgrade/applied/{name}`.
+pub fn upgrade_applied(name: &str) -> QueryPath {
+    QueryPath::from_segments(["upgrade", "applied", name])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

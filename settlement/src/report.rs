@@ -27,9 +27,10 @@ use crate::keys;
 use crate::proto::{tx, ReportUsage, SignedReport, Tx};
 use crate::record::{Counters, RouteId};
 use crate::state::chain::{
-    balance, gateway, owed_slot, party_window, put_balance, put_owed_slot, put_report, put_route,
-    put_window_info, report_seen, route, window_info, OwedSlot,
+    app_version, balance, gateway, owed_slot, party_window, put_balance, put_owed_slot, put_route,
+    put_window_info, route, window_info, OwedSlot,
 };
+use crate::state::replay::{put_report, report_seen};
 use crate::types::{Event, PartyWindow, TxResult, WindowInfo};
 
 /// Domain prefix of a gateway's report signature: the signed message is
@@ -53,6 +54,8 @@ pub struct Plan {
     /// Gateway key and report id: the replay-protection key.
     scope: Vec<u8>,
     body_hash: [u8; 32],
+    /// The app version planned under (the report-id layout).
+    app_version: u64,
     report_id: Vec<u8>,
     expires_at: u64,
     gateway: String,
@@ -152,7 +155,7 @@ fn check_header(
             ),
         ));
     }
-    if let Some(hash) = report_seen(kv, scope)? {
+    if let Some(hash) = report_seen(kv, scope, now)? {
         return Err(ExecError::Rejected(
             Rejection::new(
                 Code::DuplicateReport,
@@ -224,6 +227,7 @@ pub fn plan_report(
     Ok(Plan {
         scope,
         body_hash,
+        app_version: app_version(kv)?,
         report_id: report.report_id,
         expires_at: report.expires_at,
         gateway,
@@ -337,7 +341,13 @@ fn plan_owed(
 impl Plan {
     /// Writes everything the plan computed and returns the accepted result.
     pub fn apply(self, kv: &mut impl Kv) -> TxResult {
-        put_report(kv, &self.scope, self.expires_at, &self.body_hash);
+        put_report(
+            kv,
+            self.app_version,
+            &self.scope,
+            self.expires_at,
+            &self.body_hash,
+        );
         for r in &self.routes {
             put_route(kv, &r.id, self.window, &r.counters, r.is_new);
         }

@@ -29,15 +29,20 @@ pub enum HaltReason {
     /// The node's own store failed (a read, a corrupt value, the durable
     /// write): fix the disk and restart.
     StoreFailure,
+    /// An approved upgrade plan is due and this binary lacks its app
+    /// version: install the binary that carries it and restart (the
+    /// state is untouched; the block at the plan's height was not run).
+    UpgradeNeeded,
 }
 
 impl HaltReason {
     /// The process exit status the binaries use: 2 for genesis, 3 for the
-    /// store.
+    /// store, 4 for an upgrade this binary cannot run.
     pub const fn exit_code(self) -> i32 {
         match self {
             HaltReason::BadGenesis => 2,
             HaltReason::StoreFailure => 3,
+            HaltReason::UpgradeNeeded => 4,
         }
     }
 }
@@ -51,6 +56,9 @@ pub struct HaltEvent {
     pub height: u64,
     /// What failed, for a person.
     pub error: String,
+    /// For [`HaltReason::UpgradeNeeded`]: the plan as JSON, what the binary
+    /// writes to `data/upgrade-info.json` for the operator (or a watcher).
+    pub upgrade_info: Option<String>,
 }
 
 type Hook = dyn Fn(&HaltEvent) + Send + Sync;
@@ -127,6 +135,7 @@ mod tests {
     fn exit_codes_are_the_documented_ones() {
         assert_eq!(HaltReason::BadGenesis.exit_code(), 2);
         assert_eq!(HaltReason::StoreFailure.exit_code(), 3);
+        assert_eq!(HaltReason::UpgradeNeeded.exit_code(), 4);
     }
 
     #[test]
@@ -137,6 +146,7 @@ mod tests {
             reason: HaltReason::StoreFailure,
             height: 7,
             error: "disk".into(),
+            upgrade_info: None,
         };
         halt.clone().halt(e.clone());
         assert_eq!(log.events(), vec![e]);

@@ -7,7 +7,7 @@ use tally_settlement::dkg::key::ThresholdKey;
 use tally_settlement::dkg::state as dst;
 use tally_settlement::dkg::types::{ProposalAction, ProposalStatus};
 use tally_settlement::proto::{
-    validator_msg::Sum, ProposalApproval, ValidatorMsg, ValidatorProposal,
+    validator_msg::Sum, ProposalApproval, UpgradePlan, ValidatorMsg, ValidatorProposal,
 };
 use tally_settlement::Code;
 
@@ -169,12 +169,36 @@ impl DkgNet {
                 },
                 power,
                 valid_until_height: self.net.height as u64 + 10,
+                upgrade: None,
             }),
         )?;
         let id = <[u8; 8]>::try_from(data.as_slice())
             .map(u64::from_be_bytes)
             .unwrap_or(0);
         Ok((code, id))
+    }
+
+    /// Node `from` proposes an upgrade action with `plan`; returns the
+    /// result code, the proposal id (0 if refused) and the log.
+    pub fn propose_upgrade(
+        &mut self,
+        from: usize,
+        action: ProposalAction,
+        plan: UpgradePlan,
+    ) -> Result<(Code, u64, String)> {
+        let (code, data, log) = self.send(
+            from,
+            Sum::Propose(ValidatorProposal {
+                action: action.into(),
+                valid_until_height: self.net.height as u64 + 10,
+                upgrade: Some(plan),
+                ..ValidatorProposal::default()
+            }),
+        )?;
+        let id = <[u8; 8]>::try_from(data.as_slice())
+            .map(u64::from_be_bytes)
+            .unwrap_or(0);
+        Ok((code, id, log))
     }
 
     /// Node `from` approves proposal `id`; returns the result code.

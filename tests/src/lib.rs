@@ -20,5 +20,6 @@ pub mod proxy;
 pub mod snapbench;
 pub mod tamper;
 pub mod traffic;
+pub mod upgradebench;
 pub mod webdriver;
 pub mod worst;

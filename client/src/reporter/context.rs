@@ -12,4 +12,6 @@ pub(super) struct Context<T> {
     pub(super) metrics: Arc<Metrics>,
     /// The block follower's registry.
     pub(super) conf: Arc<Confirmations>,
+    /// The gateway key (a report that expired unseen is signed again).
+    pub(super) key: Arc<ed25519_dalek::SigningKey>,
 }

@@ -28,13 +28,23 @@ fn transient_check_code(code: u32) -> bool {
     code == Code::Internal.value() || code == Code::ReportPending.value()
 }
 
+/// Whether the chain showed that `sealed`'s bytes can never land: the
+/// follower read a block whose time is after its `expires_at` (every block
+/// before it was read too, and none held it).
+pub(super) fn proven_gone<T: Transport>(ctx: &Context<T>, sealed: &Sealed) -> bool {
+    ctx.conf.read_time() > sealed.expires_at
+}
+
 /// Submits `sealed` until it has an outcome. `watch` is registered with the
-/// block follower before the first broadcast.
+/// block follower before the first broadcast. Before `reseal_until` (unix
+/// seconds) an expired report that may still be in a mempool is not given
+/// up until a block after its expiry was read (see the reporter's docs).
 pub(super) async fn deliver<T: Transport>(
     ctx: &Context<T>,
     sealed: Sealed,
     mut watch: Watch,
     mut shutdown: watch::Receiver<bool>,
+    reseal_until: u64,
 ) -> ReportOutcome {
     let (cfg, transport, metrics) = (&ctx.cfg, ctx.transport.as_ref(), &ctx.metrics);
     let hash: [u8; 32] = Sha256::digest(&sealed.tx).into();
@@ -56,6 +66,15 @@ pub(super) async fn deliver<T: Transport>(
                 // read before that time is in here.
                 if let Some(s) = watch.seen() {
                     return landed_in_block(sealed, s);
+                }
+                if !proven_gone(ctx, &sealed) && unix_now() < reseal_until {
+                    // It may be signed again, but only once a block after
+                    // its expiry shows its bytes can no longer land: wait
+                    // for one (the chain may be stopped).
+                    tokio::select! {
+                        s = watch.wait() => return landed_in_block(sealed, s),
+                        _ = tokio::time::sleep(cfg.confirm_poll.max(RETRY_PAUSE)) => continue,
+                    }
                 }
                 return ReportOutcome::Expired {
                     report_id: sealed.id,

@@ -5,7 +5,7 @@ use ed25519_dalek::SigningKey;
 use prost::Message;
 use sha2::{Digest, Sha256};
 use tally_settlement::calls::group_records;
-use tally_settlement::proto::{tx, ReportUsage, Tx, UsageRecord};
+use tally_settlement::proto::{tx, ReportUsage, SignedReport, Tx, UsageRecord};
 use tally_settlement::sign_report;
 
 use super::{unix_now, ReporterConfig};
@@ -51,4 +51,29 @@ pub(super) fn seal(cfg: &ReporterConfig, key: &SigningKey, records: Vec<UsageRec
         records: n,
         expires_at,
     }
+}
+
+/// The report in `tx` signed again under the same report id with a new
+/// expiry `now + ttl`: for a report whose old bytes can no longer land (a
+/// block after its old `expires_at` did not hold it). `None` if `tx` is
+/// not a report this reporter sealed.
+pub(super) fn reseal(
+    cfg: &ReporterConfig,
+    key: &SigningKey,
+    tx_bytes: &[u8],
+    records: usize,
+) -> Option<Sealed> {
+    let Some(tx::Sum::Report(SignedReport { body, .. })) = Tx::decode(tx_bytes).ok()?.sum else {
+        return None;
+    };
+    let mut usage = ReportUsage::decode(body.as_slice()).ok()?;
+    usage.expires_at = unix_now().saturating_add(cfg.ttl.as_secs());
+    let tx = sign_report(key, &usage);
+    Some(Sealed {
+        id: hex::encode(&usage.report_id),
+        body_hash: body_hash(&tx),
+        tx,
+        records,
+        expires_at: usage.expires_at,
+    })
 }

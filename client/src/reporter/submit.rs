@@ -1,5 +1,6 @@
 //! One report's task: the buffer-permit guard, the in-flight permit, the
-//! submission (its panics caught) and the outcome's counters.
+//! submission (its panics caught, a report that expired unseen signed
+//! again) and the outcome's counters.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -9,9 +10,10 @@ use tokio::sync::{watch, Semaphore};
 
 use super::context::Context;
 use super::deliver::deliver;
-use super::seal::Sealed;
-use super::{Metrics, ReportOutcome};
+use super::seal::{reseal, Sealed};
+use super::{unix_now, Metrics, ReportOutcome};
 use crate::transport::Transport;
+use tally_settlement::Code;
 
 /// Buffer permits of one report's records, given back when dropped: after
 /// its outcome, and also when its task panics or is aborted.
@@ -61,11 +63,10 @@ impl<T: Transport> Submission<T> {
         metrics.in_flight.fetch_add(1, Ordering::Relaxed);
         let _in_flight = InFlight(&metrics);
         let (report_id, records) = (sealed.id.clone(), sealed.records);
-        // Registered with the block follower before the first broadcast.
-        let watch = ctx.conf.watch(Sha256::digest(&sealed.tx).into());
         // The submission runs as its own task so that a panic in it (a
         // transport's bug) becomes an outcome here, not a lost report.
-        let submission = tokio::spawn(async move { deliver(&ctx, sealed, watch, shutdown).await });
+        let submission =
+            tokio::spawn(async move { deliver_resealing(&ctx, sealed, shutdown).await });
         let outcome = match submission.await {
             Ok(o) => o,
             Err(e) => ReportOutcome::Failed {
@@ -83,6 +84,49 @@ impl<T: Transport> Submission<T> {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(outcome);
+    }
+}
+
+/// Delivers `sealed`; while `reseal_for` after its first expiry, a report
+/// the chain proved can no longer land (a block after its expiry did not
+/// hold it, or refused it as expired) is signed again under the same id
+/// with a new expiry and delivered again.
+async fn deliver_resealing<T: Transport>(
+    ctx: &Context<T>,
+    mut sealed: Sealed,
+    shutdown: watch::Receiver<bool>,
+) -> ReportOutcome {
+    let reseal_until = if ctx.cfg.reseal_for.is_zero() {
+        0
+    } else {
+        sealed
+            .expires_at
+            .saturating_add(ctx.cfg.reseal_for.as_secs())
+    };
+    loop {
+        // Registered with the block follower before the first broadcast.
+        let watch = ctx.conf.watch(Sha256::digest(&sealed.tx).into());
+        let (tx, records, expires_at) = (sealed.tx.clone(), sealed.records, sealed.expires_at);
+        let outcome = deliver(ctx, sealed, watch, shutdown.clone(), reseal_until).await;
+        let gone = match &outcome {
+            ReportOutcome::Expired { .. } => ctx.conf.read_time() > expires_at,
+            ReportOutcome::Rejected { code, .. } => *code == Code::ReportExpired.value(),
+            _ => false,
+        };
+        if !gone || unix_now() >= reseal_until {
+            return outcome;
+        }
+        let Some(next) = reseal(&ctx.cfg, &ctx.key, &tx, records) else {
+            return outcome;
+        };
+        tracing::warn!(
+            report_id = next.id,
+            old_expires_at = expires_at,
+            expires_at = next.expires_at,
+            "report expired unseen (its bytes can no longer land): signed again under the same id"
+        );
+        ctx.metrics.resealed.fetch_add(1, Ordering::Relaxed);
+        sealed = next;
     }
 }
 

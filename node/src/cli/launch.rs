@@ -53,14 +53,21 @@ fn check_genesis(path: &Path) -> anyhow::Result<Option<Genesis>> {
 }
 
 /// Opens the RocksDB store and the app over it. The binary owns the halt:
-/// exit 2 (genesis) or 3 (store), after the app's FATAL line.
+/// exit 2 (genesis), 3 (store) or 4 (an upgrade this binary lacks, after
+/// writing `data/upgrade-info.json`), after the app's FATAL line.
 fn open_store(home: &Path, cfg: &AppConfig) -> anyhow::Result<(TallyApp, Arc<RocksBackend>)> {
     let db_path = cfg.db_path(home);
     std::fs::create_dir_all(&db_path).with_context(|| format!("creating {}", db_path.display()))?;
     let backend = Arc::new(
         RocksBackend::open(&db_path).with_context(|| format!("opening {}", db_path.display()))?,
     );
-    let halt = tally_abci::Halt::new(|e| std::process::exit(e.reason.exit_code()));
+    let info_path = upgrade_info_path(home);
+    let halt = tally_abci::Halt::new(move |e| {
+        if let Some(info) = &e.upgrade_info {
+            write_upgrade_info(&info_path, info);
+        }
+        std::process::exit(e.reason.exit_code())
+    });
     let app = TallyApp::new(backend.clone(), halt)?;
     app.set_retain_versions(cfg.state_retain_versions);
     Ok((app, backend))
@@ -236,6 +243,8 @@ fn serve_abci<A: tendermint_abci::Application>(
     cfg: &AppConfig,
     wrap: impl FnOnce(TallyApp) -> A,
 ) -> anyhow::Result<()> {
+    let served = wrap(app.clone());
+    refuse_missing_version(&app, home)?;
     let last = app.last_commit();
     tracing::info!(
         home = %home.display(),
@@ -246,8 +255,45 @@ fn serve_abci<A: tendermint_abci::Application>(
         "tallyd starting"
     );
     let server = tendermint_abci::ServerBuilder::default()
-        .bind(cfg.abci_listen.as_str(), wrap(app))
+        .bind(cfg.abci_listen.as_str(), served)
         .with_context(|| format!("binding ABCI server to {}", cfg.abci_listen))?;
     server.listen().context("ABCI server stopped")?;
     Ok(())
+}
+
+/// Where a node that stops for an upgrade leaves the plan:
+/// `<home>/data/upgrade-info.json`.
+pub fn upgrade_info_path(home: &Path) -> std::path::PathBuf {
+    home.join("data").join("upgrade-info.json")
+}
+
+fn write_upgrade_info(path: &Path, info: &str) {
+    let written = path
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| std::fs::write(path, format!("{info}\n")));
+    match written {
+        Ok(()) => tracing::error!(path = %path.display(), "upgrade plan written"),
+        Err(e) => {
+            tracing::error!(path = %path.display(), error = %e, "could not write the upgrade plan")
+        }
+    }
+}
+
+/// Exits with code 4 before serving when this binary cannot run the next
+/// block of its state (its app version, or an upgrade due at that block,
+/// is above the versions it carries): restarting the old binary after the
+/// upgrade height, or on a snapshot taken after it, stops here at once
+/// rather than replaying anything.
+fn refuse_missing_version(app: &TallyApp, home: &Path) -> anyhow::Result<()> {
+    let Some(stop) = app.upgrade_stop() else {
+        return Ok(());
+    };
+    write_upgrade_info(&upgrade_info_path(home), &stop.info);
+    tracing::error!(height = stop.height, "UPGRADE NEEDED: {}", stop.message);
+    eprintln!(
+        "error: UPGRADE NEEDED at height {}: {}",
+        stop.height, stop.message
+    );
+    std::process::exit(tally_abci::HaltReason::UpgradeNeeded.exit_code())
 }

@@ -43,6 +43,7 @@ pub mod start;
 pub mod status;
 pub mod table;
 pub mod tx;
+pub mod upgrade;
 pub mod validator;
 
 /// A subcommand, ready to run.

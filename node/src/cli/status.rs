@@ -143,13 +143,33 @@ fn observe(rpc: &RpcClient, metrics: Option<&str>, prefix: &str, timeout: Durati
             .map(|text| health::parse_metrics(&text, prefix))
             .map_err(|e| format!("{url}: {e:#}"))
     });
+    let upgrade = upgrade(rpc).map_err(|e| format!("{e:#}"));
     Observed {
         now: unix_now(),
         cometbft,
         app_height,
         metrics,
         settlement,
+        upgrade,
     }
+}
+
+/// `/upgrade`, with the newest app version this binary carries.
+fn upgrade(rpc: &RpcClient) -> anyhow::Result<health::UpgradeView> {
+    let v = query(rpc, "/upgrade")?.context("no /upgrade")?;
+    let p = &v["pending"];
+    let pending = p["name"].as_str().map(|name| {
+        (
+            name.to_string(),
+            p["app_version"].as_u64().unwrap_or(0),
+            p["height"].as_u64().unwrap_or(0),
+        )
+    });
+    Ok(health::UpgradeView {
+        app_version: v["app_version"].as_u64().unwrap_or(0),
+        pending,
+        binary_max: tally_settlement::upgrade::LATEST_APP_VERSION,
+    })
 }
 
 /// A JSON number or a decimal string (CometBFT writes int64 as strings).

@@ -26,6 +26,9 @@ pub enum TxCommand {
     /// consensus key.
     #[command(subcommand)]
     Validator(super::validator::ValidatorCommand),
+    /// Software upgrade plans: propose, approve, cancel.
+    #[command(subcommand)]
+    Upgrade(super::upgrade::UpgradeCommand),
 }
 
 impl Command for TxCommand {
@@ -34,6 +37,7 @@ impl Command for TxCommand {
             Self::Report(c) => c.execute(ctx),
             Self::Allowance(c) => c.execute(ctx),
             Self::Validator(c) => c.execute(ctx),
+            Self::Upgrade(c) => c.execute(ctx),
         }
     }
 }

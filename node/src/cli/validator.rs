@@ -141,12 +141,13 @@ impl ProposeCommand {
             pubkey,
             power,
             valid_until_height: 0,
+            upgrade: None,
         })
     }
 }
 
 /// Finds a node that answers, and its chain id.
-fn connect(opts: &QueryOpts) -> anyhow::Result<(Rpc, String)> {
+pub(super) fn connect(opts: &QueryOpts) -> anyhow::Result<(Rpc, String)> {
     let rpc = opts
         .node
         .endpoints()
@@ -160,7 +161,12 @@ fn connect(opts: &QueryOpts) -> anyhow::Result<(Rpc, String)> {
 
 /// Signs `sum` with the consensus key of `ctx`'s home, sends it and waits
 /// for its block; returns the result data and height.
-fn send(ctx: &Context, rpc: &Rpc, chain_id: &str, sum: Sum) -> anyhow::Result<(Vec<u8>, u64)> {
+pub(super) fn send(
+    ctx: &Context,
+    rpc: &Rpc,
+    chain_id: &str,
+    sum: Sum,
+) -> anyhow::Result<(Vec<u8>, u64)> {
     let key = dkgkey::load_consensus_key(ctx.home())?;
     let msg = ValidatorMsg {
         chain_id: chain_id.to_string(),
@@ -176,7 +182,7 @@ fn send(ctx: &Context, rpc: &Rpc, chain_id: &str, sum: Sum) -> anyhow::Result<(V
 }
 
 /// The proposal's line in `/proposals`, if the node has it.
-fn proposal_state(rpc: &Rpc, id: u64) -> Option<serde_json::Value> {
+pub(super) fn proposal_state(rpc: &Rpc, id: u64) -> Option<serde_json::Value> {
     let v = query_json(rpc, &query_path::proposals(Some(id)).to_string()).ok()?;
     v["proposals"]
         .as_array()?

@@ -26,6 +26,11 @@ fn healthy() -> Observed {
             pending_age_secs: None,
             signers: vec!["ab12".into(), "cd34".into()],
         }),
+        upgrade: Ok(UpgradeView {
+            app_version: 1,
+            pending: None,
+            binary_max: 2,
+        }),
     }
 }
 
@@ -53,9 +58,39 @@ fn a_healthy_node_passes_every_check() {
             "metrics",
             "bls_share",
             "hub",
-            "settlement"
+            "settlement",
+            "upgrade"
         ]
     );
+}
+
+#[test]
+fn a_pending_upgrade_fails_only_on_a_binary_without_its_version() {
+    let mut o = healthy();
+    o.upgrade = Ok(UpgradeView {
+        app_version: 1,
+        pending: Some(("v2".into(), 2, 80)),
+        binary_max: 2,
+    });
+    let r = decide(&o, &Limits::default());
+    assert_eq!(r.exit_code, 0, "{r:#?}");
+    let detail = &r.checks.last().expect("checks").detail;
+    assert!(detail.contains("at height 80 (in 30 blocks)"), "{detail}");
+    o.upgrade = Ok(UpgradeView {
+        app_version: 1,
+        pending: Some(("v3".into(), 3, 80)),
+        binary_max: 2,
+    });
+    let r = decide(&o, &Limits::default());
+    assert_eq!(r.exit_code, 18, "{r:#?}");
+    assert!(r
+        .checks
+        .last()
+        .expect("checks")
+        .detail
+        .starts_with("UPGRADE NEEDED"));
+    o.upgrade = Err("no answer".into());
+    assert_eq!(code_of(&o), 0);
 }
 
 #[test]

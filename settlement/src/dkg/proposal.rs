@@ -7,7 +7,9 @@
 //!
 //! Actions: `add` and `remove` name a validator (`pubkey`; an addition
 //! carries the common `power`); `rekey` and `recover` name none and make a
-//! fresh key for the same set (ADR 0018).
+//! fresh key for the same set (ADR 0018); `upgrade` and `cancel_upgrade`
+//! carry an upgrade plan and are carried out when accepted
+//! ([`crate::upgrade`], ADR 0019).
 
 use ed25519_dalek::VerifyingKey;
 use tally_store::KvRead;
@@ -97,6 +99,14 @@ pub fn plan_proposal(
     }
     let action = ProposalAction::try_from(p.action)
         .map_err(|_| bad(format!("unknown action {}", p.action)))?;
+    if action.is_upgrade() {
+        if !p.pubkey.is_empty() || p.power != 0 {
+            return Err(bad(format!("a {} names no validator", action.name())));
+        }
+        crate::upgrade::check(kv, height, action, p.upgrade.as_ref())?.map_err(bad)?;
+    } else if p.upgrade.is_some() {
+        return Err(bad(format!("a {} carries no upgrade plan", action.name())));
+    }
     let address = if action.has_target() {
         let key: [u8; 32] = p
             .pubkey
@@ -113,7 +123,9 @@ pub fn plan_proposal(
     if action != ProposalAction::Add && p.power != 0 {
         return Err(bad(format!("a {} carries no power", action.name())));
     }
-    check_change(&st::validators(kv)?, action, &address, p.power).map_err(bad)?;
+    if !action.is_upgrade() {
+        check_change(&st::validators(kv)?, action, &address, p.power).map_err(bad)?;
+    }
     check_open(kv, o, &p)?;
     Ok(Proposal {
         id: 0,
@@ -126,6 +138,7 @@ pub fn plan_proposal(
         approvals: vec![o.address.to_vec()],
         reason: String::new(),
         applied_height: 0,
+        upgrade: p.upgrade,
     })
 }
 
@@ -146,10 +159,9 @@ fn check_open(kv: &impl KvRead, o: &Opened, p: &ValidatorProposal) -> Result<(),
             "the sender has {MAX_OPEN_PER_PROPOSER} proposals open already"
         )));
     }
-    if open
-        .iter()
-        .any(|q| q.action == p.action && q.pubkey == p.pubkey && q.power == p.power)
-    {
+    if open.iter().any(|q| {
+        q.action == p.action && q.pubkey == p.pubkey && q.power == p.power && q.upgrade == p.upgrade
+    }) {
         return Err(reject(
             Code::DkgDuplicate,
             "the same proposal is already open",

@@ -149,6 +149,7 @@ fn proposal_json(
         "approvals": p.approvals.iter().map(hex::encode).collect::<Vec<_>>(),
         "approving_power": approving,
         "total_power": total,
+        "upgrade": p.upgrade.as_ref().map(crate::upgrade::plan_json),
     }))
 }
 

@@ -72,6 +72,9 @@ pub fn check_change(
             return Err("there is no validator set to re-key".into())
         }
         ProposalAction::Rekey | ProposalAction::Recover => return Ok(()),
+        ProposalAction::Upgrade | ProposalAction::CancelUpgrade => {
+            return Err("an upgrade plan changes no validator".into())
+        }
     };
     if size_after == 0 {
         return Err("the last validator cannot be removed".into());
@@ -142,7 +145,10 @@ pub fn update_of(p: &Proposal) -> Result<Option<ValidatorRecord>, Fatal> {
     let power = match st::proposal_action(p)? {
         ProposalAction::Add => p.power,
         ProposalAction::Remove => 0,
-        ProposalAction::Rekey | ProposalAction::Recover => return Ok(None),
+        ProposalAction::Rekey
+        | ProposalAction::Recover
+        | ProposalAction::Upgrade
+        | ProposalAction::CancelUpgrade => return Ok(None),
     };
     Ok(Some(ValidatorRecord {
         pubkey: p.pubkey.clone(),

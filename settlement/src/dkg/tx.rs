@@ -112,21 +112,29 @@ impl ValidatorPlan {
             }
             ValidatorPlan::Propose(mut p) => {
                 p.id = st::next_proposal_id(kv)?;
-                accept_if_enough(kv, &mut p)?;
-                st::put_proposal(kv, &p);
-                let ev = proposal_event(&p);
-                let mut r = TxResult::ok(format!("proposal {} opened", p.id), vec![ev]);
+                let events = decide(kv, &mut p)?;
+                let mut r = TxResult::ok(format!("proposal {} opened", p.id), events);
                 r.data = p.id.to_be_bytes().to_vec();
                 r
             }
             ValidatorPlan::Approve(mut p) => {
-                accept_if_enough(kv, &mut p)?;
-                st::put_proposal(kv, &p);
-                let ev = proposal_event(&p);
-                TxResult::ok(format!("proposal {} approved", p.id), vec![ev])
+                let events = decide(kv, &mut p)?;
+                TxResult::ok(format!("proposal {} approved", p.id), events)
             }
         })
     }
+}
+
+/// Stores `p` after counting its approvals; an upgrade proposal that is
+/// accepted is carried out at once ([`crate::upgrade::enact`]). Returns
+/// the proposal's event and the upgrade's.
+fn decide(kv: &mut impl Kv, p: &mut Proposal) -> Result<Vec<Event>, ExecError> {
+    accept_if_enough(kv, p)?;
+    let upgrade = crate::upgrade::enact(kv, p, st::last_height(kv)?)?;
+    st::put_proposal(kv, p);
+    let mut events = vec![proposal_event(p)];
+    events.extend(upgrade);
+    Ok(events)
 }
 
 /// Plans an opened validator transaction ([`super::msg::open`]) at the

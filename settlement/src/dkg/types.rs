@@ -75,14 +75,28 @@ stored_enum! {
         /// key's signature, for the day fewer than `t` of its signers
         /// remain: the hub takes it only from its governors (ADR 0018).
         Recover = 4 => "recover",
+        /// Schedule a software upgrade plan (ADR 0019).
+        Upgrade = 5 => "upgrade",
+        /// Cancel the pending upgrade plan, up to its safety margin.
+        CancelUpgrade = 6 => "cancel_upgrade",
     }
 }
 
 impl ProposalAction {
     /// Whether the action names a validator (add, remove) rather than the
-    /// whole set (rekey, recover).
+    /// whole set (rekey, recover) or none (the upgrade actions).
     pub fn has_target(self) -> bool {
         matches!(self, ProposalAction::Add | ProposalAction::Remove)
+    }
+
+    /// Whether the action concerns an upgrade plan rather than the
+    /// validator set: it is carried out in the transaction that accepts
+    /// it and never waits for a ceremony.
+    pub fn is_upgrade(self) -> bool {
+        matches!(
+            self,
+            ProposalAction::Upgrade | ProposalAction::CancelUpgrade
+        )
     }
 }
 

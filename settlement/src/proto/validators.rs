@@ -130,7 +130,8 @@ pub struct RevealedShare {
 /// A proposal to change the validator set.
 #[derive(Clone, PartialEq, Eq, prost::Message)]
 pub struct ValidatorProposal {
-    /// 1 add, 2 remove, 3 rekey, 4 recover (ADR 0018).
+    /// 1 add, 2 remove, 3 rekey, 4 recover (ADR 0018), 5 upgrade, 6
+    /// cancel upgrade (ADR 0019).
     #[prost(uint32, tag = "1")]
     pub action: u32,
     /// Add, remove: the validator's ed25519 consensus key; rekey,
@@ -145,6 +146,30 @@ pub struct ValidatorProposal {
     /// later to fill the open slots.
     #[prost(uint64, tag = "6")]
     pub valid_until_height: u64,
+    /// Upgrade: the plan; cancel upgrade: the plan's name only.
+    #[prost(message, optional, tag = "7")]
+    pub upgrade: Option<UpgradePlan>,
+}
+
+/// A software upgrade plan (ADR 0019): from block `height` on, the state
+/// machine runs the rules of `app_version`.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct UpgradePlan {
+    /// A short unique name (`[a-z0-9._-]`, 1 to 64 bytes).
+    #[prost(string, tag = "1")]
+    pub name: String,
+    /// The app version it switches to: the current one plus 1.
+    #[prost(uint64, tag = "2")]
+    pub app_version: u64,
+    /// The first block run under the new version.
+    #[prost(uint64, tag = "3")]
+    pub height: u64,
+    /// SHA-256 of the release binary that carries the version (32 bytes).
+    #[prost(bytes = "vec", tag = "4")]
+    pub binary_sha256: Vec<u8>,
+    /// Free text for operators (at most 1024 bytes), e.g. release notes.
+    #[prost(string, tag = "5")]
+    pub info: String,
 }
 
 /// An approval of a proposal.
@@ -269,6 +294,9 @@ pub struct Proposal {
     /// Height its reshare finished (applied).
     #[prost(uint64, tag = "11")]
     pub applied_height: u64,
+    /// Upgrade, cancel upgrade: the plan (a cancellation: its name).
+    #[prost(message, optional, tag = "12")]
+    pub upgrade: Option<UpgradePlan>,
 }
 
 /// The key a finished re-key ceremony made, until it is active (state).

@@ -21,9 +21,11 @@
 //! | `/batch/{chain}/{nonce}` | no | a batch: calls, digest, status, group signature |
 //! | `/hubcalls/{chain}` | yes | `{"calls": [...], "next_cursor"}`: pending hub calls |
 //! | `/dkg` | no | the active key (epoch, threshold, group key, public shares, signers), the running ceremony, the key waiting to activate, the last ceremony |
-//! | `/validators` | no | `{"validators": [{"address", "pubkey", "power", "enc_key", "share_index"}], "total_power"}` |
+//! | `/validators` | no | `{"validators": [{"address", "pubkey", "power", "share_index"}], "total_power"}` |
 //! | `/proposals?from={id}` | no | `{"proposals": [...], "next_from"}`: validator-set proposals, 100 at most |
 //! | `/rotations?from={nonce}` | no | `{"rotations": [...], "next_from"}`: key rotations (the history of keys) with their signatures, 100 at most |
+//! | `/upgrade` | no | `{"app_version", "pending"}`: the app version the state runs under and the pending upgrade plan (null without one) |
+//! | `/upgrade/applied/{name}` | no | `{"name", "app_version", "height", "binary_sha256", "info"}`: an upgrade plan carried out at `height` |
 //!
 //! The ABCI adapter answers [`KEY_PATH`] (raw state with a Merkle proof)
 //! itself, before a query reaches this module.
@@ -39,6 +41,7 @@ mod dkg;
 mod params;
 mod sla;
 mod sync;
+mod upgrade;
 mod windows;
 
 use serde_json::Value;
@@ -105,6 +108,8 @@ pub const ROUTES: &[Route] = &[
     route("/validators", "the validator set", ONE, dkg::validators),
     route("/proposals?from={id}", "validator-set proposals", ONE, dkg::proposals),
     route("/rotations?from={nonce}", "key rotations handed to the hub", ONE, dkg::rotations),
+    route("/upgrade", "the app version and the pending upgrade plan", ONE, upgrade::upgrade),
+    route("/upgrade/applied/{name}", "an upgrade plan carried out", ONE, upgrade::applied),
 ];
 
 /// A query's answer.

@@ -1,19 +1,7 @@
-//! Chain metadata, gateways, balances, report ids, windows and route
+//! Chain metadata, gateways, balances, windows and route
 //! records: the state usage reports read and write.
 //!
-//! Replay protection without sequence numbers: a report id belongs to the
-//! gateway that used it, and a report is accepted at most once per
-//! (gateway key, `report_id`). Acceptance stores `rid/<gateway key><id>` =
-//! `expires_at || sha256(body)` and an expiry-index entry
-//! `rexp/<expires_at><gateway key><id>`. At the start of every block the
-//! index entries with `expires_at <= block time` are read, their `rid/`
-//! keys deleted and the index range removed with one range delete
-//! ([`forget_reports_through`]). A report that comes back before its expiry
-//! gets code 7 (`duplicate_report`) and changes nothing; its result's
-//! `data` is the SHA-256 of the body the chain accepted under that id, so a
-//! gateway counts the report as landed only when that is its own body's
-//! hash. After the expiry it would be refused as expired (code 5) anyway.
-//! Another gateway's report with the same 16 bytes is a different report.
+//! Report ids (replay protection) live in [`super::replay`].
 
 use tally_store::{prefix_end, Kv, KvRead};
 
@@ -23,6 +11,17 @@ use crate::genesis::{GenesisError, Params};
 use crate::keys;
 use crate::record::{Counters, RouteId};
 use crate::types::{PartyWindow, WindowInfo};
+
+/// The app version the state runs under: 1 until an upgrade plan
+/// switched it (ADR 0019).
+pub fn app_version(kv: &impl KvRead) -> Result<u64, Fatal> {
+    u64_or(kv, keys::APP_VERSION, 1)
+}
+
+/// Records the app version the state runs under from now on.
+pub fn put_app_version(kv: &mut impl Kv, version: u64) {
+    put_u64(kv, keys::APP_VERSION.to_vec(), version);
+}
 
 /// The chain's parameters (the defaults before genesis wrote them). A zero
 /// window length (genesis refuses it; blocks divide by it) is corrupt.
@@ -96,58 +95,6 @@ pub fn cur_window(kv: &impl KvRead) -> Result<Option<u64>, Fatal> {
 /// Records the window of the block being run.
 pub fn put_cur_window(kv: &mut impl Kv, window: u64) {
     put_u64(kv, keys::CUR_WINDOW.to_vec(), window);
-}
-
-/// The SHA-256 of the body of the report accepted under `scope`
-/// ([`keys::report_scope`]: gateway key and report id), while it has not
-/// expired.
-pub fn report_seen(kv: &impl KvRead, scope: &[u8]) -> Result<Option<[u8; 32]>, Fatal> {
-    match kv.get(&keys::report_id(scope))? {
-        None => Ok(None),
-        Some(v) => v
-            .get(8..)
-            .and_then(|h| <[u8; 32]>::try_from(h).ok())
-            .map(Some)
-            .ok_or(Fatal::Corrupt("report id entry")),
-    }
-}
-
-/// Remembers a report accepted under `scope` until `expires_at`, with the
-/// SHA-256 of its body.
-pub fn put_report(kv: &mut impl Kv, scope: &[u8], expires_at: u64, body_hash: &[u8; 32]) {
-    let mut v = expires_at.to_be_bytes().to_vec();
-    v.extend_from_slice(body_hash);
-    kv.put(keys::report_id(scope), v);
-    kv.put(
-        keys::report_expiry(expires_at, scope),
-        keys::PRESENT.to_vec(),
-    );
-}
-
-/// Forgets every report id that expires at or before `time`: each id, then
-/// one range delete of their expiry entries.
-pub fn forget_reports_through(kv: &mut impl Kv, time: u64) -> Result<(), Fatal> {
-    let start = keys::report_expiry_start();
-    let end = keys::report_expiry_through(time);
-    let mut expired = Vec::new();
-    let mut bad = false;
-    kv.for_each(&start, &end, &mut |k, _| {
-        match keys::parse_report_expiry(k) {
-            Some(id) => expired.push(id.to_vec()),
-            None => bad = true,
-        }
-        !bad
-    })?;
-    if bad {
-        return Err(Fatal::Corrupt("report expiry key"));
-    }
-    if !expired.is_empty() {
-        for id in &expired {
-            kv.delete(keys::report_id(id));
-        }
-        kv.delete_range(start, end);
-    }
-    Ok(())
 }
 
 /// A window's totals, if any report landed in it.

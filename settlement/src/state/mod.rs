@@ -6,8 +6,9 @@
 //! means). Integers are read by one function, [`get_u64`], which refuses
 //! any value that is not exactly 8 bytes.
 //!
-//! - [`chain`]: chain metadata, gateways, balances, report ids, windows and
+//! - [`chain`]: chain metadata, gateways, balances, windows and
 //!   route records.
+//! - [`replay`]: report ids, in the layout of the state's app version.
 //! - [`allowance`]: users' keys and the allowances they give gateways.
 //! - [`sync`]: the threshold key, hub calls, batches, sync state, deposit
 //!   cursors and stored partial signatures.
@@ -19,6 +20,7 @@
 pub mod allowance;
 pub mod chain;
 pub mod listing;
+pub mod replay;
 pub mod sync;
 
 use prost::Message;

@@ -18,6 +18,9 @@
 //! `worst`: the worst ProcessProposal and FinalizeBlock a byzantine
 //! proposer can cause within the caps (ADR 0010) at `--validators N`
 //! (default 100): p50/p99/max over `--reps R` (default 30) runs.
+//! `upgrade [--keys N]`: app version 2's migration over N live report ids
+//! (default 1,000,000): time in the change set and to commit, per million
+//! (`tally_tests::upgradebench`).
 //! `network [--apps tally,kvstore] [--sizes 1,100[,1000]] [--start-rate N]
 //! [--step-secs N] [--max-steps N] [--out DIR]`: Tally and CometBFT's kvstore
 //! each on a 4-validator loopback network with the same CometBFT settings,
@@ -515,11 +518,10 @@ fn main() -> Result<()> {
                     .filter(|v| *v > 0)
                     .ok_or_else(|| anyhow::anyhow!("--keys needs a positive number"))?
             }
-            "finalize" | "bls" | "range" | "proposal" | "worst" | "chaos" | "snapshot" => {
-                which.push(a.clone())
-            }
+            "finalize" | "bls" | "range" | "proposal" | "worst" | "chaos" | "snapshot"
+            | "upgrade" => which.push(a.clone()),
             other => {
-                bail!("unknown argument {other:?}; benches: finalize, bls, range, proposal, worst, chaos, snapshot")
+                bail!("unknown argument {other:?}; benches: finalize, bls, range, proposal, worst, chaos, snapshot, upgrade")
             }
         }
     }
@@ -539,6 +541,7 @@ fn main() -> Result<()> {
             "worst" => worst_bench(validators, reps)?,
             "chaos" => tally_tests::chaos::run(minutes)?,
             "snapshot" => tally_tests::snapbench::run(keys)?,
+            "upgrade" => tally_tests::upgradebench::run(keys)?,
             _ => proposal_bench()?,
         }
     }

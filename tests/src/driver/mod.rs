@@ -181,6 +181,12 @@ pub struct Net {
     /// CometBFT's next validator set, checked against every update list
     /// (keyed nets; see [`cometbft`]).
     pub comet: Option<CometSet>,
+    /// The app version each decided header carried (index = height - 1),
+    /// as CometBFT sets it: InitChain's, then a FinalizeBlock's
+    /// `consensus_param_updates.version.app` from the next height on.
+    pub app_versions: Vec<u64>,
+    /// The app version the next header carries.
+    pub header_version: u64,
 }
 
 /// A precommit of the last height, and the nodes that refused its
@@ -245,6 +251,8 @@ impl Net {
             genesis_validators: Vec::new(),
             dkg_sent: Default::default(),
             comet: None,
+            app_versions: Vec::new(),
+            header_version: 0,
         }
     }
 
@@ -252,12 +260,13 @@ impl Net {
     pub fn init(&mut self, app_state: &str) -> Result<()> {
         self.genesis = (self.now, app_state.to_string());
         for i in 0..self.nodes.len() {
-            self.init_node(i)?;
+            self.header_version = self.init_node(i)?;
         }
         Ok(())
     }
 
-    fn init_node(&self, i: usize) -> Result<()> {
+    /// InitChain on node `i`; the app version its consensus params set.
+    fn init_node(&self, i: usize) -> Result<u64> {
         let (time, app_state) = &self.genesis;
         {
             let node = &self.nodes[i];
@@ -271,13 +280,22 @@ impl Net {
                 app_state_bytes: Bytes::copy_from_slice(app_state.as_bytes()),
                 initial_height: 1,
             });
+            let version = r.consensus_params.as_ref().and_then(|p| p.version);
             let abci = r.consensus_params.and_then(|p| p.abci);
             ensure!(
                 abci.map(|a| a.vote_extensions_enable_height) == Some(1),
                 "InitChain must enable vote extensions at height 1"
             );
+            let version = version
+                .map(|v| v.app)
+                .context("InitChain sets no app version")?;
+            ensure!(
+                info.app_version == version,
+                "Info answers app version {} before InitChain, InitChain sets {version}",
+                info.app_version
+            );
+            Ok(version)
         }
-        Ok(())
     }
 
     /// Gives node `i` the threshold share `shares[i]`.
@@ -398,6 +416,14 @@ impl Net {
             self.pending_updates
                 .push((height + 2, first.validator_updates.clone()));
         }
+        self.app_versions.push(self.header_version);
+        if let Some(v) = first
+            .consensus_param_updates
+            .as_ref()
+            .and_then(|p| p.version.as_ref())
+        {
+            self.header_version = v.app;
+        }
         if self.auto_dkg {
             self.derive_shares(&live_all)?;
         }
@@ -481,9 +507,33 @@ impl Net {
             self.nodes[i].ensure_running(i)?;
         }
         self.nodes[i].up = true;
+        self.ensure_app_version(i)?;
         if self.auto_dkg {
             self.derive_shares(&[i])?;
         }
+        Ok(())
+    }
+
+    /// The app version the header of height `h` carries (decided, or the
+    /// next one).
+    pub fn header_version_at(&self, h: i64) -> u64 {
+        usize::try_from(h - 1)
+            .ok()
+            .and_then(|i| self.app_versions.get(i).copied())
+            .unwrap_or(self.header_version)
+    }
+
+    /// Node `i`'s Info must answer the app version of the next header:
+    /// what CometBFT's state sync checks, and what the node runs next.
+    pub fn ensure_app_version(&self, i: usize) -> Result<()> {
+        let info = self.nodes[i].app.info(RequestInfo::default());
+        let want = self.header_version_at(info.last_block_height + 1);
+        ensure!(
+            info.app_version == want,
+            "node{i} at height {} answers app version {}, the next header carries {want}",
+            info.last_block_height,
+            info.app_version
+        );
         Ok(())
     }
 

@@ -219,6 +219,13 @@ impl Net {
             info.last_block_height,
             hex::encode(&info.last_block_app_hash)
         );
+        let want = self.header_version_at(height + 1);
+        ensure!(
+            info.app_version == want,
+            "after the restore Info says app version {}, the header of {} carries {want} (CometBFT's state sync refuses the snapshot)",
+            info.app_version,
+            height + 1
+        );
         let mut joined = Joined {
             node,
             restored: height,

@@ -61,6 +61,9 @@ pub enum QueryCommand {
     /// Key rotations: each new key and the old key's signature handing it
     /// to the hub.
     Rotations(validators::RotationsCommand),
+    /// The app version and the pending upgrade plan (or, with
+    /// `--applied NAME`, a plan carried out).
+    Upgrade(crate::cli::upgrade::UpgradeQuery),
     /// Any query path, printed as JSON.
     Raw(node::RawCommand),
     /// Node heights and app hash.
@@ -83,6 +86,7 @@ impl Command for QueryCommand {
             Self::Validators(c) => c.execute(ctx),
             Self::Proposals(c) => c.execute(ctx),
             Self::Rotations(c) => c.execute(ctx),
+            Self::Upgrade(c) => c.execute(ctx),
             Self::Raw(c) => c.execute(ctx),
             Self::Status(c) => c.execute(ctx),
         }

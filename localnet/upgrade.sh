@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Runs a software upgrade (a new app version) on a running localnet, the way
+# docs/running-a-validator.md section 10 describes it (ADR 0019):
+#   localnet/upgrade.sh [--binary PATH] [--name NAME] [--app-version V] [--in BLOCKS]
+# 1. installs PATH (default: $TALLYD, the release this checkout built) on
+#    every validator whose tallyd runs another binary, one at a time (stop,
+#    swap, start, wait until it follows again: the others keep > 2/3 up);
+# 2. proposes the plan from validator 0 (name default v<V>, app version
+#    default: the chain's plus 1, height: the latest plus BLOCKS, default 30)
+#    with PATH's SHA-256, and approves it from the others until accepted;
+# 3. waits for the height, starts again with PATH any validator that
+#    stopped there (exit 4: it ran a binary without the version), and shows
+#    the header app version at the height and after it, `query upgrade`
+#    and the downtime (the longest gap between blocks around the height).
+# Give --in 0 to skip step 1 and 2 and only do step 3 for a plan already
+# pending.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+
+binary="$TALLYD" name="" version="" blocks=30
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --binary) binary="$2"; shift 2 ;;
+    --name) name="$2"; shift 2 ;;
+    --app-version) version="$2"; shift 2 ;;
+    --in) blocks="$2"; shift 2 ;;
+    *) sed -n '2,17p' "$0"; exit 2 ;;
+  esac
+done
+[ -x "$binary" ] || die "no binary at $binary (build it: localnet/build.sh)"
+[[ "$blocks" =~ ^[0-9]+$ ]] || die "--in takes a number of blocks"
+binary="$(realpath "$binary")"
+[ -f "$(node_home 0)/config/genesis.json" ] || die "no localnet in $LOCALNET_DIR (run localnet/up.sh)"
+
+query() { "$binary" query "$@" --node "$(rpc_url 0)" --output json; }
+field() { sed -n "s/.*\"$1\":\([^,}]*\).*/\1/p" | head -n1 | tr -d '"'; }
+
+# header_version H: the app version in the header of block H.
+header_version() {
+  curl -s --max-time 2 "$(rpc_url 0)/block?height=$1" |
+    grep -o '"version":{"block":"[0-9]*","app":"[0-9]*"' | head -n1 | grep -o '"app":"[0-9]*"' | grep -o '[0-9]*'
+}
+
+# runs_binary I: validator I's tallyd is running PATH.
+runs_binary() {
+  local pid
+  pid="$(cat "$(node_home "$1")/tallyd.pid" 2>/dev/null)" || return 1
+  [ "$(readlink -f "/proc/$pid/exe" 2>/dev/null)" = "$binary" ]
+}
+
+# install I: validator I runs PATH from now on.
+install() {
+  local i="$1" h
+  stop_node "$i"
+  export "TALLYD_$i=$binary"
+  start_node "$i"
+  h=$(height 0)
+  wait_height "$i" "$h" 120 || die "node$i did not catch up after the install; see $(node_home "$i")/*.log"
+  log "node$i runs $binary"
+}
+
+if [ "$blocks" -gt 0 ]; then
+  current=$(query upgrade | field app_version)
+  version="${version:-$((current + 1))}"
+  name="${name:-v$version}"
+  for i in $(seq 0 $((NVAL - 1))); do
+    runs_binary "$i" || install "$i"
+  done
+  at=$(( $(height 0) + blocks ))
+  sha=$(sha256sum "$binary" | cut -d' ' -f1)
+  log "proposing upgrade $name to app version $version at height $at (binary sha256 $sha)"
+  id=$("$binary" tx upgrade propose --home "$(node_home 0)" --node "$(rpc_url 0)" \
+    --name "$name" --app-version "$version" --height "$at" --binary-sha256 "$sha" \
+    --info "localnet upgrade to app version $version" --output json | field id)
+  for i in $(seq 1 $((NVAL - 1))); do
+    status=$(query proposals --from "$id" | field status)
+    [ "$status" = open ] || break
+    "$binary" tx upgrade approve --home "$(node_home "$i")" --node "$(rpc_url "$i")" --id "$id" >/dev/null
+  done
+fi
+plan=$(query upgrade)
+at=$(printf '%s' "$plan" | sed -n 's/.*"pending":{[^}]*"height":\([0-9]*\).*/\1/p')
+[ -n "$at" ] || die "no upgrade plan is pending: $plan"
+log "plan pending: $plan"
+
+wait_height 0 $((at + 1)) $(( blocks * 5 + 300 )) || {
+  # The chain stops at the height when more than 1/3 of the power runs
+  # binaries without the version: install PATH where tallyd exited.
+  for i in $(seq 0 $((NVAL - 1))); do
+    pid_alive "$(node_home "$i")/tallyd.pid" && continue
+    log "node$i stopped at the height: $(cat "$(node_home "$i")/data/upgrade-info.json" 2>/dev/null)"
+    stop_node "$i"
+    export "TALLYD_$i=$binary"
+    start_node "$i"
+  done
+  wait_height 0 $((at + 1)) 300 || die "the chain did not pass height $at; see $LOCALNET_DIR/node*/*.log"
+}
+for i in $(seq 0 $((NVAL - 1))); do
+  pid_alive "$(node_home "$i")/tallyd.pid" && continue
+  log "node$i stopped at the height: $(cat "$(node_home "$i")/data/upgrade-info.json" 2>/dev/null)"
+  stop_node "$i"
+  export "TALLYD_$i=$binary"
+  start_node "$i"
+done
+before=$(header_version "$at")
+after=$(header_version $((at + 1)))
+t() { curl -s --max-time 2 "$(rpc_url 0)/block?height=$1" | grep -o '"time":"[^"]*"' | head -n1 | cut -d'"' -f4; }
+gap=$(( $(date -d "$(t "$at")" +%s%3N) - $(date -d "$(t $((at - 1)))" +%s%3N) ))
+echo "header app version: $before at height $at, $after at height $((at + 1))"
+echo "block $((at - 1)) -> $at took ${gap} ms"
+query upgrade

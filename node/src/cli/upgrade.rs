@@ -1,0 +1,247 @@
+//! `tallyd tx upgrade propose|approve|cancel` and `tallyd query upgrade`:
+//! software upgrade plans (ADR 0019). A plan is a validator-set proposal
+//! of action `upgrade` (a cancellation: `cancel_upgrade`), signed with the
+//! sender's CometBFT consensus key and approved like any other: once
+//! approvers hold more than 2/3 of the voting power it becomes the pending
+//! plan, and at its height every node switches to its app version (or,
+//! lacking it, stops with exit code 4 and `data/upgrade-info.json`).
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context as _};
+use clap::{ArgGroup, Args, Subcommand};
+use tally_settlement::dkg::types::ProposalAction;
+use tally_settlement::proto::{
+    validator_msg::Sum, ProposalApproval, UpgradePlan, ValidatorProposal,
+};
+use tally_settlement::query_path;
+
+use super::args::{Output, QueryOpts};
+use super::query::{show, Shape};
+use super::validator::{connect, proposal_state, send};
+use super::{Command, Context};
+
+/// Upgrade plans.
+#[derive(Subcommand, Debug, PartialEq, Eq)]
+pub enum UpgradeCommand {
+    /// Propose an upgrade plan (prints the proposal id; the proposer's
+    /// approval is included).
+    Propose(ProposeUpgrade),
+    /// Approve an open upgrade proposal (or its cancellation).
+    Approve(ApproveUpgrade),
+    /// Propose cancelling the pending plan (more than 10 blocks before
+    /// its height); approved like a plan.
+    Cancel(CancelUpgrade),
+}
+
+impl Command for UpgradeCommand {
+    fn execute(self, ctx: &Context) -> anyhow::Result<()> {
+        match self {
+            Self::Propose(c) => c.execute(ctx),
+            Self::Approve(c) => c.execute(ctx),
+            Self::Cancel(c) => c.execute(ctx),
+        }
+    }
+}
+
+/// `tx upgrade propose --name N --app-version V --height H
+/// (--binary-sha256 HEX | --binary PATH) [--info TEXT]`.
+#[derive(Args, Debug, PartialEq, Eq)]
+#[command(group(ArgGroup::new("binary_id").required(true).args(["binary_sha256", "binary"])))]
+pub struct ProposeUpgrade {
+    /// The plan's name: 1 to 64 bytes of [a-z0-9._-], never used before.
+    #[arg(long)]
+    pub name: String,
+    /// The app version it switches to: the chain's current one plus 1.
+    #[arg(long)]
+    pub app_version: u64,
+    /// The first block run under the new version (at least 20 blocks
+    /// ahead).
+    #[arg(long)]
+    pub height: u64,
+    /// SHA-256 of the release binary that carries the version, 64 hex
+    /// digits.
+    #[arg(long)]
+    pub binary_sha256: Option<String>,
+    /// The release binary itself: its SHA-256 is computed here.
+    #[arg(long)]
+    pub binary: Option<PathBuf>,
+    /// Free text for operators (at most 1024 bytes).
+    #[arg(long, default_value = "")]
+    pub info: String,
+    /// Blocks from the node's latest height during which the proposal may
+    /// still open (1-1000).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub valid_for: u64,
+    /// Node and output format.
+    #[command(flatten)]
+    pub node: QueryOpts,
+}
+
+/// `tx upgrade approve --id N`.
+#[derive(Args, Debug, PartialEq, Eq)]
+pub struct ApproveUpgrade {
+    /// The proposal.
+    #[arg(long)]
+    pub id: u64,
+    /// Node and output format.
+    #[command(flatten)]
+    pub node: QueryOpts,
+}
+
+/// `tx upgrade cancel --name N`.
+#[derive(Args, Debug, PartialEq, Eq)]
+pub struct CancelUpgrade {
+    /// The pending plan's name.
+    #[arg(long)]
+    pub name: String,
+    /// Blocks from the node's latest height during which the proposal may
+    /// still open (1-1000).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub valid_for: u64,
+    /// Node and output format.
+    #[command(flatten)]
+    pub node: QueryOpts,
+}
+
+impl ProposeUpgrade {
+    /// The plan, its digest read or computed here.
+    pub fn plan(&self) -> anyhow::Result<UpgradePlan> {
+        let binary_sha256 = match (&self.binary_sha256, &self.binary) {
+            (Some(h), _) => {
+                let b = hex::decode(h.trim()).context("--binary-sha256 is not hex")?;
+                if b.len() != 32 {
+                    bail!("--binary-sha256 is {} bytes, not 32", b.len());
+                }
+                b
+            }
+            (None, Some(path)) => {
+                let bytes =
+                    std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+                tally_store::snapshot::sha256(&bytes).to_vec()
+            }
+            (None, None) => bail!("give --binary-sha256 or --binary"),
+        };
+        Ok(UpgradePlan {
+            name: self.name.clone(),
+            app_version: self.app_version,
+            height: self.height,
+            binary_sha256,
+            info: self.info.clone(),
+        })
+    }
+}
+
+/// Opens `action` with `plan`; prints the proposal id.
+fn open(
+    ctx: &Context,
+    node: &QueryOpts,
+    valid_for: u64,
+    action: ProposalAction,
+    plan: UpgradePlan,
+) -> anyhow::Result<()> {
+    let (rpc, chain_id) = connect(node)?;
+    let p = ValidatorProposal {
+        action: action.into(),
+        upgrade: Some(plan),
+        valid_until_height: rpc.status()?.height.saturating_add(valid_for),
+        ..ValidatorProposal::default()
+    };
+    let (data, height) = send(ctx, &rpc, &chain_id, Sum::Propose(p))?;
+    let id = data
+        .as_slice()
+        .try_into()
+        .map(u64::from_be_bytes)
+        .context("the chain accepted the proposal but returned no id")?;
+    let state = proposal_state(&rpc, id);
+    match node.format() {
+        Output::Json => println!(
+            "{}",
+            serde_json::json!({"id": id, "height": height, "proposal": state})
+        ),
+        Output::Table => {
+            println!("{id}");
+            let status = state
+                .map(|p| format!(" ({})", p["status"].as_str().unwrap_or("?")))
+                .unwrap_or_default();
+            eprintln!(
+                "{} proposal {id} opened at height {height}{status}",
+                action.name()
+            );
+        }
+    }
+    Ok(())
+}
+
+impl Command for ProposeUpgrade {
+    fn execute(self, ctx: &Context) -> anyhow::Result<()> {
+        let plan = self.plan()?;
+        open(
+            ctx,
+            &self.node,
+            self.valid_for,
+            ProposalAction::Upgrade,
+            plan,
+        )
+    }
+}
+
+impl Command for CancelUpgrade {
+    fn execute(self, ctx: &Context) -> anyhow::Result<()> {
+        let plan = UpgradePlan {
+            name: self.name.clone(),
+            ..UpgradePlan::default()
+        };
+        open(
+            ctx,
+            &self.node,
+            self.valid_for,
+            ProposalAction::CancelUpgrade,
+            plan,
+        )
+    }
+}
+
+impl Command for ApproveUpgrade {
+    fn execute(self, ctx: &Context) -> anyhow::Result<()> {
+        let (rpc, chain_id) = connect(&self.node)?;
+        let sum = Sum::Approve(ProposalApproval { proposal: self.id });
+        let (_, height) = send(ctx, &rpc, &chain_id, sum)?;
+        let state = proposal_state(&rpc, self.id);
+        match self.node.format() {
+            Output::Json => println!(
+                "{}",
+                serde_json::json!({"id": self.id, "height": height, "proposal": state})
+            ),
+            Output::Table => {
+                let status = state
+                    .map(|p| format!(": {}", p["status"].as_str().unwrap_or("?")))
+                    .unwrap_or_default();
+                println!("approved proposal {} at height {height}{status}", self.id);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `query upgrade [--applied NAME]`: the app version and the pending plan,
+/// or a plan carried out.
+#[derive(Args, Debug, PartialEq, Eq)]
+pub struct UpgradeQuery {
+    /// Show the plan carried out under this name instead.
+    #[arg(long)]
+    pub applied: Option<String>,
+    /// Node and output format.
+    #[command(flatten)]
+    pub opts: QueryOpts,
+}
+
+impl Command for UpgradeQuery {
+    fn execute(self, _ctx: &Context) -> anyhow::Result<()> {
+        let path = match &self.applied {
+            Some(name) => query_path::upgrade_applied(name),
+            None => query_path::upgrade(),
+        };
+        show(&self.opts, &path, Shape::Flat)
+    }
+}
