@@ -2,9 +2,14 @@
 # Runs a software upgrade (a new app version) on a running localnet, the way
 # docs/running-a-validator.md section 10 describes it (ADR 0019):
 #   localnet/upgrade.sh [--binary PATH] [--name NAME] [--app-version V] [--in BLOCKS]
+#                       [--late] [--swap-after SECS]
 # 1. installs PATH (default: $TALLYD, the release this checkout built) on
 #    every validator whose tallyd runs another binary, one at a time (stop,
 #    swap, start, wait until it follows again: the others keep > 2/3 up);
+#    with --late it does not: those validators stop at the height (exit 4,
+#    halt and swap) and PATH is installed there, SECS seconds after the
+#    chain reached the height (--swap-after, default 0: an operator who
+#    comes late);
 # 2. proposes the plan from validator 0 (name default v<V>, app version
 #    default: the chain's plus 1, height: the latest plus BLOCKS, default 30)
 #    with PATH's SHA-256, and approves it from the others until accepted;
@@ -17,14 +22,16 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
-binary="$TALLYD" name="" version="" blocks=30
+binary="$TALLYD" name="" version="" blocks=30 late=0 swap_after=0
 while [ $# -gt 0 ]; do
   case "$1" in
+    --late) late=1; shift ;;
+    --swap-after) swap_after="$2"; shift 2 ;;
     --binary) binary="$2"; shift 2 ;;
     --name) name="$2"; shift 2 ;;
     --app-version) version="$2"; shift 2 ;;
     --in) blocks="$2"; shift 2 ;;
-    *) sed -n '2,17p' "$0"; exit 2 ;;
+    *) sed -n '2,22p' "$0"; exit 2 ;;
   esac
 done
 [ -x "$binary" ] || die "no binary at $binary (build it: localnet/build.sh)"
@@ -63,9 +70,11 @@ if [ "$blocks" -gt 0 ]; then
   current=$(query upgrade | field app_version)
   version="${version:-$((current + 1))}"
   name="${name:-v$version}"
-  for i in $(seq 0 $((NVAL - 1))); do
-    runs_binary "$i" || install "$i"
-  done
+  if [ "$late" = 0 ]; then
+    for i in $(seq 0 $((NVAL - 1))); do
+      runs_binary "$i" || install "$i"
+    done
+  fi
   at=$(( $(height 0) + blocks ))
   sha=$(sha256sum "$binary" | cut -d' ' -f1)
   log "proposing upgrade $name to app version $version at height $at (binary sha256 $sha)"
@@ -83,25 +92,32 @@ at=$(printf '%s' "$plan" | sed -n 's/.*"pending":{[^}]*"height":\([0-9]*\).*/\1/
 [ -n "$at" ] || die "no upgrade plan is pending: $plan"
 log "plan pending: $plan"
 
-wait_height 0 $((at + 1)) $(( blocks * 5 + 300 )) || {
-  # The chain stops at the height when more than 1/3 of the power runs
-  # binaries without the version: install PATH where tallyd exited.
+# swap_stopped: starts PATH on every validator whose tallyd exited (it
+# ran a binary without the version and stopped at the height).
+swap_stopped() {
+  local i
   for i in $(seq 0 $((NVAL - 1))); do
     pid_alive "$(node_home "$i")/tallyd.pid" && continue
     log "node$i stopped at the height: $(cat "$(node_home "$i")/data/upgrade-info.json" 2>/dev/null)"
     stop_node "$i"
     export "TALLYD_$i=$binary"
     start_node "$i"
+    log "node$i runs $binary"
   done
-  wait_height 0 $((at + 1)) 300 || die "the chain did not pass height $at; see $LOCALNET_DIR/node*/*.log"
 }
-for i in $(seq 0 $((NVAL - 1))); do
-  pid_alive "$(node_home "$i")/tallyd.pid" && continue
-  log "node$i stopped at the height: $(cat "$(node_home "$i")/data/upgrade-info.json" 2>/dev/null)"
-  stop_node "$i"
-  export "TALLYD_$i=$binary"
-  start_node "$i"
+# Until the height was executed by validator 0 (or the chain stopped
+# before it: more than 1/3 of the power ran binaries without the version).
+wait_height 0 $((at - 1)) $(( blocks * 5 + 300 )) || die "the chain did not reach height $((at - 1))"
+for k in $(seq 1 15); do
+  [ "$(height 0)" -gt "$at" ] && break
+  sleep 1
 done
+if [ "$(height 0)" -le "$at" ] || [ "$late" = 1 ]; then
+  [ "$swap_after" -gt 0 ] && { log "the operators come back in $swap_after s"; sleep "$swap_after"; }
+  swap_stopped
+fi
+wait_height 0 $((at + 1)) 300 || die "the chain did not pass height $at; see $LOCALNET_DIR/node*/*.log"
+swap_stopped
 before=$(header_version "$at")
 after=$(header_version $((at + 1)))
 t() { curl -s --max-time 2 "$(rpc_url 0)/block?height=$1" | grep -o '"time":"[^"]*"' | head -n1 | cut -d'"' -f4; }

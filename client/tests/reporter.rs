@@ -97,10 +97,10 @@ impl Chain {
             self.mempool = std::mem::take(&mut self.later);
             txs.dedup();
             let mut block = Vec::new();
-            // A block's time: a second after the last, or the wall clock
-            // if that is later (after a stop).
+            // A block's time: the wall clock (tokio's clock is paused, so
+            // many blocks share a second), never before the last block's.
             let prev = self.blocks.last().map_or(self.genesis_time, |b| b.time);
-            let time = (prev + BLOCK.as_secs()).max(wall_now());
+            let time = prev.max(wall_now());
             for tx in txs {
                 let hash: [u8; 32] = Sha256::digest(&tx).into();
                 *self.inclusions.entry(hash).or_default() += 1;
@@ -833,12 +833,12 @@ async fn stop_longer_than_the_ttl(reseal_for: Duration) -> (Vec<ReportOutcome>, 
     for i in 5..15 {
         r.record(rec(i)).await.unwrap();
     }
-    r.flush().await;
+    // Sealed by the flush interval and sent (`flush` would wait for its
+    // outcome).
     tokio::time::sleep(Duration::from_secs(2)).await;
-    // Real time passes beyond the TTL while the chain makes no block.
-    tokio::task::spawn_blocking(|| std::thread::sleep(Duration::from_millis(3500)))
-        .await
-        .unwrap();
+    // Real time passes beyond the TTL while the chain makes no block (the
+    // whole runtime waits: tokio's clock is paused, the wall clock is not).
+    std::thread::sleep(Duration::from_millis(3500));
     rpc.0.lock().unwrap().stopped = false;
     tokio::time::sleep(Duration::from_secs(20)).await;
     let resealed = r

@@ -252,6 +252,14 @@ impl Localnet {
         env
     }
 
+    /// Runs `localnet/NAME ARGS...` for this network; its output.
+    pub fn script_output(&self, name: &str, args: &[&str]) -> Result<std::process::Output> {
+        self.script(name)
+            .args(args)
+            .output()
+            .with_context(|| format!("running localnet/{name}"))
+    }
+
     fn script(&self, name: &str) -> Command {
         let mut c = Command::new("bash");
         c.arg(repo_root().join("localnet").join(name))
