@@ -16,7 +16,7 @@
 # 3. waits for the height, starts again with PATH any validator that
 #    stopped there (exit 4: it ran a binary without the version), and shows
 #    the header app version at the height and after it, `query upgrade`
-#    and the downtime (the longest gap between blocks around the height).
+#    and the downtime (how long after block H - 1 block H was committed).
 # Give --in 0 to skip step 1 and 2 and only do step 3 for a plan already
 # pending.
 set -euo pipefail
@@ -121,7 +121,9 @@ swap_stopped
 before=$(header_version "$at")
 after=$(header_version $((at + 1)))
 t() { curl -s --max-time 2 "$(rpc_url 0)/block?height=$1" | grep -o '"time":"[^"]*"' | head -n1 | cut -d'"' -f4; }
-gap=$(( $(date -d "$(t "$at")" +%s%3N) - $(date -d "$(t $((at - 1)))" +%s%3N) ))
+# A header's time is when the block before it was committed (BFT time):
+# block H was committed at the time of H + 1, block H - 1 at the time of H.
+gap=$(( $(date -d "$(t $((at + 1)))" +%s%3N) - $(date -d "$(t "$at")" +%s%3N) ))
 echo "header app version: $before at height $at, $after at height $((at + 1))"
-echo "block $((at - 1)) -> $at took ${gap} ms"
+echo "block $at (the switch) was committed ${gap} ms after block $((at - 1))"
 query upgrade

@@ -40,10 +40,10 @@ pub fn begin_block(kv: &mut impl Kv, block: &Block) -> Result<Vec<Event>, Fatal>
 }
 
 /// [`begin_block`] on a node that runs app versions up to `max_version`:
-/// first of all the upgrade switch ([`crate::upgrade::begin_block`]), so a
-/// due migration runs before anything else of the block and the whole
-/// block runs the new version's rules; [`Fatal::UpgradeNeeded`] when the
-/// due version is above `max_version`.
+/// first of all the upgrade switch ([`crate::upgrade::begin_block`]: a due
+/// plan's migration, or the next bounded step of one in progress), so the
+/// whole block runs the new version's rules; [`Fatal::UpgradeNeeded`]
+/// when the due version is above `max_version`.
 pub fn begin_block_with(
     kv: &mut impl Kv,
     block: &Block,

@@ -95,6 +95,9 @@ pub const DEPOSIT_SEQ: &[u8] = b"depseq/";
 pub const LAST_HEIGHT: &[u8] = b"meta/last_height";
 /// `meta/app_version`: the app version the state runs under (absent: 1).
 pub const APP_VERSION: &[u8] = b"meta/app_version";
+/// `meta/v1_ids`: present while version-1 report ids are still being
+/// moved to their buckets (app version 2's migration).
+pub const V1_IDS_LEFT: &[u8] = b"meta/v1_ids";
 /// `rb/<bucket><gateway key><report_id>`: an accepted report id of one
 /// gateway from app version 2 on, filed under `expires_at / 120`: its
 /// expiry and the SHA-256 of its body (ADR 0019).
@@ -148,6 +151,7 @@ pub const LAYOUT: &[(&[u8], &str)] = &[
     (DEPOSIT_SEQ, "next deposit sequence per hub chain"),
     (LAST_HEIGHT, "height of the last block"),
     (APP_VERSION, "app version the state runs under"),
+    (V1_IDS_LEFT, "version-1 report ids still being migrated"),
     (UPGRADE_PLAN, "pending upgrade plan"),
     (UPGRADE_DONE, "upgrade plans carried out"),
     (

@@ -13,7 +13,9 @@
 //!   while the height is more than [`CANCEL_MARGIN_BLOCKS`] away.
 //! - **The switch.** At the start of block `height`, before anything else
 //!   of that block ([`begin_block`]), a node that carries the plan's version
-//!   runs its migration inside the block's change set, records the new app
+//!   runs its migration inside the block's change set (version 2's in
+//!   bounded steps, the first here and one at the start of each following
+//!   block until done), records the new app
 //!   version (`meta/app_version`) and the plan under `upg/done/<name>`; the
 //!   block's transactions run the new rules. The ABCI adapter sees the
 //!   version change and returns it in `consensus_param_updates`, so the
@@ -34,7 +36,7 @@ use crate::keys;
 use crate::proto::{Proposal, UpgradePlan};
 use crate::state::chain::{app_version, put_app_version};
 use crate::state::load;
-use crate::state::replay::migrate_to_buckets;
+use crate::state::replay::{migrate_step, start_migration};
 use crate::types::{Block, Event};
 
 /// The newest app version this build carries.
@@ -240,6 +242,8 @@ pub fn due(kv: &impl KvRead, height: u64) -> Result<Option<UpgradePlan>, Fatal> 
 /// the block.
 pub fn begin_block(kv: &mut impl Kv, block: &Block, max_version: u64) -> Result<Vec<Event>, Fatal> {
     let Some(plan) = due(kv, block.height)? else {
+        // A migration in progress (version 2's) takes its next step.
+        migrate_step(kv, block.time)?;
         return Ok(Vec::new());
     };
     let max = max_version.min(LATEST_APP_VERSION);
@@ -258,10 +262,11 @@ pub fn begin_block(kv: &mut impl Kv, block: &Block, max_version: u64) -> Result<
     Ok(vec![ev])
 }
 
-/// The migration into `version`; returns how many entries it moved.
+/// The migration into `version` (its first step: the rest runs at the
+/// start of the next blocks); returns how many entries it took.
 fn migrate(kv: &mut impl Kv, version: u64, block: &Block) -> Result<u64, Fatal> {
     match version {
-        2 => migrate_to_buckets(kv, block.time),
+        2 => start_migration(kv, block.time),
         _ => Ok(0),
     }
 }

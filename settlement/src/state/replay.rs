@@ -25,6 +25,11 @@
 //!   every bucket that ended with one range delete, reading nothing. Half
 //!   the keys (and tree leaves) of version 1, and no scan per block; an id
 //!   stays stored up to 120 s past its expiry.
+//!
+//! The migration into version 2 moves the version-1 ids to their buckets,
+//! at most [`MIGRATE_PER_BLOCK`] per block from the upgrade block on
+//! (`meta/v1_ids` is present until it is done); meanwhile a lookup that
+//! misses the buckets reads the id's version-1 key.
 
 use tally_store::{prefix_end, Kv, KvRead};
 
@@ -50,6 +55,15 @@ pub fn report_seen(kv: &impl KvRead, scope: &[u8], now: u64) -> Result<Option<[u
     let last = now.saturating_add(MAX_REPORT_EXPIRY_CAP) / BUCKET_SECS;
     for bucket in first..=last {
         if let Some(v) = kv.get(&keys::report_bucket(bucket, scope))? {
+            let (expires_at, hash) = decode(&v)?;
+            if expires_at > now {
+                return Ok(Some(hash));
+            }
+        }
+    }
+    // Not moved yet (the migration moves a bounded number per block).
+    if kv.get(keys::V1_IDS_LEFT)?.is_some() {
+        if let Some(v) = kv.get(&keys::report_id(scope))? {
             let (expires_at, hash) = decode(&v)?;
             if expires_at > now {
                 return Ok(Some(hash));
@@ -140,39 +154,53 @@ pub fn forget_reports_through(kv: &mut impl Kv, time: u64) -> Result<(), Fatal> 
     Ok(())
 }
 
-/// The migration of app version 2: moves every version-1 report id that
-/// is still live at `now` (the time of the upgrade block) to its bucket and
-/// removes both version-1 ranges. Returns how many ids moved. Runs inside
-/// the upgrade block's change set, before anything else of that block.
-pub fn migrate_to_buckets(kv: &mut impl Kv, now: u64) -> Result<u64, Fatal> {
-    let start = keys::REPORT_ID.to_vec();
-    let end = prefix_end(keys::REPORT_ID);
-    let mut live = Vec::new();
-    let mut bad = false;
-    kv.for_each(&start, &end, &mut |k, v| {
-        match (k.strip_prefix(keys::REPORT_ID), decode(v)) {
-            (Some(scope), Ok((expires_at, hash))) => {
-                if expires_at > now {
-                    live.push((scope.to_vec(), expires_at, hash));
-                }
-            }
-            _ => bad = true,
+/// Version-1 report ids moved to their buckets per block, at most: the
+/// migration's cost is spread over blocks (each id is one tree insert and
+/// two deletes), so no block pays for the whole live set.
+pub const MIGRATE_PER_BLOCK: usize = 10_000;
+
+/// App version 2's migration, started by the upgrade block: marks that
+/// version-1 ids are left (if any) and takes the first step.
+pub fn start_migration(kv: &mut impl Kv, now: u64) -> Result<u64, Fatal> {
+    if kv.scan_prefix(keys::REPORT_ID, 1)?.is_empty() {
+        return Ok(0);
+    }
+    kv.put(keys::V1_IDS_LEFT.to_vec(), keys::PRESENT.to_vec());
+    migrate_step(kv, now)
+}
+
+/// One step of app version 2's migration, at the start of a block at time
+/// `now`: up to [`MIGRATE_PER_BLOCK`] version-1 report ids are moved to
+/// their buckets (those still live at `now`; the others are dropped) and
+/// their two version-1 keys deleted; the step that empties `rid/` ends the
+/// migration. Until then lookups read the version-1 key of an id not found
+/// in its bucket. Returns how many ids it took.
+pub fn migrate_step(kv: &mut impl Kv, now: u64) -> Result<u64, Fatal> {
+    if kv.get(keys::V1_IDS_LEFT)?.is_none() {
+        return Ok(0);
+    }
+    let rows = kv.scan_prefix(keys::REPORT_ID, MIGRATE_PER_BLOCK)?;
+    for (k, v) in &rows {
+        let scope = k
+            .strip_prefix(keys::REPORT_ID)
+            .ok_or(Fatal::Corrupt("report id key"))?;
+        let (expires_at, hash) = decode(v)?;
+        kv.delete(k.clone());
+        kv.delete(keys::report_expiry(expires_at, scope));
+        if expires_at > now {
+            kv.put(
+                keys::report_bucket(expires_at / BUCKET_SECS, scope),
+                entry(expires_at, &hash),
+            );
         }
-        !bad
-    })?;
-    if bad {
-        return Err(Fatal::Corrupt("report id entry"));
     }
-    kv.delete_range(start, end);
-    kv.delete_range(
-        keys::REPORT_EXPIRY.to_vec(),
-        prefix_end(keys::REPORT_EXPIRY),
-    );
-    for (scope, expires_at, hash) in &live {
-        kv.put(
-            keys::report_bucket(expires_at / BUCKET_SECS, scope),
-            entry(*expires_at, hash),
+    if rows.len() < MIGRATE_PER_BLOCK {
+        // Nothing left: no index entry can be left either.
+        kv.delete_range(
+            keys::REPORT_EXPIRY.to_vec(),
+            prefix_end(keys::REPORT_EXPIRY),
         );
+        kv.delete(keys::V1_IDS_LEFT.to_vec());
     }
-    Ok(live.len() as u64)
+    Ok(rows.len() as u64)
 }
