@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs Tally's benchmarks from the shared release build (no second RocksDB
-# build): scripts/bench.sh [finalize] [bls] [range] [proposal] [worst] [snapshot] [--blocks N]
+# build): scripts/bench.sh [finalize] [bls] [range] [proposal] [worst] [snapshot] [upgrade] [--blocks N]
 # [--validators N] [--reps R] [--keys N]
-# (all but worst, snapshot and network when none is named).
+# (all but worst, snapshot, upgrade and network when none is named; upgrade: app
+# version 2's migration over --keys N live report ids, default one million).
 #   scripts/bench.sh network [--apps tally,kvstore] [--sizes 1,100[,1000]] [--start-rate N]
 #     [--step-secs N] [--max-steps N] [--out DIR]: Tally against CometBFT's kvstore, each on a
 #     4-validator loopback network (ports 18656.. and 19656..), offered load rising to saturation;

@@ -22,8 +22,6 @@ pub(crate) fn finalize_block(app: &TallyApp, req: RequestFinalizeBlock) -> Respo
         return ResponseFinalizeBlock::default();
     }
     let mut c = app.consensus();
-    let sigs = app.signatures();
-    let keys = app.key_cache();
     if c.finalized.take().is_some() {
         // The same height again without a Commit: start from the state
         // before the first execution.
@@ -36,59 +34,14 @@ pub(crate) fn finalize_block(app: &TallyApp, req: RequestFinalizeBlock) -> Respo
     } else {
         c.before_block = c.pending.changes().clone();
     }
-    let version_before = settlement::state::chain::app_version(&c.pending).unwrap_or(1);
-    let fault =
-        match settlement::begin_block_with(&mut c.pending, &block, app.max_app_version()) {
-            Ok(events) => {
-                let mut tx_results = Vec::with_capacity(req.txs.len());
-                let mut fault = None;
-                for tx in &req.txs {
-                    match settlement::deliver_tx_with(&mut c.pending, &block, tx, sigs, keys) {
-                        Ok(r) => tx_results.push(ExecTxResult {
-                            code: r.code.value(),
-                            log: r.log,
-                            data: r.data.into(),
-                            events: convert::events(r.events),
-                            codespace: codespace(r.code),
-                            ..Default::default()
-                        }),
-                        Err(f) => {
-                            fault = Some(f);
-                            break;
-                        }
-                    }
-                }
-                match fault {
-                    Some(f) => f,
-                    None => match settlement::dkg::validator_updates(&c.pending, block.height)
-                        .and_then(|u| {
-                            let v = settlement::state::chain::app_version(&c.pending)?;
-                            c.pending
-                                .app_hash_at(block.height)
-                                .map(|h| (h, u, v))
-                                .map_err(settlement::Fatal::Store)
-                        }) {
-                        Ok((app_hash, updates, version)) => {
-                            c.finalized = Some(block.height);
-                            let r = ResponseFinalizeBlock {
-                                events: convert::events(events),
-                                tx_results,
-                                validator_updates: convert::validator_updates(&updates),
-                                // A switch: the next header carries the
-                                // new app version (ADR 0019).
-                                consensus_param_updates: (version != version_before)
-                                    .then(|| convert::app_version_update(version)),
-                                app_hash: Bytes::copy_from_slice(&app_hash),
-                            };
-                            c.tally = Some(BlockTally::from_response(block.height, block.time, &r));
-                            return r;
-                        }
-                        Err(f) => f,
-                    },
-                }
-            }
-            Err(f) => f,
-        };
+    let fault = match execute(app, &mut c.pending, &block, &req.txs) {
+        Ok(r) => {
+            c.finalized = Some(block.height);
+            c.tally = Some(BlockTally::from_response(block.height, block.time, &r));
+            return r;
+        }
+        Err(f) => f,
+    };
     // Nothing of this block may stay pending.
     let before = c.before_block.clone();
     c.pending.set_changes(before);
@@ -100,6 +53,46 @@ pub(crate) fn finalize_block(app: &TallyApp, req: RequestFinalizeBlock) -> Respo
         f => app.fatal_store_error(block.height, &f.to_string()),
     }
     ResponseFinalizeBlock::default()
+}
+
+/// Runs `block` with `txs` into `pending`: the start-of-block work, every
+/// transaction, the validator updates and the app hash. An app version
+/// switch in the block goes to `consensus_param_updates`, so the next
+/// header carries the new version (ADR 0019).
+fn execute(
+    app: &TallyApp,
+    pending: &mut tally_store::Pending,
+    block: &settlement::Block,
+    txs: &[Bytes],
+) -> Result<ResponseFinalizeBlock, settlement::Fatal> {
+    let (sigs, keys) = (app.signatures(), app.key_cache());
+    let version_before = settlement::state::chain::app_version(pending)?;
+    let events = settlement::begin_block_with(pending, block, app.max_app_version())?;
+    let mut tx_results = Vec::with_capacity(txs.len());
+    for tx in txs {
+        let r = settlement::deliver_tx_with(pending, block, tx, sigs, keys)?;
+        tx_results.push(ExecTxResult {
+            code: r.code.value(),
+            log: r.log,
+            data: r.data.into(),
+            events: convert::events(r.events),
+            codespace: codespace(r.code),
+            ..Default::default()
+        });
+    }
+    let updates = settlement::dkg::validator_updates(pending, block.height)?;
+    let version = settlement::state::chain::app_version(pending)?;
+    let app_hash = pending
+        .app_hash_at(block.height)
+        .map_err(settlement::Fatal::Store)?;
+    Ok(ResponseFinalizeBlock {
+        events: convert::events(events),
+        tx_results,
+        validator_updates: convert::validator_updates(&updates),
+        consensus_param_updates: (version != version_before)
+            .then(|| convert::app_version_update(version)),
+        app_hash: Bytes::copy_from_slice(&app_hash),
+    })
 }
 
 pub(crate) fn commit(app: &TallyApp) -> ResponseCommit {

@@ -73,18 +73,8 @@ impl TallyApp {
     pub fn upgrade_stop(&self) -> Option<UpgradeStop> {
         let next = self.last_commit().height + 1;
         let max = self.max_app_version();
-        let state = settlement::state::chain::app_version(self.committed_state()).ok()?;
-        if state > max {
-            let message = format!(
-                "the state runs app version {state}; this binary runs app versions up to {max}: install the release that carries version {state}"
-            );
-            let info =
-                json!({"app_version": state, "this_binary_max_app_version": max}).to_string();
-            return Some(UpgradeStop {
-                height: next,
-                message,
-                info,
-            });
+        if let Some(stop) = self.state_past_versions(next, max) {
+            return Some(stop);
         }
         let plan = due(self.committed_state(), next).ok()??;
         (plan.app_version > max).then(|| UpgradeStop {
@@ -98,16 +88,41 @@ impl TallyApp {
         })
     }
 
+    /// Why this node cannot run block `height` of a state that already
+    /// runs a version above `max` (restored from a snapshot taken after an
+    /// upgrade, or the old binary started on the new state).
+    fn state_past_versions(&self, height: u64, max: u64) -> Option<UpgradeStop> {
+        let state = settlement::state::chain::app_version(self.committed_state()).ok()?;
+        (state > max).then(|| UpgradeStop {
+            height,
+            message: format!(
+                "the state runs app version {state}; this binary runs app versions up to {max}: install the release that carries version {state}"
+            ),
+            info: json!({"app_version": state, "this_binary_max_app_version": max}).to_string(),
+        })
+    }
+
     /// At the first request for `height`: stops this node (and answers
-    /// true) if `height` switches to a version it lacks.
+    /// true) if `height` switches to a version it lacks, or its state
+    /// already runs one.
     pub(crate) fn stop_if_upgrade_due(&self, height: u64) -> bool {
         if self.halted() {
+            return true;
+        }
+        let max = self.max_app_version();
+        if let Some(stop) = self.state_past_versions(height, max) {
+            error!(height, "UPGRADE NEEDED: {}; stopping", stop.message);
+            self.halt_with(HaltEvent {
+                reason: HaltReason::UpgradeNeeded,
+                height,
+                error: stop.message,
+                upgrade_info: Some(stop.info),
+            });
             return true;
         }
         let Ok(Some(plan)) = due(self.committed_state(), height) else {
             return false;
         };
-        let max = self.max_app_version();
         if plan.app_version <= max {
             return false;
         }

@@ -14,6 +14,9 @@ use crate::dkg::keys::{
 };
 use crate::record::RouteId;
 
+mod replay;
+pub use replay::*;
+
 /// The value of an index or marker entry (`ip/`, `iu/`, `rexp/`, `hcp/`,
 /// `sret/`, `pexp/`): the single byte `0x01`. No key holds an empty value:
 /// ICS23 cannot prove one, nor the absence of a key next to one.
@@ -34,11 +37,6 @@ pub const NEXT_CALL_ID: &[u8] = b"meta/next_call_id";
 pub const GATEWAY: &[u8] = b"gw/";
 /// `bal/<user>`: a user's balance.
 pub const BALANCE: &[u8] = b"bal/";
-/// `rid/<gateway key><report_id>`: an accepted report id of one gateway,
-/// until it expires: its expiry and the SHA-256 of its body.
-pub const REPORT_ID: &[u8] = b"rid/";
-/// `rexp/<expires_at><gateway key><report_id>`: report ids by expiry.
-pub const REPORT_EXPIRY: &[u8] = b"rexp/";
 /// `rr/<user>\0<provider>\0<model>\0<route>\0<window>`: a route record.
 pub const ROUTE: &[u8] = b"rr/";
 /// `ip/<provider>\0<window>...`: route records by provider.
@@ -95,13 +93,6 @@ pub const DEPOSIT_SEQ: &[u8] = b"depseq/";
 pub const LAST_HEIGHT: &[u8] = b"meta/last_height";
 /// `meta/app_version`: the app version the state runs under (absent: 1).
 pub const APP_VERSION: &[u8] = b"meta/app_version";
-/// `meta/v1_ids`: present while version-1 report ids are still being
-/// moved to their buckets (app version 2's migration).
-pub const V1_IDS_LEFT: &[u8] = b"meta/v1_ids";
-/// `rb/<bucket><gateway key><report_id>`: an accepted report id of one
-/// gateway from app version 2 on, filed under `expires_at / 120`: its
-/// expiry and the SHA-256 of its body (ADR 0019).
-pub const REPORT_BUCKET: &[u8] = b"rb/";
 /// `upg/plan`: the pending upgrade plan.
 pub const UPGRADE_PLAN: &[u8] = b"upg/plan";
 /// `upg/done/<name>`: an upgrade plan carried out, and its height.
@@ -233,26 +224,6 @@ pub fn balance(user: &str) -> Vec<u8> {
 /// then the 16-byte id (ids are unique per gateway, not globally).
 pub fn report_scope(gateway_key: &[u8], id: &[u8]) -> Vec<u8> {
     cat(&[gateway_key, id])
-}
-
-/// `rid/<scope>` (see [`report_scope`]).
-pub fn report_id(scope: &[u8]) -> Vec<u8> {
-    cat(&[REPORT_ID, scope])
-}
-
-/// `rexp/<expires_at><scope>`.
-pub fn report_expiry(expires_at: u64, scope: &[u8]) -> Vec<u8> {
-    cat(&[REPORT_EXPIRY, &expires_at.to_be_bytes(), scope])
-}
-
-/// `rb/<bucket><scope>`.
-pub fn report_bucket(bucket: u64, scope: &[u8]) -> Vec<u8> {
-    cat(&[REPORT_BUCKET, &bucket.to_be_bytes(), scope])
-}
-
-/// Start of the report-bucket keys of `bucket` (`rb/<bucket>`).
-pub fn report_bucket_start(bucket: u64) -> Vec<u8> {
-    cat(&[REPORT_BUCKET, &bucket.to_be_bytes()])
 }
 
 /// `upg/done/<name>`.
@@ -409,22 +380,6 @@ pub fn parse_settled_retain(key: &[u8]) -> Option<(String, u64)> {
     let chain = std::str::from_utf8(rest.get(..sep)?).ok()?.to_string();
     let nonce = u64::from_be_bytes(rest.get(sep + 1..)?.try_into().ok()?);
     Some((chain, nonce))
-}
-
-/// Start of the report-expiry keys.
-pub fn report_expiry_start() -> Vec<u8> {
-    REPORT_EXPIRY.to_vec()
-}
-
-/// End (exclusive) of the report-expiry keys of reports expiring at or
-/// before `time`.
-pub fn report_expiry_through(time: u64) -> Vec<u8> {
-    cat(&[REPORT_EXPIRY, &time.saturating_add(1).to_be_bytes()])
-}
-
-/// The report scope (gateway key and id) of a report-expiry key.
-pub fn parse_report_expiry(key: &[u8]) -> Option<&[u8]> {
-    key.strip_prefix(REPORT_EXPIRY)?.get(8..)
 }
 
 /// `owed/<window>/`: everything owed in one window.

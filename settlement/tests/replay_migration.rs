@@ -32,7 +32,7 @@ fn hash(i: u64) -> [u8; 32] {
 
 /// Expiry of id `i`: every third one at or before `NOW`.
 fn expiry(i: u64) -> u64 {
-    if i % 3 == 0 {
+    if i.is_multiple_of(3) {
         NOW - (i % 500)
     } else {
         NOW + 1 + (i % 600)

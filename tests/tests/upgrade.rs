@@ -187,6 +187,17 @@ fn every_node_switches_at_the_height_with_the_migration_first() -> Result<()> {
     ensure!(synced.restored as u64 > h, "snapshot from before H");
     net.block(true, Vec::new())?;
     synced.follow(&net.net)?;
+    // A release without version 2 restoring a snapshot taken after H stops
+    // at the first block it would run, instead of running version 2 state.
+    while net.net.height % 5 != 2 {
+        net.block(true, Vec::new())?;
+    }
+    let err = net
+        .net
+        .join_by_state_sync_as(0, 1)
+        .err()
+        .context("a release without version 2 ran version 2 state")?;
+    ensure!(format!("{err:#}").contains("UpgradeNeeded"), "{err:#}");
     Ok(())
 }
 

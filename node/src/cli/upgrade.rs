@@ -14,10 +14,8 @@ use tally_settlement::dkg::types::ProposalAction;
 use tally_settlement::proto::{
     validator_msg::Sum, ProposalApproval, UpgradePlan, ValidatorProposal,
 };
-use tally_settlement::query_path;
 
 use super::args::{Output, QueryOpts};
-use super::query::{show, Shape};
 use super::validator::{connect, proposal_state, send};
 use super::{Command, Context};
 
@@ -224,24 +222,62 @@ impl Command for ApproveUpgrade {
     }
 }
 
-/// `query upgrade [--applied NAME]`: the app version and the pending plan,
-/// or a plan carried out.
-#[derive(Args, Debug, PartialEq, Eq)]
-pub struct UpgradeQuery {
-    /// Show the plan carried out under this name instead.
-    #[arg(long)]
-    pub applied: Option<String>,
-    /// Node and output format.
-    #[command(flatten)]
-    pub opts: QueryOpts,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::tx::TxCommand;
+    use crate::cli::{parse, Commands};
 
-impl Command for UpgradeQuery {
-    fn execute(self, _ctx: &Context) -> anyhow::Result<()> {
-        let path = match &self.applied {
-            Some(name) => query_path::upgrade_applied(name),
-            None => query_path::upgrade(),
-        };
-        show(&self.opts, &path, Shape::Flat)
+    fn propose(args: &[&str]) -> Result<ProposeUpgrade, clap::Error> {
+        let mut all = vec!["tx", "upgrade", "propose"];
+        all.extend_from_slice(args);
+        match parse(&all)?.command {
+            Commands::Tx(TxCommand::Upgrade(UpgradeCommand::Propose(p))) => Ok(p),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    const BASE: [&str; 6] = ["--name", "v2", "--app-version", "2", "--height", "500"];
+
+    #[test]
+    fn a_plan_takes_the_digest_given_or_the_binarys() {
+        let hex = "ab".repeat(32);
+        let mut args = BASE.to_vec();
+        args.extend(["--binary-sha256", &hex, "--info", "notes"]);
+        let p = propose(&args).unwrap().plan().unwrap();
+        assert_eq!(
+            p,
+            UpgradePlan {
+                name: "v2".into(),
+                app_version: 2,
+                height: 500,
+                binary_sha256: vec![0xab; 32],
+                info: "notes".into(),
+            }
+        );
+        // SHA-256("abc"), FIPS 180-2's example.
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("tallyd");
+        std::fs::write(&bin, b"abc").unwrap();
+        let mut args = BASE.to_vec();
+        let path = bin.display().to_string();
+        args.extend(["--binary", &path]);
+        let p = propose(&args).unwrap().plan().unwrap();
+        assert_eq!(
+            hex::encode(p.binary_sha256),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
+    fn a_plan_needs_one_binary_digest_of_32_bytes() {
+        assert!(propose(&BASE).is_err());
+        let mut both = BASE.to_vec();
+        both.extend(["--binary-sha256", "00", "--binary", "/x"]);
+        assert!(propose(&both).is_err());
+        let mut short = BASE.to_vec();
+        short.extend(["--binary-sha256", "abcd"]);
+        let err = propose(&short).unwrap().plan().unwrap_err();
+        assert!(err.to_string().contains("2 bytes, not 32"), "{err}");
     }
 }

@@ -93,6 +93,7 @@ impl Joined {
         for h in self.height + 1..=net.height {
             let b = net.blocks[h as usize - 1].clone();
             let r = self.node.app.finalize_block(finalize_request(&b));
+            self.node.ensure_running(usize::MAX)?;
             ensure!(
                 r.app_hash.as_ref() == net.hashes[h as usize - 1].as_slice(),
                 "the state-synced node executed height {h} to a different app hash"
@@ -188,6 +189,12 @@ impl Net {
     /// the snapshot's height and app hash. It then executes the blocks
     /// since ([`Joined::follow`]).
     pub fn join_by_state_sync(&self, from: usize) -> Result<Joined> {
+        self.join_by_state_sync_as(from, tally_settlement::upgrade::LATEST_APP_VERSION)
+    }
+
+    /// [`Net::join_by_state_sync`] with a node that runs app versions up
+    /// to `max_version` only (a release without the later ones).
+    pub fn join_by_state_sync_as(&self, from: usize, max_version: u64) -> Result<Joined> {
         let server = &self.nodes[from].app;
         let list = server.list_snapshots();
         let s = list
@@ -198,6 +205,7 @@ impl Net {
         let height = s.height as i64;
         let trusted = self.hashes[height as usize - 1].clone();
         let node = Self::fresh_node()?;
+        node.app.set_max_app_version(max_version);
         let offered = offer(&node.app, s.clone(), &trusted);
         ensure!(offered == OfferResult::Accept, "offer answered {offered:?}");
         for index in 0..s.chunks {

@@ -63,7 +63,7 @@ pub enum QueryCommand {
     Rotations(validators::RotationsCommand),
     /// The app version and the pending upgrade plan (or, with
     /// `--applied NAME`, a plan carried out).
-    Upgrade(crate::cli::upgrade::UpgradeQuery),
+    Upgrade(state::UpgradeQuery),
     /// Any query path, printed as JSON.
     Raw(node::RawCommand),
     /// Node heights and app hash.

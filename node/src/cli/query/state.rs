@@ -140,3 +140,25 @@ mod tests {
         }
     }
 }
+
+/// `query upgrade [--applied NAME]`: the app version and the pending plan,
+/// or a plan carried out.
+#[derive(Args, Debug, PartialEq, Eq)]
+pub struct UpgradeQuery {
+    /// Show the plan carried out under this name instead.
+    #[arg(long)]
+    pub applied: Option<String>,
+    /// Node and output format.
+    #[command(flatten)]
+    pub opts: QueryOpts,
+}
+
+impl Command for UpgradeQuery {
+    fn execute(self, _ctx: &Context) -> anyhow::Result<()> {
+        let path = match &self.applied {
+            Some(name) => query_path::upgrade_applied(name),
+            None => query_path::upgrade(),
+        };
+        show(&self.opts, &path, Shape::Flat)
+    }
+}
