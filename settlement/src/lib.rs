@@ -38,6 +38,8 @@
 //!   kind: reports, allowances, validator messages), where a new kind is
 //!   added;
 //! - [`block`]: start-of-block work;
+//! - [`upgrade`]: software upgrade plans, the switch to a new app version
+//!   and each version's migration (ADR 0019);
 //! - [`system`]: the proposer's system transactions;
 //! - [`machine`]: the entry points, decoding each transaction once and
 //!   dispatching to the above;

@@ -36,6 +36,13 @@ pub enum HaltReason {
 }
 
 impl HaltReason {
+    /// Every reason a node halts for.
+    pub const ALL: [HaltReason; 3] = [
+        HaltReason::BadGenesis,
+        HaltReason::StoreFailure,
+        HaltReason::UpgradeNeeded,
+    ];
+
     /// The process exit status the binaries use: 2 for genesis, 3 for the
     /// store, 4 for an upgrade this binary cannot run.
     pub const fn exit_code(self) -> i32 {

@@ -108,6 +108,23 @@ pub fn hub_path() -> Result<PathBuf> {
     Ok(p)
 }
 
+/// The test-only `tallyd-byzantine`: `$TALLY_BYZANTINE_BIN`, or beside
+/// `tallyd` (`scripts/test.sh` builds it: `cargo build --release -p
+/// tally-node --features byzantine --bin tallyd-byzantine`).
+pub fn byzantine_path() -> Result<PathBuf> {
+    let p = match std::env::var_os("TALLY_BYZANTINE_BIN") {
+        Some(p) => PathBuf::from(p),
+        None => tallyd_path()?.with_file_name("tallyd-byzantine"),
+    };
+    if !p.exists() {
+        bail!(
+            "{} does not exist: cargo build --release -p tally-node --features byzantine --bin tallyd-byzantine, or set TALLY_BYZANTINE_BIN",
+            p.display()
+        );
+    }
+    Ok(p)
+}
+
 /// The first of `preferred`, `preferred + 400`, `preferred + 800`, ...
 /// (eight tries) at which every loopback port a localnet of `validators`
 /// validators and the hub would use is free, so that two test runs on one

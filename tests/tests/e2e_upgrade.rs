@@ -25,7 +25,6 @@
 //! Needs `cometbft` on PATH (without it every test is reported SKIPPED),
 //! built `tallyd`, `tally-hub` and `tallyd-byzantine`.
 
-use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -38,7 +37,7 @@ use tally_client::{HttpTransport, ReportOutcome, Reporter, ReporterConfig};
 use tally_node::rpc::Rpc;
 use tally_settlement::proto::{Outcome, UsageRecord};
 use tally_tests::harness::{self, Test};
-use tally_tests::localnet::{free_port_base, run_tallyd, Localnet, Options};
+use tally_tests::localnet::{byzantine_path, free_port_base, run_tallyd, Localnet, Options};
 
 /// Ports from here (validator i: +10 i; hub +100), or the next free block.
 const PORT_BASE: u16 = 21656;
@@ -89,24 +88,6 @@ struct Net {
     /// What `upgrade.sh` printed.
     script: String,
     load: Load,
-}
-
-fn byzantine_bin() -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os("TALLY_BYZANTINE_BIN") {
-        return Ok(PathBuf::from(p));
-    }
-    let exe = std::env::current_exe()?;
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .context("cannot locate the target directory")?;
-    let p = dir.join("tallyd-byzantine");
-    ensure!(
-        p.exists(),
-        "{} is missing: cargo build --release -p tally-node --features byzantine --bin tallyd-byzantine",
-        p.display()
-    );
-    Ok(p)
 }
 
 fn query(rpc: &Rpc, path: &str) -> Result<Value> {
@@ -164,7 +145,7 @@ fn run_load(
 impl Net {
     fn start() -> Result<Self> {
         let base = free_port_base(PORT_BASE, 4)?;
-        let old = byzantine_bin()?;
+        let old = byzantine_path()?;
         let opts = Options {
             env: vec![("TALLY_BYZANTINE_MODE".into(), "old-release".into())],
             node_bins: OLD.iter().map(|&i| (i, old.clone())).collect(),

@@ -850,7 +850,7 @@ fn tallyd_unit_does_not_restart_a_halt(f: &mut Fixture) -> Result<()> {
                 .collect::<Vec<_>>()
         })
         .collect();
-    let halts: BTreeSet<i32> = [HaltReason::BadGenesis, HaltReason::StoreFailure]
+    let halts: BTreeSet<i32> = HaltReason::ALL
         .into_iter()
         .map(HaltReason::exit_code)
         .collect();

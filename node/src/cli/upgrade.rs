@@ -11,9 +11,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context as _};
 use clap::{ArgGroup, Args, Subcommand};
 use tally_settlement::dkg::types::ProposalAction;
-use tally_settlement::proto::{
-    validator_msg::Sum, ProposalApproval, UpgradePlan, ValidatorProposal,
-};
+use tally_settlement::proto::{validator_msg::Sum, UpgradePlan, ValidatorProposal};
 
 use super::args::{Output, QueryOpts};
 use super::validator::{connect, proposal_state, send};
@@ -26,7 +24,7 @@ pub enum UpgradeCommand {
     /// approval is included).
     Propose(ProposeUpgrade),
     /// Approve an open upgrade proposal (or its cancellation).
-    Approve(ApproveUpgrade),
+    Approve(super::validator::ApproveCommand),
     /// Propose cancelling the pending plan (more than 10 blocks before
     /// its height); approved like a plan.
     Cancel(CancelUpgrade),
@@ -71,17 +69,6 @@ pub struct ProposeUpgrade {
     /// still open (1-1000).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub valid_for: u64,
-    /// Node and output format.
-    #[command(flatten)]
-    pub node: QueryOpts,
-}
-
-/// `tx upgrade approve --id N`.
-#[derive(Args, Debug, PartialEq, Eq)]
-pub struct ApproveUpgrade {
-    /// The proposal.
-    #[arg(long)]
-    pub id: u64,
     /// Node and output format.
     #[command(flatten)]
     pub node: QueryOpts,
@@ -197,28 +184,6 @@ impl Command for CancelUpgrade {
             ProposalAction::CancelUpgrade,
             plan,
         )
-    }
-}
-
-impl Command for ApproveUpgrade {
-    fn execute(self, ctx: &Context) -> anyhow::Result<()> {
-        let (rpc, chain_id) = connect(&self.node)?;
-        let sum = Sum::Approve(ProposalApproval { proposal: self.id });
-        let (_, height) = send(ctx, &rpc, &chain_id, sum)?;
-        let state = proposal_state(&rpc, self.id);
-        match self.node.format() {
-            Output::Json => println!(
-                "{}",
-                serde_json::json!({"id": self.id, "height": height, "proposal": state})
-            ),
-            Output::Table => {
-                let status = state
-                    .map(|p| format!(": {}", p["status"].as_str().unwrap_or("?")))
-                    .unwrap_or_default();
-                println!("approved proposal {} at height {height}{status}", self.id);
-            }
-        }
-        Ok(())
     }
 }
 

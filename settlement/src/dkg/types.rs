@@ -186,7 +186,14 @@ mod tests {
     fn stored_numbers_and_names_are_the_documented_ones() {
         // The numbers are in state (ADR 0015); the names in /proposals and
         // /dkg (docs/ARCHITECTURE.md).
-        let actions = [(1, "add"), (2, "remove"), (3, "rekey"), (4, "recover")];
+        let actions = [
+            (1, "add"),
+            (2, "remove"),
+            (3, "rekey"),
+            (4, "recover"),
+            (5, "upgrade"),
+            (6, "cancel_upgrade"),
+        ];
         for (v, name) in actions {
             let a = ProposalAction::try_from(v).unwrap();
             assert_eq!((u32::from(a), a.name()), (v, name));
@@ -200,7 +207,7 @@ mod tests {
             let k = CeremonyKind::try_from(v).unwrap();
             assert_eq!((u32::from(k), k.name()), (v, name));
         }
-        for v in [0, 5, u32::MAX] {
+        for v in [0, 7, u32::MAX] {
             assert_eq!(
                 ProposalAction::try_from(v),
                 Err(UnknownValue {
