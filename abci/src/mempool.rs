@@ -134,7 +134,7 @@ mod tests {
         let scope = [7u8; 48];
         c.claim(&scope, 100, b"tx-a", 10).unwrap(); // ok: unit test
         c.claim(&scope, 100, b"tx-a", 10).unwrap(); // ok: unit test
-        let e = c.claim(&scope, 100, b"tx-b", 10).unwrap_err();
+        let e = c.claim(&scope, 100, b"tx-b", 10).unwrap_err(); // ok: unit test
         assert_eq!(e.code, Code::ReportPending);
         // Another gateway's scope with the same id is independent.
         let mut other = scope;
@@ -152,7 +152,7 @@ mod tests {
         let mut c = Claims::default();
         c.claim_once(b"validator/k\x02", b"ack-1").unwrap(); // ok: unit test
         c.claim_once(b"validator/k\x02", b"ack-1").unwrap(); // ok: unit test
-        let e = c.claim_once(b"validator/k\x02", b"ack-2").unwrap_err();
+        let e = c.claim_once(b"validator/k\x02", b"ack-2").unwrap_err(); // ok: unit test
         assert_eq!(e.code, Code::TxPending);
         c.claim_once(b"validator/k\x03", b"reveal").unwrap(); // ok: unit test
         c.clear();
