@@ -11,10 +11,10 @@ use std::path::PathBuf;
 use anyhow::{bail, Context as _};
 use clap::{ArgGroup, Args, Subcommand};
 use tally_settlement::dkg::types::ProposalAction;
-use tally_settlement::proto::{validator_msg::Sum, UpgradePlan, ValidatorProposal};
+use tally_settlement::proto::{UpgradePlan, ValidatorProposal};
 
 use super::args::{Output, QueryOpts};
-use super::validator::{connect, proposal_state, send};
+use super::validator::{open_proposal, proposal_state};
 use super::{Command, Context};
 
 /// Upgrade plans.
@@ -125,19 +125,12 @@ fn open(
     action: ProposalAction,
     plan: UpgradePlan,
 ) -> anyhow::Result<()> {
-    let (rpc, chain_id) = connect(node)?;
     let p = ValidatorProposal {
         action: action.into(),
         upgrade: Some(plan),
-        valid_until_height: rpc.status()?.height.saturating_add(valid_for),
         ..ValidatorProposal::default()
     };
-    let (data, height) = send(ctx, &rpc, &chain_id, Sum::Propose(p))?;
-    let id = data
-        .as_slice()
-        .try_into()
-        .map(u64::from_be_bytes)
-        .context("the chain accepted the proposal but returned no id")?;
+    let (rpc, id, height) = open_proposal(ctx, node, valid_for, p)?;
     let state = proposal_state(&rpc, id);
     match node.format() {
         Output::Json => println!(

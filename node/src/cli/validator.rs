@@ -147,7 +147,7 @@ impl ProposeCommand {
 }
 
 /// Finds a node that answers, and its chain id.
-pub(super) fn connect(opts: &QueryOpts) -> anyhow::Result<(Rpc, String)> {
+fn connect(opts: &QueryOpts) -> anyhow::Result<(Rpc, String)> {
     let rpc = opts
         .node
         .endpoints()
@@ -181,6 +181,26 @@ pub(super) fn send(
     Ok((c.final_data().to_vec(), c.height))
 }
 
+/// Opens proposal `p`, valid for `valid_for` blocks from the node's latest
+/// height, signed with `ctx`'s consensus key; the node, the proposal's id
+/// and the height of its block.
+pub(super) fn open_proposal(
+    ctx: &Context,
+    opts: &QueryOpts,
+    valid_for: u64,
+    mut p: ValidatorProposal,
+) -> anyhow::Result<(Rpc, u64, u64)> {
+    let (rpc, chain_id) = connect(opts)?;
+    p.valid_until_height = rpc.status()?.height.saturating_add(valid_for);
+    let (data, height) = send(ctx, &rpc, &chain_id, Sum::Propose(p))?;
+    let id = data
+        .as_slice()
+        .try_into()
+        .map(u64::from_be_bytes)
+        .context("the chain accepted the proposal but returned no id")?;
+    Ok((rpc, id, height))
+}
+
 /// The proposal's line in `/proposals`, if the node has it.
 pub(super) fn proposal_state(rpc: &Rpc, id: u64) -> Option<serde_json::Value> {
     let v = query_json(rpc, &query_path::proposals(Some(id)).to_string()).ok()?;
@@ -193,15 +213,7 @@ pub(super) fn proposal_state(rpc: &Rpc, id: u64) -> Option<serde_json::Value> {
 
 impl Command for ProposeCommand {
     fn execute(self, ctx: &Context) -> anyhow::Result<()> {
-        let (rpc, chain_id) = connect(&self.node)?;
-        let mut p = self.proposal()?;
-        p.valid_until_height = rpc.status()?.height.saturating_add(self.valid_for);
-        let (data, height) = send(ctx, &rpc, &chain_id, Sum::Propose(p))?;
-        let id = data
-            .as_slice()
-            .try_into()
-            .map(u64::from_be_bytes)
-            .context("the chain accepted the proposal but returned no id")?;
+        let (rpc, id, height) = open_proposal(ctx, &self.node, self.valid_for, self.proposal()?)?;
         match self.node.format() {
             Output::Json => println!("{}", serde_json::json!({"id": id, "height": height})),
             Output::Table => {
