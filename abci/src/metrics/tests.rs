@@ -65,7 +65,6 @@ fn scrape(m: &AppMetrics, backend: Arc<dyn Backend>) -> String {
     let mut r = Registry::with_prefix("tally");
     m.register(&mut r, backend);
     let mut out = String::new();
-    // ok: a test module; never on a request path.
     prometheus_client::encoding::prometheus_text::encode(&mut out, &r).unwrap(); // ok: unit test
     out
 }
@@ -155,9 +154,9 @@ fn the_page_shows_what_was_counted() {
 #[test]
 fn state_gauges_read_committed_state() {
     let backend: Arc<dyn Backend> = Arc::new(MemBackend::new());
+    // Window length 60 (the default params); the batch's oldest call is
+    // from window 10, which ended at 660; the last block was at 700.
     let mut p = Pending::open(backend.clone()).unwrap(); // ok: unit test
-                                                         // Window length 60 (the default params); the batch's oldest call is
-                                                         // from window 10, which ended at 660; the last block was at 700.
     p.put(keys::LAST_TIME.to_vec(), 700u64.to_be_bytes().to_vec());
     let st = SyncState {
         attempt: 3,
