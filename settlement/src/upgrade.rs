@@ -93,16 +93,13 @@ pub fn check(
     };
     let pending = pending_plan(kv)?;
     Ok(match action {
-        ProposalAction::Upgrade => {
-            let current = app_version(kv)?;
-            let done = check_fields(plan).is_ok() && applied_plan(kv, &plan.name)?.is_some();
-            check_fields(plan)
-                .and_then(|()| check_schedule(plan, height, current, pending.as_ref()))
-                .and_then(|()| match done {
-                    true => Err(format!("upgrade {:?} was carried out already", plan.name)),
-                    false => Ok(()),
-                })
-        }
+        ProposalAction::Upgrade => match check_fields(plan) {
+            Err(why) => Err(why),
+            Ok(()) if applied_plan(kv, &plan.name)?.is_some() => {
+                Err(format!("upgrade {:?} was carried out already", plan.name))
+            }
+            Ok(()) => check_schedule(plan, height, app_version(kv)?, pending.as_ref()),
+        },
         ProposalAction::CancelUpgrade => check_cancel(plan, height, pending.as_ref()),
         other => Err(format!("a {} is not an upgrade action", other.name())),
     })
