@@ -28,11 +28,11 @@ fn transient_check_code(code: u32) -> bool {
     code == Code::Internal.value() || code == Code::ReportPending.value()
 }
 
-/// Whether the chain showed that `sealed`'s bytes can never land: the
-/// follower read a block whose time is after its `expires_at` (every block
-/// before it was read too, and none held it).
-pub(super) fn proven_gone<T: Transport>(ctx: &Context<T>, sealed: &Sealed) -> bool {
-    ctx.conf.read_time() > sealed.expires_at
+/// Whether the chain showed that a report expiring at `expires_at` can
+/// never land: the follower read a block whose time is after it (every
+/// block before it was read too, and none held the report).
+pub(super) fn proven_gone<T: Transport>(ctx: &Context<T>, expires_at: u64) -> bool {
+    ctx.conf.read_time() > expires_at
 }
 
 /// Submits `sealed` until it has an outcome. `watch` is registered with the
@@ -67,7 +67,7 @@ pub(super) async fn deliver<T: Transport>(
                 if let Some(s) = watch.seen() {
                     return landed_in_block(sealed, s);
                 }
-                if !proven_gone(ctx, &sealed) && unix_now() < reseal_until {
+                if !proven_gone(ctx, sealed.expires_at) && unix_now() < reseal_until {
                     // It may be signed again, but only once a block after
                     // its expiry shows its bytes can no longer land: wait
                     // for one (the chain may be stopped).

@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::{watch, Semaphore};
 
 use super::context::Context;
-use super::deliver::deliver;
+use super::deliver::{deliver, proven_gone};
 use super::seal::{reseal, Sealed};
 use super::{unix_now, Metrics, ReportOutcome};
 use crate::transport::Transport;
@@ -109,7 +109,7 @@ async fn deliver_resealing<T: Transport>(
         let (tx, records, expires_at) = (sealed.tx.clone(), sealed.records, sealed.expires_at);
         let outcome = deliver(ctx, sealed, watch, shutdown.clone(), reseal_until).await;
         let gone = match &outcome {
-            ReportOutcome::Expired { .. } => ctx.conf.read_time() > expires_at,
+            ReportOutcome::Expired { .. } => proven_gone(ctx, expires_at),
             ReportOutcome::Rejected { code, .. } => *code == Code::ReportExpired.value(),
             _ => false,
         };
