@@ -95,30 +95,33 @@ pub fn tallyd_path() -> Result<PathBuf> {
 /// The `tally-hub` binary: `$TALLY_HUB_BIN` (the variable the localnet
 /// scripts read), or beside `tallyd`.
 pub fn hub_path() -> Result<PathBuf> {
-    let p = match std::env::var_os("TALLY_HUB_BIN") {
-        Some(p) => PathBuf::from(p),
-        None => tallyd_path()?.with_file_name("tally-hub"),
-    };
-    if !p.exists() {
-        bail!(
-            "{} does not exist: build it first (cargo build --release --workspace --all-targets) or set TALLY_HUB_BIN",
-            p.display()
-        );
-    }
-    Ok(p)
+    beside_tallyd(
+        "TALLY_HUB_BIN",
+        "tally-hub",
+        "cargo build --release --workspace --all-targets",
+    )
 }
 
 /// The test-only `tallyd-byzantine`: `$TALLY_BYZANTINE_BIN`, or beside
-/// `tallyd` (`scripts/test.sh` builds it: `cargo build --release -p
-/// tally-node --features byzantine --bin tallyd-byzantine`).
+/// `tallyd` (`scripts/test.sh` builds it).
 pub fn byzantine_path() -> Result<PathBuf> {
-    let p = match std::env::var_os("TALLY_BYZANTINE_BIN") {
+    beside_tallyd(
+        "TALLY_BYZANTINE_BIN",
+        "tallyd-byzantine",
+        "cargo build --release -p tally-node --features byzantine --bin tallyd-byzantine",
+    )
+}
+
+/// The binary `$var` names, or `name` beside `tallyd`; an error naming
+/// `build` (how to make it) if it does not exist.
+fn beside_tallyd(var: &str, name: &str, build: &str) -> Result<PathBuf> {
+    let p = match std::env::var_os(var) {
         Some(p) => PathBuf::from(p),
-        None => tallyd_path()?.with_file_name("tallyd-byzantine"),
+        None => tallyd_path()?.with_file_name(name),
     };
     if !p.exists() {
         bail!(
-            "{} does not exist: cargo build --release -p tally-node --features byzantine --bin tallyd-byzantine, or set TALLY_BYZANTINE_BIN",
+            "{} does not exist: build it first ({build}) or set {var}",
             p.display()
         );
     }
