@@ -97,6 +97,9 @@ if [ "$HUB" != 1 ]; then
   for u in alice bob carol; do "$TALLYD" --home "$g0" genesis fund --user "$u" --amount 1000000; done
 fi
 "$TALLYD" --home "$g0" genesis set-param settlement_window_secs "$WINDOW_SECS"
+# The app version the chain starts at: the newest this tallyd carries
+# unless TALLY_APP_VERSION names an older one (the upgrade test's).
+"$TALLYD" --home "$g0" genesis set-app-version ${TALLY_APP_VERSION:+"$TALLY_APP_VERSION"}
 "$TALLYD" --home "$g0" genesis set-param dkg_phase_blocks "${TALLY_DKG_PHASE_BLOCKS:-5}"
 # Signed messages name the chain id: set it first.
 sed -i "s/\"chain_id\": *\"[^\"]*\"/\"chain_id\": \"$CHAIN_ID\"/" "$g0/config/genesis.json"

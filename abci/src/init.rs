@@ -26,8 +26,24 @@ pub(crate) fn init_chain(app: &TallyApp, req: RequestInitChain) -> ResponseInitC
             return ResponseInitChain::default();
         }
     };
+    // The app version genesis starts at: CometBFT's
+    // `consensus_params.version.app` (0 or absent: 1).
+    let version = req
+        .consensus_params
+        .as_ref()
+        .and_then(|p| p.version.as_ref())
+        .map_or(1, |v| v.app.max(1));
+    let max = app.max_app_version();
+    if version > max {
+        let why = format!(
+            "genesis starts at app version {version}; this binary carries versions 1 to {max}"
+        );
+        error!(%why, "refusing genesis");
+        app.halt(HaltReason::BadGenesis, 0, why);
+        return ResponseInitChain::default();
+    }
     let mut c = app.consensus();
-    if let Err(e) = settlement::init_chain(&mut c.pending, &req.chain_id, &genesis) {
+    if let Err(e) = settlement::init_chain_at(&mut c.pending, &req.chain_id, &genesis, version) {
         error!(error = %e, "genesis could not be applied");
         drop(c);
         app.halt(HaltReason::BadGenesis, 0, e.to_string());
@@ -76,9 +92,7 @@ pub(crate) fn init_chain(app: &TallyApp, req: RequestInitChain) -> ResponseInitC
             }),
             // Headers carry the app's protocol version, the one Info
             // answers: state sync checks that the two agree.
-            version: Some(VersionParams {
-                app: crate::APP_VERSION,
-            }),
+            version: Some(VersionParams { app: version }),
             ..Default::default()
         }),
         validators: Vec::new(),

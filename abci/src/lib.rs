@@ -54,10 +54,5 @@ pub use snapshot_store::{SnapshotInfo, SnapshotStore};
 pub use tally_store::halt::{Halt, HaltEvent, HaltLog, HaltReason};
 pub use upgrade::{upgrade_info, UpgradeStop};
 
-/// The app version a chain starts at: set in the chain's consensus
-/// parameters at InitChain, so every header carries it until an upgrade
-/// plan switches it (ADR 0019; Info answers the state's version).
-pub const APP_VERSION: u64 = 1;
-
 /// The codespace of every Tally result code.
 pub const CODESPACE: &str = "tally";

@@ -1,7 +1,8 @@
 //! Work at the start of every block, before its transactions: switch to
 //! a new app version when an upgrade plan is due (its migration first of
 //! all, [`crate::upgrade`]), forget
-//! report ids that can no longer be replayed, close the settlement window
+//! report ids that can no longer be replayed, apply the parameter changes
+//! due in the block's window ([`crate::gov::params`]), close the settlement window
 //! the block time has left (its totals freeze), turn a bounded number of
 //! closed windows' debts into escrowed hub calls (see [`crate::sync::close`]),
 //! record the block's window and time, expire partial signatures that
@@ -52,9 +53,12 @@ pub fn begin_block_with(
     let mut events = crate::upgrade::begin_block(kv, block, max_version)?;
     // Report ids whose expires_at <= now can never be replayed: forget them.
     forget_reports_through(kv, block.time)?;
+    // Parameter changes due in this block's window take effect now, so the
+    // whole window runs one version (the window length never changes).
+    let now_window = block.time / params(kv)?.settlement_window_secs;
+    events.extend(crate::gov::params::begin_block(kv, now_window)?);
 
     let params = params(kv)?;
-    let now_window = block.time / params.settlement_window_secs;
     let prev = cur_window(kv)?;
     let closed = prev.filter(|prev| now_window > *prev);
     if let Some(prev) = closed {

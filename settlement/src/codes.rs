@@ -91,6 +91,11 @@ pub enum Code {
     /// or an allowance change of the same user, is already waiting in the
     /// mempool (one of each per block).
     TxPending = 34,
+    /// A report from a gateway that a proposal suspended or removed.
+    GatewayInactive = 35,
+    /// A report signed with a gateway key that a rotation replaced, after
+    /// its grace (`max_report_expiry_secs` from the rotation).
+    GatewayKeyRetired = 36,
 }
 
 impl Code {
@@ -137,11 +142,13 @@ impl Code {
             Code::DkgDuplicate => "dkg_duplicate",
             Code::BadProposal => "bad_proposal",
             Code::TxPending => "tx_pending",
+            Code::GatewayInactive => "gateway_inactive",
+            Code::GatewayKeyRetired => "gateway_key_retired",
         }
     }
 
     /// Every code, for documentation and tests.
-    pub const ALL: [Code; 35] = [
+    pub const ALL: [Code; 37] = [
         Code::Ok,
         Code::MalformedTx,
         Code::UnknownGateway,
@@ -177,6 +184,8 @@ impl Code {
         Code::DkgDuplicate,
         Code::BadProposal,
         Code::TxPending,
+        Code::GatewayInactive,
+        Code::GatewayKeyRetired,
     ];
 
     /// The code with this number.

@@ -14,7 +14,9 @@ use crate::dkg::keys::{
 };
 use crate::record::RouteId;
 
+mod gov;
 mod replay;
+pub use gov::*;
 pub use replay::*;
 
 /// The value of an index or marker entry (`ip/`, `iu/`, `rexp/`, `hcp/`,
@@ -145,6 +147,12 @@ pub const LAYOUT: &[(&[u8], &str)] = &[
     (V1_IDS_LEFT, "version-1 report ids still being migrated"),
     (UPGRADE_PLAN, "pending upgrade plan"),
     (UPGRADE_DONE, "upgrade plans carried out"),
+    (PARAMS_SINCE, "first window the parameters in force govern"),
+    (
+        PARAMS_AT,
+        "earlier parameters kept for open or converting windows",
+    ),
+    (PARAMS_NEXT, "scheduled parameter changes by first window"),
     (
         VALIDATOR,
         "validators (consensus key, power, encryption key)",

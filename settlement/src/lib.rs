@@ -40,6 +40,9 @@
 //! - [`block`]: start-of-block work;
 //! - [`upgrade`]: software upgrade plans, the switch to a new app version
 //!   and each version's migration (ADR 0019);
+//! - [`gov`]: governance proposals (upgrades, parameter changes from a
+//!   future window, gateways after genesis; ADR 0020), checked when opened
+//!   and accepted and carried out when accepted;
 //! - [`system`]: the proposer's system transactions;
 //! - [`machine`]: the entry points, decoding each transaction once and
 //!   dispatching to the above;
@@ -54,6 +57,7 @@ pub mod dkg;
 pub mod envelope;
 pub mod error;
 mod genesis;
+pub mod gov;
 pub mod ident;
 pub mod keys;
 pub mod machine;
@@ -83,7 +87,7 @@ pub use genesis::{
 };
 pub use machine::{
     check_tx, check_tx_claim, check_tx_claim_with, deliver_tx, deliver_tx_with, init_chain,
-    CheckedTx,
+    init_chain_at, CheckedTx,
 };
 pub use record::{Counters, Overflow, RouteId, RouteRecordView, WindowView};
 pub use report::{sign_report, REPORT_SIGN_DOMAIN};

@@ -20,16 +20,39 @@ use crate::pipeline::{block_scope, check_size, plan};
 use crate::proto::{tx, Tx};
 use crate::state::allowance::{put_allowance, put_gateway_name, put_user_key, Allowance};
 use crate::state::chain::{
-    chain_id, last_time, params, put_balance, put_chain_id, put_gateway, put_params,
+    chain_id, last_time, params, put_app_version, put_balance, put_chain_id, put_gateway,
+    put_params,
 };
 use crate::sync::batch::apply_start;
 use crate::sync::partials::apply_partials;
 use crate::tx::{decode_tx, is_system_tx};
 use crate::types::{Block, TxResult};
+use crate::upgrade::LATEST_APP_VERSION;
 
-/// Writes genesis state; a genesis that does not validate writes nothing.
+/// Writes genesis state at app version 1; a genesis that does not
+/// validate writes nothing.
 pub fn init_chain(kv: &mut impl Kv, chain_id: &str, genesis: &Genesis) -> Result<(), GenesisError> {
+    init_chain_at(kv, chain_id, genesis, 1)
+}
+
+/// Writes genesis state for a chain that starts at app `version` (1 to
+/// [`LATEST_APP_VERSION`]: a later version starts with its layout, with
+/// nothing to migrate); anything invalid writes nothing.
+pub fn init_chain_at(
+    kv: &mut impl Kv,
+    chain_id: &str,
+    genesis: &Genesis,
+    version: u64,
+) -> Result<(), GenesisError> {
+    if !(1..=LATEST_APP_VERSION).contains(&version) {
+        return Err(GenesisError::Invalid(format!(
+            "app version {version} is not one of 1 to {LATEST_APP_VERSION}"
+        )));
+    }
     genesis.validate()?;
+    if version > 1 {
+        put_app_version(kv, version);
+    }
     put_chain_id(kv, chain_id);
     put_params(kv, &genesis.params)?;
     for gw in &genesis.gateways {

@@ -27,9 +27,10 @@ use crate::keys;
 use crate::proto::{tx, ReportUsage, SignedReport, Tx};
 use crate::record::{Counters, RouteId};
 use crate::state::chain::{
-    app_version, balance, gateway, owed_slot, party_window, put_balance, put_owed_slot, put_route,
+    app_version, balance, owed_slot, party_window, put_balance, put_owed_slot, put_route,
     put_window_info, route, window_info, OwedSlot,
 };
+use crate::state::gateway::{gateway_key, GatewayKey};
 use crate::state::replay::{put_report, report_seen};
 use crate::types::{Event, PartyWindow, TxResult, WindowInfo};
 
@@ -88,7 +89,7 @@ impl Plan {
 impl Envelope for SignedReport {
     type Body = ReportUsage;
     /// The gateway's registered name.
-    type Signer = String;
+    type Signer = GatewayKey;
     const DOMAIN: &'static [u8] = REPORT_SIGN_DOMAIN;
     const WHAT: &'static str = "report";
     const UNKNOWN_SIGNER: Code = Code::UnknownGateway;
@@ -102,22 +103,25 @@ impl Envelope for SignedReport {
     fn chain_id(body: &ReportUsage) -> &str {
         &body.chain_id
     }
-    /// The envelope's gateway key, which genesis must have registered.
-    fn signer(&self, kv: &impl KvRead, _: &ReportUsage) -> Result<(String, [u8; 32]), ExecError> {
+    /// The envelope's gateway key, which genesis or a proposal must have
+    /// registered (its standing is checked against the block time by
+    /// [`plan_report`]).
+    fn signer(
+        &self,
+        kv: &impl KvRead,
+        _: &ReportUsage,
+    ) -> Result<(GatewayKey, [u8; 32]), ExecError> {
         let key = key32(&self.gateway_key, Code::UnknownGateway, "gateway key")?;
-        let name = gateway(kv, &key)?.ok_or_else(|| {
+        let g = gateway_key(kv, &key)?.ok_or_else(|| {
             reject(
                 Code::UnknownGateway,
-                format!(
-                    "gateway key {} is not registered in genesis",
-                    hex::encode(key)
-                ),
+                format!("gateway key {} is not registered", hex::encode(key)),
             )
         })?;
-        Ok((name, key))
+        Ok((g, key))
     }
-    fn who(name: &String) -> String {
-        format!("gateway {name}")
+    fn who(g: &GatewayKey) -> String {
+        format!("gateway {}", g.name)
     }
 }
 
@@ -186,6 +190,31 @@ fn check_header(
     Ok(())
 }
 
+/// Refuses a report signed with a key of a suspended or removed gateway,
+/// or with a key a rotation replaced once its grace is over.
+fn check_standing(g: &GatewayKey, now: u64) -> Result<(), ExecError> {
+    if g.removed || g.suspended {
+        return Err(reject(
+            Code::GatewayInactive,
+            format!(
+                "gateway {} is {}: its reports are refused",
+                g.name,
+                g.status()
+            ),
+        ));
+    }
+    match g.retired_until {
+        Some(until) if now >= until => Err(reject(
+            Code::GatewayKeyRetired,
+            format!(
+                "this key of gateway {} was replaced by a rotation; its grace ended at {until} (block time {now})",
+                g.name
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Plans an opened report at block time `now`: its own checks (see
 /// [`check_header`]), then every call against balances, allowances and
 /// 64-bit counters, from reads only.
@@ -193,15 +222,19 @@ pub fn plan_report(
     kv: &impl KvRead,
     params: &Params,
     now: u64,
-    opened: Opened<ReportUsage, String>,
+    opened: Opened<ReportUsage, GatewayKey>,
 ) -> Result<Plan, ExecError> {
     let Opened {
         body: report,
-        signer: gateway,
-        key: gateway_key,
+        signer: standing,
         body_hash,
+        ..
     } = opened;
-    let scope = keys::report_scope(&gateway_key, &report.report_id);
+    check_standing(&standing, now)?;
+    let gateway = standing.name;
+    // Report ids are remembered under the gateway's first key, so a report
+    // signed again with a rotated key is still the same report.
+    let scope = keys::report_scope(&standing.identity, &report.report_id);
     check_header(kv, params, now, &report, &scope)?;
 
     let rid = hex::encode(&report.report_id);

@@ -13,6 +13,8 @@ use crate::proto::{tx, SubmitPartials, SyncTxStart, Tx};
 /// Field numbers of the `Tx` payload (`proto/tally/v1`).
 const FIELD_SYNC_START: u64 = 2;
 const FIELD_PARTIALS: u64 = 3;
+/// The payload field numbers of system transactions.
+pub const SYSTEM_FIELDS: [u64; 2] = [FIELD_SYNC_START, FIELD_PARTIALS];
 
 /// Reads a protobuf varint at `*at`, moving past it.
 fn varint(b: &[u8], at: &mut usize) -> Option<u64> {

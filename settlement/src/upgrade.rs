@@ -22,15 +22,17 @@
 //!   header of `height + 1` carries it. A node whose binary lacks the
 //!   version gets [`Fatal::UpgradeNeeded`] and must stop before it executes
 //!   anything of that block.
-//! - **Versions this build carries**: 1 (genesis) and 2 (report ids in
-//!   expiry buckets, [`crate::state::replay`]). Every version's rules stay
+//! - **Versions this build carries**: 1 (the default genesis), 2 (report
+//!   ids in expiry buckets, [`crate::state::replay`]) and 3 (parameter and
+//!   gateway proposals, [`crate::gov`]; no migration). A genesis may start
+//!   at any of them (CometBFT's `consensus_params.version.app`). Every version's rules stay
 //!   in the binary, so a node replays old heights with old rules.
 
 use prost::Message;
 use serde_json::{json, Value};
 use tally_store::{Kv, KvRead};
 
-use crate::dkg::types::{ProposalAction, ProposalStatus};
+use crate::dkg::types::ProposalAction;
 use crate::error::Fatal;
 use crate::keys;
 use crate::proto::{Proposal, UpgradePlan};
@@ -40,7 +42,7 @@ use crate::state::replay::{migrate_step, start_migration};
 use crate::types::{Block, Event};
 
 /// The newest app version this build carries.
-pub const LATEST_APP_VERSION: u64 = 2;
+pub const LATEST_APP_VERSION: u64 = 3;
 /// A plan's height must be at least this many blocks above the height it
 /// is proposed and accepted at.
 pub const MIN_LEAD_BLOCKS: u64 = 20;
@@ -182,26 +184,12 @@ fn check_cancel(p: &UpgradePlan, height: u64, pending: Option<&UpgradePlan>) -> 
     Ok(())
 }
 
-/// Carries out the accepted upgrade proposal `p` at `height` (nothing for
-/// any other proposal): the plan becomes pending, or the pending plan is
-/// cancelled, and `p` is applied; or `p` is refused with the reason the
-/// check gives now. Returns the upgrade's event.
-pub fn enact(kv: &mut impl Kv, p: &mut Proposal, height: u64) -> Result<Option<Event>, Fatal> {
-    let action =
-        ProposalAction::try_from(p.action).map_err(|_| Fatal::Corrupt("proposal action"))?;
-    let accepted = ProposalStatus::try_from(p.status) == Ok(ProposalStatus::Accepted);
-    if !accepted || !action.is_upgrade() {
-        return Ok(None);
-    }
+/// Carries out accepted upgrade proposal `p`, already checked and marked
+/// applied by [`crate::gov::enact`]: the plan becomes pending, or the
+/// pending plan is cancelled. Returns the upgrade's event.
+pub fn enact(kv: &mut impl Kv, p: &Proposal) -> Result<Option<Event>, Fatal> {
     let plan = p.upgrade.clone().unwrap_or_default();
-    if let Err(why) = check(kv, height, action, p.upgrade.as_ref())? {
-        p.status = ProposalStatus::Refused.into();
-        p.reason = why;
-        return Ok(None);
-    }
-    p.status = ProposalStatus::Applied.into();
-    p.applied_height = height;
-    let (kind, named) = if action == ProposalAction::Upgrade {
+    let (kind, named) = if p.action == u32::from(ProposalAction::Upgrade) {
         kv.put(keys::UPGRADE_PLAN.to_vec(), plan.encode_to_vec());
         ("upgrade_scheduled", plan)
     } else {

@@ -86,7 +86,7 @@ fn approvals_of_missing_or_closed_proposals_are_bad_proposals() {
         pubkey: third.verifying_key().to_bytes().to_vec(),
         power: 5,
         valid_until_height: 5,
-        upgrade: None,
+        ..Default::default()
     });
     assert_eq!(send(&mut kv, &a, 1, unequal), Code::BadProposal);
     // A re-key names no validator and carries no power.
@@ -96,7 +96,7 @@ fn approvals_of_missing_or_closed_proposals_are_bad_proposals() {
             pubkey,
             power,
             valid_until_height: 5,
-            upgrade: None,
+            ..Default::default()
         });
         assert_eq!(send(&mut kv, &a, 1, bad), Code::BadProposal);
     }

@@ -169,7 +169,7 @@ impl DkgNet {
                 },
                 power,
                 valid_until_height: self.net.height as u64 + 10,
-                upgrade: None,
+                ..Default::default()
             }),
         )?;
         let id = <[u8; 8]>::try_from(data.as_slice())

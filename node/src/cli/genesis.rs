@@ -25,19 +25,54 @@ pub enum GenesisCommand {
     Allow(AllowCommand),
     /// Set a chain parameter (e.g. settlement_window_secs 60, hub_chain hub).
     SetParam(SetParamCommand),
+    /// Set the app version the chain starts at (CometBFT's
+    /// `consensus_params.version.app`; 1 to the newest this binary
+    /// carries). New features come with new versions (ADR 0019, 0020).
+    SetAppVersion(SetAppVersionCommand),
     /// Check the app_state.
     Validate,
+}
+
+/// `genesis set-app-version [N]`.
+#[derive(Args, Debug, PartialEq, Eq)]
+pub struct SetAppVersionCommand {
+    /// The version (default: the newest this binary carries).
+    pub version: Option<u64>,
+}
+
+/// Writes `version` as the app version `path`'s chain starts at.
+fn set_app_version(path: &Path, version: u64) -> anyhow::Result<()> {
+    let max = tally_settlement::upgrade::LATEST_APP_VERSION;
+    if !(1..=max).contains(&version) {
+        bail!("app version {version}: this binary carries versions 1 to {max}");
+    }
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut doc: Value =
+        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
+    // CometBFT writes 64-bit integers in genesis as strings.
+    doc["consensus_params"]["version"]["app"] = Value::from(version.to_string());
+    std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 impl Command for GenesisCommand {
     fn execute(self, ctx: &Context) -> anyhow::Result<()> {
         let path = ctx.genesis_path();
+        if let Self::SetAppVersion(c) = self {
+            return set_app_version(
+                &path,
+                c.version
+                    .unwrap_or(tally_settlement::upgrade::LATEST_APP_VERSION),
+            );
+        }
         update_genesis(&path, |g| match self {
             Self::AddGateway(c) => c.apply(g, ctx.home()),
             Self::Fund(c) => c.apply(g),
             Self::AddUser(c) => c.apply(g, ctx.home()),
             Self::Allow(c) => c.apply(g),
             Self::SetParam(c) => c.apply(g),
+            Self::SetAppVersion(_) => Ok(false),
             Self::Validate => {
                 g.validate()?;
                 g.check_hub_funding()?;
@@ -61,7 +96,7 @@ pub struct KeySource {
 
 impl KeySource {
     /// The hex public key.
-    fn pubkey(self, home: &Path) -> anyhow::Result<String> {
+    pub(crate) fn pubkey(self, home: &Path) -> anyhow::Result<String> {
         match (self.pubkey, self.key) {
             (Some(p), None) => Ok(p),
             (None, Some(k)) => {

@@ -34,6 +34,7 @@ pub mod args;
 pub mod dkg;
 pub mod explorer;
 pub mod genesis;
+pub mod govern;
 pub mod init;
 pub mod keys;
 mod launch;

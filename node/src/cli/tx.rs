@@ -29,6 +29,12 @@ pub enum TxCommand {
     /// Software upgrade plans: propose, approve, cancel.
     #[command(subcommand)]
     Upgrade(super::upgrade::UpgradeCommand),
+    /// Parameter changes from a future settlement window (ADR 0020).
+    #[command(subcommand)]
+    Params(super::govern::ParamsCommand),
+    /// Add, rotate, suspend, resume or remove a gateway (ADR 0020).
+    #[command(subcommand)]
+    Gateway(super::govern::GatewayCommand),
 }
 
 impl Command for TxCommand {
@@ -38,6 +44,8 @@ impl Command for TxCommand {
             Self::Allowance(c) => c.execute(ctx),
             Self::Validator(c) => c.execute(ctx),
             Self::Upgrade(c) => c.execute(ctx),
+            Self::Params(c) => c.execute(ctx),
+            Self::Gateway(c) => c.execute(ctx),
         }
     }
 }

@@ -140,8 +140,7 @@ impl ProposeCommand {
             action: action.into(),
             pubkey,
             power,
-            valid_until_height: 0,
-            upgrade: None,
+            ..ValidatorProposal::default()
         })
     }
 }

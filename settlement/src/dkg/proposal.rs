@@ -8,8 +8,9 @@
 //! Actions: `add` and `remove` name a validator (`pubkey`; an addition
 //! carries the common `power`); `rekey` and `recover` name none and make a
 //! fresh key for the same set (ADR 0018); `upgrade` and `cancel_upgrade`
-//! carry an upgrade plan and are carried out when accepted
-//! ([`crate::upgrade`], ADR 0019).
+//! carry an upgrade plan, `params` a parameter change and `gateway` a
+//! gateway change; these governance actions are carried out when accepted
+//! ([`crate::gov`], ADR 0019 and 0020).
 
 use ed25519_dalek::VerifyingKey;
 use tally_store::KvRead;
@@ -20,6 +21,7 @@ use super::state::{self as st};
 use super::types::{ProposalAction, ProposalStatus};
 use crate::codes::Code;
 use crate::error::{reject, ExecError};
+use crate::gov::Payload;
 use crate::proto::{Proposal, ValidatorProposal};
 use crate::types::Event;
 
@@ -99,13 +101,18 @@ pub fn plan_proposal(
     }
     let action = ProposalAction::try_from(p.action)
         .map_err(|_| bad(format!("unknown action {}", p.action)))?;
-    if action.is_upgrade() {
+    let payload = Payload {
+        upgrade: p.upgrade.as_ref(),
+        params: p.params.as_ref(),
+        gateway: p.gateway.as_ref(),
+    };
+    if action.is_governance() {
         if !p.pubkey.is_empty() || p.power != 0 {
             return Err(bad(format!("a {} names no validator", action.name())));
         }
-        crate::upgrade::check(kv, height, action, p.upgrade.as_ref())?.map_err(bad)?;
-    } else if p.upgrade.is_some() {
-        return Err(bad(format!("a {} carries no upgrade plan", action.name())));
+        crate::gov::check(kv, height, action, payload)?.map_err(bad)?;
+    } else if let Some(why) = payload.misfit(action) {
+        return Err(bad(why));
     }
     let address = if action.has_target() {
         let key: [u8; 32] = p
@@ -123,7 +130,7 @@ pub fn plan_proposal(
     if action != ProposalAction::Add && p.power != 0 {
         return Err(bad(format!("a {} carries no power", action.name())));
     }
-    if !action.is_upgrade() {
+    if !action.is_governance() {
         check_change(&st::validators(kv)?, action, &address, p.power).map_err(bad)?;
     }
     check_open(kv, o, &p)?;
@@ -139,6 +146,8 @@ pub fn plan_proposal(
         reason: String::new(),
         applied_height: 0,
         upgrade: p.upgrade,
+        params: p.params,
+        gateway: p.gateway,
     })
 }
 
@@ -160,7 +169,12 @@ fn check_open(kv: &impl KvRead, o: &Opened, p: &ValidatorProposal) -> Result<(),
         )));
     }
     if open.iter().any(|q| {
-        q.action == p.action && q.pubkey == p.pubkey && q.power == p.power && q.upgrade == p.upgrade
+        q.action == p.action
+            && q.pubkey == p.pubkey
+            && q.power == p.power
+            && q.upgrade == p.upgrade
+            && q.params == p.params
+            && q.gateway == p.gateway
     }) {
         return Err(reject(
             Code::DkgDuplicate,

@@ -135,7 +135,7 @@ fn proposal_json(
         .filter(|(a, _)| p.approvals.iter().any(|x| x.as_slice() == a.as_slice()))
         .map(|(_, v)| v.power)
         .fold(0, u64::saturating_add);
-    Ok(json!({
+    let mut v = json!({
         "id": p.id,
         "action": st::proposal_action(p)?.name(),
         "pubkey": hex_or_null(&p.pubkey),
@@ -150,7 +150,21 @@ fn proposal_json(
         "approving_power": approving,
         "total_power": total,
         "upgrade": p.upgrade.as_ref().map(crate::upgrade::plan_json),
-    }))
+    });
+    // Governance payloads of app version 3, shown only when carried.
+    if let Some(c) = &p.params {
+        let values: serde_json::Map<String, Value> = c
+            .values
+            .iter()
+            .map(|x| (x.name.clone(), Value::String(x.value.clone())))
+            .collect();
+        v["params"] = json!({"from_window": c.from_window, "values": values});
+    }
+    if let Some(c) = &p.gateway {
+        let op = crate::gov::gateway::Op::from_value(c.op).map_or("unknown", |o| o.name());
+        v["gateway"] = json!({"op": op, "name": c.name, "pubkey": hex_or_null(&c.pubkey)});
+    }
+    Ok(v)
 }
 
 fn ceremony_json(kv: &impl KvRead, c: &Ceremony, h: u64) -> Result<Value, ExecError> {

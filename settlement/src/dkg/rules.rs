@@ -72,8 +72,11 @@ pub fn check_change(
             return Err("there is no validator set to re-key".into())
         }
         ProposalAction::Rekey | ProposalAction::Recover => return Ok(()),
-        ProposalAction::Upgrade | ProposalAction::CancelUpgrade => {
-            return Err("an upgrade plan changes no validator".into())
+        ProposalAction::Upgrade
+        | ProposalAction::CancelUpgrade
+        | ProposalAction::Params
+        | ProposalAction::Gateway => {
+            return Err(format!("a {} changes no validator", action.name()))
         }
     };
     if size_after == 0 {
@@ -148,7 +151,9 @@ pub fn update_of(p: &Proposal) -> Result<Option<ValidatorRecord>, Fatal> {
         ProposalAction::Rekey
         | ProposalAction::Recover
         | ProposalAction::Upgrade
-        | ProposalAction::CancelUpgrade => return Ok(None),
+        | ProposalAction::CancelUpgrade
+        | ProposalAction::Params
+        | ProposalAction::Gateway => return Ok(None),
     };
     Ok(Some(ValidatorRecord {
         pubkey: p.pubkey.clone(),

@@ -125,12 +125,12 @@ impl ValidatorPlan {
     }
 }
 
-/// Stores `p` after counting its approvals; an upgrade proposal that is
-/// accepted is carried out at once ([`crate::upgrade::enact`]). Returns
-/// the proposal's event and the upgrade's.
+/// Stores `p` after counting its approvals; a governance proposal that is
+/// accepted is carried out at once ([`crate::gov::enact`]). Returns the
+/// proposal's event and the governance one.
 fn decide(kv: &mut impl Kv, p: &mut Proposal) -> Result<Vec<Event>, ExecError> {
     accept_if_enough(kv, p)?;
-    let upgrade = crate::upgrade::enact(kv, p, st::last_height(kv)?)?;
+    let upgrade = crate::gov::enact(kv, p, st::last_height(kv)?)?;
     st::put_proposal(kv, p);
     let mut events = vec![proposal_event(p)];
     events.extend(upgrade);

@@ -79,6 +79,11 @@ stored_enum! {
         Upgrade = 5 => "upgrade",
         /// Cancel the pending upgrade plan, up to its safety margin.
         CancelUpgrade = 6 => "cancel_upgrade",
+        /// Change chain parameters from a future settlement window (ADR
+        /// 0020).
+        Params = 7 => "params",
+        /// Add, rotate, suspend, resume or remove a gateway (ADR 0020).
+        Gateway = 8 => "gateway",
     }
 }
 
@@ -90,13 +95,20 @@ impl ProposalAction {
     }
 
     /// Whether the action concerns an upgrade plan rather than the
-    /// validator set: it is carried out in the transaction that accepts
-    /// it and never waits for a ceremony.
+    /// validator set.
     pub fn is_upgrade(self) -> bool {
         matches!(
             self,
             ProposalAction::Upgrade | ProposalAction::CancelUpgrade
         )
+    }
+
+    /// Whether the action governs the chain rather than the validator set
+    /// (an upgrade, a parameter or gateway change): it is carried out in
+    /// the transaction that accepts it and never waits for a ceremony
+    /// ([`crate::gov`]).
+    pub fn is_governance(self) -> bool {
+        self.is_upgrade() || matches!(self, ProposalAction::Params | ProposalAction::Gateway)
     }
 }
 

@@ -131,7 +131,7 @@ pub struct RevealedShare {
 #[derive(Clone, PartialEq, Eq, prost::Message)]
 pub struct ValidatorProposal {
     /// 1 add, 2 remove, 3 rekey, 4 recover (ADR 0018), 5 upgrade, 6
-    /// cancel upgrade (ADR 0019).
+    /// cancel upgrade (ADR 0019), 7 params, 8 gateway (ADR 0020).
     #[prost(uint32, tag = "1")]
     pub action: u32,
     /// Add, remove: the validator's ed25519 consensus key; rekey,
@@ -149,6 +149,50 @@ pub struct ValidatorProposal {
     /// Upgrade: the plan; cancel upgrade: the plan's name only.
     #[prost(message, optional, tag = "7")]
     pub upgrade: Option<UpgradePlan>,
+    /// Params: the change (ADR 0020).
+    #[prost(message, optional, tag = "8")]
+    pub params: Option<ParamChange>,
+    /// Gateway: the change (ADR 0020).
+    #[prost(message, optional, tag = "9")]
+    pub gateway: Option<GatewayChange>,
+}
+
+/// A change of chain parameters (ADR 0020): in force from the first block
+/// of settlement window `from_window`.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct ParamChange {
+    /// The first window it governs: after the current one, at most
+    /// 100000 windows ahead.
+    #[prost(uint64, tag = "1")]
+    pub from_window: u64,
+    /// The new values: 1 to 32, each parameter once.
+    #[prost(message, repeated, tag = "2")]
+    pub values: Vec<ParamValue>,
+}
+
+/// One parameter's new value.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct ParamValue {
+    /// A field of genesis `params`.
+    #[prost(string, tag = "1")]
+    pub name: String,
+    /// Its value (decimal for numbers).
+    #[prost(string, tag = "2")]
+    pub value: String,
+}
+
+/// A change to the registered gateways (ADR 0020).
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct GatewayChange {
+    /// 1 add, 2 rotate, 3 suspend, 4 resume, 5 remove.
+    #[prost(uint32, tag = "1")]
+    pub op: u32,
+    /// The gateway's name (add: a name never used).
+    #[prost(string, tag = "2")]
+    pub name: String,
+    /// Add, rotate: the (new) ed25519 key, never used before; else empty.
+    #[prost(bytes = "vec", tag = "3")]
+    pub pubkey: Vec<u8>,
 }
 
 /// A software upgrade plan (ADR 0019): from block `height` on, the state
@@ -297,6 +341,12 @@ pub struct Proposal {
     /// Upgrade, cancel upgrade: the plan (a cancellation: its name).
     #[prost(message, optional, tag = "12")]
     pub upgrade: Option<UpgradePlan>,
+    /// Params: the change.
+    #[prost(message, optional, tag = "13")]
+    pub params: Option<ParamChange>,
+    /// Gateway: the change.
+    #[prost(message, optional, tag = "14")]
+    pub gateway: Option<GatewayChange>,
 }
 
 /// The key a finished re-key ceremony made, until it is active (state).

@@ -42,6 +42,39 @@ pub fn put_params(kv: &mut impl Kv, params: &Params) -> Result<(), GenesisError>
     Ok(())
 }
 
+/// The first window the parameters in force govern.
+pub fn params_since(kv: &impl KvRead) -> Result<u64, Fatal> {
+    Ok(get_u64(kv, keys::PARAMS_SINCE)?.unwrap_or(0))
+}
+
+/// Most kept parameter versions a lookup reads (one per change whose
+/// windows are still open or converting).
+const MAX_KEPT_PARAMS: usize = 1024;
+
+/// The parameters that govern `window`: the version in force, or a kept
+/// older one for a window before it.
+pub fn params_at(kv: &impl KvRead, window: u64) -> Result<Params, Fatal> {
+    if window >= params_since(kv)? {
+        return params(kv);
+    }
+    // Kept versions are few: one per change whose windows are still open
+    // or converting.
+    let end = keys::params_at(window.saturating_add(1));
+    let found = kv.scan(keys::PARAMS_AT, &end, MAX_KEPT_PARAMS)?.pop();
+    match found {
+        Some((_, b)) => serde_json::from_slice(&b).map_err(|_| Fatal::Corrupt("kept params")),
+        None => params(kv),
+    }
+}
+
+/// Stores parameters that were already checked (a governed change).
+pub fn put_params_raw(kv: &mut impl Kv, params: &Params) {
+    kv.put(
+        keys::PARAMS.to_vec(),
+        serde_json::to_vec(params).unwrap_or_default(),
+    );
+}
+
 /// The chain id recorded at genesis (empty before).
 pub fn chain_id(kv: &impl KvRead) -> Result<String, Fatal> {
     Ok(kv

@@ -9,6 +9,7 @@
 
 use tally_store::{prefix_end, KvRead, Pairs};
 
+use super::gateway::GatewayKey;
 use crate::error::Fatal;
 use crate::keys;
 use crate::record::{Counters, RouteId};
@@ -148,16 +149,23 @@ pub fn windows(
     Ok(Some(Listing { items, next }))
 }
 
-/// Every registered gateway, by public key: (public key bytes, name; a
-/// name that is not UTF-8 is read lossily).
-pub fn gateways(kv: &impl KvRead) -> Result<Vec<(Vec<u8>, String)>, Fatal> {
+/// Every registered gateway key, by public key, with its standing.
+pub fn gateways(kv: &impl KvRead) -> Result<Vec<(Vec<u8>, GatewayKey)>, Fatal> {
     let mut out = Vec::new();
+    let mut bad = false;
     kv.for_each(keys::GATEWAY, &prefix_end(keys::GATEWAY), &mut |k, v| {
-        out.push((
-            k[keys::GATEWAY.len()..].to_vec(),
-            String::from_utf8_lossy(v).into_owned(),
-        ));
-        true
+        let key = &k[keys::GATEWAY.len()..];
+        match <[u8; 32]>::try_from(key)
+            .ok()
+            .and_then(|pk| GatewayKey::decode(&pk, v))
+        {
+            Some(g) => out.push((key.to_vec(), g)),
+            None => bad = true,
+        }
+        !bad
     })?;
+    if bad {
+        return Err(Fatal::Corrupt("gateway key record"));
+    }
     Ok(out)
 }

@@ -10,6 +10,7 @@
 //!   route records.
 //! - [`replay`]: report ids, in the layout of the state's app version.
 //! - [`allowance`]: users' keys and the allowances they give gateways.
+//! - [`gateway`]: gateway keys and their standing (ADR 0020).
 //! - [`sync`]: the threshold key, hub calls, batches, sync state, deposit
 //!   cursors and stored partial signatures.
 //! - [`listing`]: paged reads of what queries list (a route's records, a
@@ -19,6 +20,7 @@
 
 pub mod allowance;
 pub mod chain;
+pub mod gateway;
 pub mod listing;
 pub mod replay;
 pub mod sync;

@@ -30,8 +30,8 @@ use crate::error::Fatal;
 use crate::genesis::Params;
 use crate::proto::HubCall;
 use crate::state::chain::{
-    clear_owed, clear_owed_through, delete_closing, oldest_closing, owed_page, put_closing,
-    Closing, Owed,
+    clear_owed, clear_owed_through, delete_closing, oldest_closing, owed_page, params_at,
+    put_closing, Closing, Owed,
 };
 use crate::state::sync::{next_call_id, put_next_call_id, put_pending_call};
 use crate::types::Event;
@@ -39,7 +39,8 @@ use crate::types::Event;
 /// The start-of-block conversion: `closed` is the window this block closed,
 /// if any (it is newer than every window in the queue). Converts at most
 /// `p.max_close_per_block` owed entries, oldest closing window first, into
-/// pending hub calls on `p.hub_chain`. Emits `hub_calls_made {window,
+/// pending hub calls on the hub chain of each window's own parameters
+/// ([`params_at`]). Emits `hub_calls_made {window,
 /// calls, first_id, last_id}` per window it converted entries of, and
 /// `window_converted {window, hub_calls}` when a window has none left.
 pub fn convert_closed(
@@ -69,7 +70,7 @@ pub fn convert_closed(
         let done = rows.len() <= left;
         let made = rows.len().min(left);
         if made > 0 {
-            events.push(make_calls(kv, p, &mut c, rows.into_iter().take(made))?);
+            events.push(make_calls(kv, &mut c, rows.into_iter().take(made))?);
             left -= made;
         }
         if !done {
@@ -108,11 +109,12 @@ pub fn convert_closed(
 /// past them; returns the `hub_calls_made` event.
 fn make_calls(
     kv: &mut impl Kv,
-    p: &Params,
     c: &mut Closing,
     rows: impl ExactSizeIterator<Item = Owed>,
 ) -> Result<Event, Fatal> {
     let made = rows.len();
+    // The window's own parameters name its hub chain (ADR 0020).
+    let hub = params_at(kv, c.window)?.hub_chain;
     let first = next_call_id(kv)?;
     let mut next = first;
     for o in rows {
@@ -123,7 +125,7 @@ fn make_calls(
             amount: o.amount,
             window: c.window,
         };
-        put_pending_call(kv, &p.hub_chain, &call);
+        put_pending_call(kv, &hub, &call);
         next = next.saturating_add(1);
         c.last = Some((call.provider, call.user));
     }

@@ -38,6 +38,7 @@ use tendermint_proto::v0_38::abci::{
     Event, ExecTxResult, ExtendedVoteInfo, RequestFinalizeBlock, RequestInfo, RequestInitChain,
     ResponseFinalizeBlock,
 };
+use tendermint_proto::v0_38::types::{ConsensusParams, VersionParams};
 
 use crate::adversary::{Behaviour, Record};
 use crate::hub::Hub;
@@ -187,6 +188,10 @@ pub struct Net {
     pub app_versions: Vec<u64>,
     /// The app version the next header carries.
     pub header_version: u64,
+    /// The app version genesis starts at (CometBFT's
+    /// `consensus_params.version.app`; 0: not set, version 1). Set it
+    /// before [`Net::init`].
+    pub genesis_version: u64,
 }
 
 /// A precommit of the last height, and the nodes that refused its
@@ -253,6 +258,7 @@ impl Net {
             comet: None,
             app_versions: Vec::new(),
             header_version: 0,
+            genesis_version: 0,
         }
     }
 
@@ -275,7 +281,12 @@ impl Net {
             let r = node.app.init_chain(RequestInitChain {
                 time: ts(*time),
                 chain_id: self.chain_id.clone(),
-                consensus_params: None,
+                consensus_params: (self.genesis_version > 0).then(|| ConsensusParams {
+                    version: Some(VersionParams {
+                        app: self.genesis_version,
+                    }),
+                    ..Default::default()
+                }),
                 validators: self.genesis_validators.clone(),
                 app_state_bytes: Bytes::copy_from_slice(app_state.as_bytes()),
                 initial_height: 1,
@@ -289,9 +300,12 @@ impl Net {
             let version = version
                 .map(|v| v.app)
                 .context("InitChain sets no app version")?;
+            // Info answers the default (1) before InitChain; InitChain sets
+            // genesis's version.
+            let want = self.genesis_version.max(1);
             ensure!(
-                info.app_version == version,
-                "Info answers app version {} before InitChain, InitChain sets {version}",
+                info.app_version == 1 && version == want,
+                "Info answers app version {} before InitChain, InitChain sets {version} (genesis {want})",
                 info.app_version
             );
             Ok(version)

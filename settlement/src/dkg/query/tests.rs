@@ -87,7 +87,7 @@ fn proposal(id: u64, status: u32, approvals: Vec<Vec<u8>>) -> Proposal {
         approvals,
         reason: String::new(),
         applied_height: 0,
-        upgrade: None,
+        ..Proposal::default()
     }
 }
 
