@@ -205,6 +205,8 @@ mod tests {
             (4, "recover"),
             (5, "upgrade"),
             (6, "cancel_upgrade"),
+            (7, "params"),
+            (8, "gateway"),
         ];
         for (v, name) in actions {
             let a = ProposalAction::try_from(v).unwrap();
@@ -219,7 +221,7 @@ mod tests {
             let k = CeremonyKind::try_from(v).unwrap();
             assert_eq!((u32::from(k), k.name()), (v, name));
         }
-        for v in [0, 7, u32::MAX] {
+        for v in [0, 9, u32::MAX] {
             assert_eq!(
                 ProposalAction::try_from(v),
                 Err(UnknownValue {
