@@ -22,6 +22,16 @@ pub const T0: i64 = 1_800_000_000;
 /// Seconds between blocks.
 pub const STEP: i64 = 5;
 
+/// The key of traffic user `user` (registered in genesis): it signs the
+/// user's allowance changes.
+pub fn user_key(user: &str) -> SigningKey {
+    let mut seed = [0x55u8; 32];
+    for (i, b) in user.bytes().enumerate().take(32) {
+        seed[i] ^= b;
+    }
+    SigningKey::from_bytes(&seed)
+}
+
 /// A keyed net, its traffic and what it settled.
 #[derive(Debug)]
 pub struct DkgNet {
@@ -38,9 +48,16 @@ impl DkgNet {
     /// key comes from the on-chain DKG. The hub has deposits for every
     /// user.
     pub fn new(n: usize, phase: u64) -> Result<Self> {
+        Self::new_at(n, phase, 0)
+    }
+
+    /// [`DkgNet::new`] with genesis at app version `version` (0: not set,
+    /// version 1).
+    pub fn new_at(n: usize, phase: u64, version: u64) -> Result<Self> {
         let key = gateway_key(3);
         let traffic = Traffic::new(11, key.clone(), CHAIN, [4, 2, 2, 2]);
         let mut net = Net::keyed(n, CHAIN, T0)?;
+        net.genesis_version = version;
         let state = serde_json::json!({
             "params": {
                 "settlement_window_secs": 60, "hub_chain": "hub", "max_batch_calls": 50,
@@ -49,6 +66,7 @@ impl DkgNet {
             "gateways": [{"name": "gw-test", "pubkey": hex::encode(key.verifying_key().to_bytes())}],
             "allowances": crate::traffic::allowances(&traffic.users, "gw-test"),
             "balances": traffic.users.iter().map(|u| serde_json::json!({"user": u, "amount": 100_000})).collect::<Vec<_>>(),
+            "users": traffic.users.iter().map(|u| serde_json::json!({"name": u, "pubkey": hex::encode(user_key(u).verifying_key().to_bytes())})).collect::<Vec<_>>(),
         });
         net.init(&state.to_string())?;
         let mut hub = Hub::default();
@@ -186,13 +204,29 @@ impl DkgNet {
         action: ProposalAction,
         plan: UpgradePlan,
     ) -> Result<(Code, u64, String)> {
+        self.propose_gov(
+            from,
+            ValidatorProposal {
+                action: action.into(),
+                upgrade: Some(plan),
+                ..ValidatorProposal::default()
+            },
+        )
+    }
+
+    /// Node `from` proposes governance proposal `p` (its validity is set
+    /// here); returns the result code, the proposal id (0 if refused) and
+    /// the log.
+    pub fn propose_gov(
+        &mut self,
+        from: usize,
+        p: ValidatorProposal,
+    ) -> Result<(Code, u64, String)> {
         let (code, data, log) = self.send(
             from,
             Sum::Propose(ValidatorProposal {
-                action: action.into(),
                 valid_until_height: self.net.height as u64 + 10,
-                upgrade: Some(plan),
-                ..ValidatorProposal::default()
+                ..p
             }),
         )?;
         let id = <[u8; 8]>::try_from(data.as_slice())
