@@ -147,7 +147,11 @@ impl Net {
         let base = free_port_base(PORT_BASE, 4)?;
         let old = byzantine_path()?;
         let opts = Options {
-            env: vec![("TALLY_BYZANTINE_MODE".into(), "old-release".into())],
+            // Genesis at version 1: the old release carries nothing newer.
+            env: vec![
+                ("TALLY_BYZANTINE_MODE".into(), "old-release".into()),
+                ("TALLY_APP_VERSION".into(), "1".into()),
+            ],
             node_bins: OLD.iter().map(|&i| (i, old.clone())).collect(),
             ..Options::default()
         };

@@ -66,9 +66,10 @@ impl GatewayKey {
         if *self == Self::fresh(&self.name, key) {
             return self.name.as_bytes().to_vec();
         }
-        let flags = u8::from(self.suspended) * SUSPENDED
-            | u8::from(self.removed) * REMOVED
-            | u8::from(self.retired_until.is_some()) * RETIRED;
+        let flag = |on: bool, bit: u8| if on { bit } else { 0 };
+        let flags = flag(self.suspended, SUSPENDED)
+            | flag(self.removed, REMOVED)
+            | flag(self.retired_until.is_some(), RETIRED);
         let mut v = Vec::with_capacity(self.name.len() + 42);
         v.extend_from_slice(self.name.as_bytes());
         v.push(0);
