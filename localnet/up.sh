@@ -17,6 +17,9 @@
 # created once the key is active, with that group key.
 # TALLY_DEALER=1 (tests only) deals the key before the first block with
 # `tallyd dkg dealer` instead (TALLY_THRESHOLD partials, default 2n/3 + 1).
+# The chain starts at the newest app version this tallyd carries
+# (TALLY_APP_VERSION names an older one); the hub keeps a registration fee
+# of TALLY_REGISTRATION_FEE (default 100) from a deposit that binds a key.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -25,7 +28,7 @@ for a in "$@"; do
   case "$a" in
     --no-demo) demo=0 ;;
     --no-build) build=0 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) die "unknown option $a" ;;
   esac
 done
@@ -154,7 +157,8 @@ if [ "$HUB" = 1 ]; then
   else
     key_source=(--group-key "$group_key")
   fi
-  "$TALLY_HUB_BIN" genesis --home "$HUB_DIR" --settlement-chain-id "$CHAIN_ID" "${key_source[@]}" "${governors[@]}" --governor-threshold 2
+  "$TALLY_HUB_BIN" genesis --home "$HUB_DIR" --settlement-chain-id "$CHAIN_ID" "${key_source[@]}" "${governors[@]}" --governor-threshold 2 \
+    --registration-fee "${TALLY_REGISTRATION_FEE:-100}"
   configure_cometbft "$HUB_DIR/config/config.toml" "$HUB_PORT_BASE" ""
   start_hub
 fi

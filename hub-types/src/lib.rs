@@ -54,6 +54,10 @@ pub struct Deposit {
     /// Credits.
     #[prost(uint64, tag = "2")]
     pub amount: u64,
+    /// Empty, or an ed25519 key the deposit binds to `user` if it is the
+    /// one that first funds it (ADR 0020).
+    #[prost(bytes = "vec", tag = "3")]
+    pub pubkey: Vec<u8>,
 }
 
 /// A threshold-signed batch from the settlement chain.

@@ -6,6 +6,7 @@
 //! only through CometBFT's RPC, as it would to a real main chain.
 
 pub mod app;
+pub mod deposit;
 pub mod keys;
 mod kv;
 pub mod machine;

@@ -7,10 +7,12 @@
 //! group_key, escrow, governors, governor_threshold}` (`tally-hub genesis`
 //! writes it from Tally's key).
 //!
-//! - `Deposit {user, amount}` adds to `escrow/<user>`, takes the next number
-//!   from `meta/deposit_seq` and records `{seq, user, amount, height}` under
-//!   `dep/<height><seq>`, so `/deposits/{from}/{to}` lists a height range in
-//!   sequence order. There is no authentication: it is a faucet.
+//! - `Deposit {user, amount[, pubkey]}` adds to `escrow/<user>`, takes the
+//!   next number from `meta/deposit_seq` and records `{seq, user, amount,
+//!   height}` under `dep/<height><seq>`, so `/deposits/{from}/{to}` lists a
+//!   height range in sequence order. There is no authentication: it is a
+//!   faucet. A key binds the user first-come ([`crate::deposit`], ADR
+//!   0020).
 //! - `SubmitBatch {chain, nonce, calls, signature}` is checked in this
 //!   order: the chain name (code 6), a nonce at or below
 //!   `last_nonce/<chain>` (code 4 `AlreadySettled`, nothing paid), a nonce
@@ -19,7 +21,8 @@
 //!   in Tally's message format for `settlement_chain_id` (2). Then, if any user's escrow is below that
 //!   user's total in the batch, the batch is refused whole (code 8, nothing
 //!   written, the nonce still open); otherwise every call is paid in full
-//!   from escrow to `payout/<provider>`. The result `{chain, nonce,
+//!   from escrow to `payout/<provider>`, or, a withdrawal (kind 1), to
+//!   `withdrawn/<user>`. The result `{chain, nonce,
 //!   settled, height, calls, paid, shortfall}` (`shortfall` always 0) is
 //!   stored under `result/<chain>/<nonce>` and `last_nonce/<chain>`
 //!   advances.
@@ -41,6 +44,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tally_settlement::bls::{self, Kind, PublicShares};
 use tally_settlement::sync::batch_digest;
+use tally_settlement::types::CALL_WITHDRAW;
 use tally_store::{prefix_end, Kv, KvRead, StoreError};
 
 use crate::kv::get_u64;
@@ -73,6 +77,14 @@ pub struct HubGenesis {
     /// `governors` (0 without governors).
     #[serde(default)]
     pub governor_threshold: u32,
+    /// Credits the deposit that binds a user's key pays the hub (ADR
+    /// 0020): what makes taking names cost something.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub registration_fee: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// Most governors a hub may list.
@@ -144,12 +156,12 @@ fn reject(code: HubCode, log: impl Into<String>) -> HubResult {
 }
 
 const GENESIS: &[u8] = b"meta/genesis";
-const DEPOSIT_SEQ: &[u8] = b"meta/deposit_seq";
-const ESCROW: &[u8] = b"escrow/";
+pub(crate) const DEPOSIT_SEQ: &[u8] = b"meta/deposit_seq";
+pub(crate) const ESCROW: &[u8] = b"escrow/";
 const PAYOUT: &[u8] = b"payout/";
 const RESULT: &[u8] = b"result/";
 const LAST_NONCE: &[u8] = b"last_nonce/";
-const DEPOSIT: &[u8] = b"dep/";
+pub(crate) const DEPOSIT: &[u8] = b"dep/";
 
 fn key(parts: &[&[u8]]) -> Vec<u8> {
     parts.concat()
@@ -197,29 +209,8 @@ fn deliver_inner(kv: &mut impl Kv, height: u64, tx: &[u8]) -> Result<HubResult, 
     };
     match sum {
         hub_tx::Sum::Deposit(d) => {
-            if d.amount == 0 || tally_settlement::ident::check_party("user", &d.user).is_err() {
-                return Ok(reject(
-                    HubCode::BadDeposit,
-                    "deposit needs a valid user and an amount > 0",
-                ));
-            }
-            let k = key(&[ESCROW, d.user.as_bytes()]);
-            let Some(bal) = get_u64(kv, &k)?.checked_add(d.amount) else {
-                return Ok(reject(HubCode::BadDeposit, "escrow would overflow"));
-            };
-            let seq = get_u64(kv, DEPOSIT_SEQ)? + 1;
-            kv.put(k, bal.to_be_bytes().to_vec());
-            kv.put(DEPOSIT_SEQ.to_vec(), seq.to_be_bytes().to_vec());
-            let ev = json!({"seq": seq, "user": d.user, "amount": d.amount, "height": height});
-            kv.put(
-                key(&[DEPOSIT, &height.to_be_bytes(), &seq.to_be_bytes()]),
-                ev.to_string().into_bytes(),
-            );
-            Ok(HubResult {
-                code: HubCode::Ok,
-                log: format!("deposit {seq}: {} credits for {}", d.amount, d.user),
-                value: ev.to_string().into_bytes(),
-            })
+            let fee = stored_genesis(kv)?.map_or(0, |(g, _)| g.registration_fee);
+            crate::deposit::deposit(kv, height, &d, fee)
         }
         hub_tx::Sum::SubmitBatch(b) => submit_batch(kv, height, &b),
         hub_tx::Sum::RotateKey(_) | hub_tx::Sum::GovernKey(_) => key_change(kv, height, &sum),
@@ -299,6 +290,18 @@ fn submit_batch(kv: &mut impl Kv, height: u64, b: &SubmitBatch) -> Result<HubRes
             "calls must be non-empty and ascending by id",
         ));
     }
+    // A call pays its provider (kind 0) or returns credits to its user
+    // (kind 1, no provider).
+    if let Some(c) = b.calls.iter().find(|c| match c.kind {
+        0 => false,
+        CALL_WITHDRAW => !c.provider.is_empty(),
+        _ => true,
+    }) {
+        return Ok(reject(
+            HubCode::BadBatch,
+            format!("call {} has kind {} with provider {:?}", c.id, c.kind, c.provider),
+        ));
+    }
     let group = crate::keys::current(kv, &g.name, genesis_key)?;
     let digest = batch_digest(&b.chain, b.nonce, &b.calls);
     let msg = bls::message(&g.settlement_chain_id, Kind::Batch, &digest);
@@ -342,14 +345,24 @@ fn submit_batch(kv: &mut impl Kv, height: u64, b: &SubmitBatch) -> Result<HubRes
         kv.put(ek, have.saturating_sub(total).to_be_bytes().to_vec());
         paid = paid.saturating_add(total);
     }
+    let mut withdrawn = 0u64;
     for c in &b.calls {
+        if c.kind == CALL_WITHDRAW {
+            crate::deposit::add_withdrawn(kv, &c.user, c.amount)?;
+            withdrawn = withdrawn.saturating_add(c.amount);
+            continue;
+        }
         let pk = key(&[PAYOUT, c.provider.as_bytes()]);
         let got = get_u64(kv, &pk)?.saturating_add(c.amount);
         kv.put(pk, got.to_be_bytes().to_vec());
     }
+    // `paid` counts every credit that left escrow (withdrawals too);
     // `shortfall` stays in the result for readers of older answers; it is
     // always 0 since a batch that cannot be paid in full is refused.
-    let result = json!({"chain": b.chain, "nonce": b.nonce, "settled": true, "height": height, "calls": b.calls.len(), "paid": paid, "shortfall": 0});
+    let mut result = json!({"chain": b.chain, "nonce": b.nonce, "settled": true, "height": height, "calls": b.calls.len(), "paid": paid, "shortfall": 0});
+    if withdrawn > 0 {
+        result["withdrawn"] = json!(withdrawn);
+    }
     kv.put(
         key(&[RESULT, b.chain.as_bytes(), b"/", &b.nonce.to_be_bytes()]),
         result.to_string().into_bytes(),
@@ -439,6 +452,9 @@ fn query_inner(kv: &impl KvRead, path: &str, committed: u64) -> Result<HubResult
         ["last_nonce", chain] => ok(json!({"chain": chain, "last_nonce": get_u64(kv, &key(&[LAST_NONCE, chain.as_bytes()]))?})),
         ["escrow", user] => ok(json!({"user": user, "escrow": get_u64(kv, &key(&[ESCROW, user.as_bytes()]))?})),
         ["payout", p] => ok(json!({"provider": p, "paid": get_u64(kv, &key(&[PAYOUT, p.as_bytes()]))?})),
+        ["withdrawn", user] => ok(json!({"user": user, "withdrawn": crate::deposit::withdrawn(kv, user)?})),
+        ["user", user] => ok(json!({"user": user, "escrow": get_u64(kv, &key(&[ESCROW, user.as_bytes()]))?, "withdrawn": crate::deposit::withdrawn(kv, user)?, "key": crate::deposit::bound_key(kv, user)?})),
+        ["fees"] => ok(json!({"fees": get_u64(kv, crate::deposit::FEES)?})),
         ["deposits", from, to] => {
             let (Some(f), Some(t)) = (num(from), num(to)) else {
                 return Ok(reject(HubCode::BadArgument, "heights must be integers"));
@@ -472,6 +488,6 @@ fn query_inner(kv: &impl KvRead, path: &str, committed: u64) -> Result<HubResult
             Some(v) => HubResult { code: HubCode::Ok, log: String::new(), value: v },
             None => reject(HubCode::NotFound, "no genesis"),
         },
-        _ => reject(HubCode::UnknownPath, format!("unknown path {path:?}; known: /batch/{{chain}}/{{nonce}}, /last_nonce/{{chain}}, /escrow/{{user}}, /payout/{{provider}}, /deposits/{{from}}/{{to}}, /keys/{{chain}}, /genesis")),
+        _ => reject(HubCode::UnknownPath, format!("unknown path {path:?}; known: /batch/{{chain}}/{{nonce}}, /last_nonce/{{chain}}, /escrow/{{user}}, /payout/{{provider}}, /withdrawn/{{user}}, /user/{{user}}, /fees, /deposits/{{from}}/{{to}}, /keys/{{chain}}, /genesis")),
     })
 }

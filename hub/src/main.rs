@@ -62,6 +62,10 @@ enum Cmd {
         /// Governor approvals a recovered key needs (a majority).
         #[arg(long, default_value_t = 0)]
         governor_threshold: u32,
+        /// Credits the deposit that binds a user's key pays the hub
+        /// (ADR 0020).
+        #[arg(long, default_value_t = 0)]
+        registration_fee: u64,
     },
     /// A governor's key and approvals (ADR 0018).
     #[command(subcommand)]
@@ -77,12 +81,18 @@ enum Cmd {
         #[arg(long, default_value = "http://127.0.0.1:26757")]
         node: String,
     },
-    /// Escrow credits for a user (faucet).
+    /// Escrow credits for a user (faucet). With `--pubkey`, the deposit
+    /// that first funds the user also binds its ed25519 key (after the
+    /// hub's registration fee), which the settlement chain registers as
+    /// the user's key (ADR 0020).
     Deposit {
         #[arg(long)]
         user: String,
         #[arg(long)]
         amount: u64,
+        /// Hex ed25519 public key to bind (32 bytes).
+        #[arg(long)]
+        pubkey: Option<String>,
         #[arg(long, default_value = "http://127.0.0.1:26757")]
         node: String,
     },
@@ -245,6 +255,7 @@ fn main() -> Result<()> {
             name,
             governors,
             governor_threshold,
+            registration_fee,
         } => {
             let group_key = match (group_key, settlement_genesis) {
                 (Some(k), _) => k.trim().to_string(),
@@ -265,6 +276,7 @@ fn main() -> Result<()> {
             let state = json!({
                 "settlement_chain_id": settlement_chain_id, "name": name, "group_key": group_key,
                 "escrow": [], "governors": governors, "governor_threshold": governor_threshold,
+                "registration_fee": registration_fee,
             });
             tally_hub::machine::parse_genesis(state.to_string().as_bytes())
                 .map_err(anyhow::Error::msg)?;
@@ -312,9 +324,22 @@ fn main() -> Result<()> {
             .encode_to_vec();
             send(&node, &tx, "governed key")?;
         }
-        Cmd::Deposit { user, amount, node } => {
+        Cmd::Deposit {
+            user,
+            amount,
+            pubkey,
+            node,
+        } => {
+            let pubkey = match pubkey {
+                Some(h) => hex::decode(h.trim()).context("--pubkey is not hex")?,
+                None => Vec::new(),
+            };
             let tx = HubTx {
-                sum: Some(hub_tx::Sum::Deposit(Deposit { user, amount })),
+                sum: Some(hub_tx::Sum::Deposit(Deposit {
+                    user,
+                    amount,
+                    pubkey,
+                })),
             }
             .encode_to_vec();
             send(&node, &tx, "deposit")?;

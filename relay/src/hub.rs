@@ -238,6 +238,12 @@ impl Hub {
                         seq: d["seq"].as_u64().unwrap_or(0),
                         user: d["user"].as_str().unwrap_or("").to_string(),
                         amount: d["amount"].as_u64().unwrap_or(0),
+                        // A key that is not hex becomes bytes the chain
+                        // refuses, so the answer is refused, not stripped.
+                        pubkey: d["pubkey"]
+                            .as_str()
+                            .map(|h| unhex(h).unwrap_or_else(|| vec![0]))
+                            .unwrap_or_default(),
                     })
                     .collect()
             })
@@ -272,6 +278,18 @@ impl Hub {
             .and_then(|v| v["last_nonce"].as_u64())
             .ok_or_else(|| HubError::Answer(format!("{path}: no last_nonce")))
     }
+}
+
+
+/// The bytes of hex string `s` (`None` if it is not hex).
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| s.get(i..i + 2).and_then(|b| u8::from_str_radix(b, 16).ok()))
+        .collect()
 }
 
 #[cfg(test)]

@@ -301,10 +301,19 @@ impl Relay {
                 return;
             }
         };
+        let mut deposits = answer.deposits;
+        // Before app version 3 the chain binds no keys: every honest relay
+        // leaves them out, so all sign the same message (ADR 0020).
+        let version = tally_settlement::state::chain::app_version(kv).unwrap_or(1);
+        if version < tally_settlement::types::GROWTH_VERSION {
+            for d in &mut deposits {
+                d.pubkey.clear();
+            }
+        }
         let block = decide::hub_block(
             chain,
             (from, to),
-            answer.deposits,
+            deposits,
             answer.count,
             deposit_seq,
             p.max_block_deposits as usize,

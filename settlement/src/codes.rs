@@ -96,6 +96,10 @@ pub enum Code {
     /// A report signed with a gateway key that a rotation replaced, after
     /// its grace (`max_report_expiry_secs` from the rotation).
     GatewayKeyRetired = 36,
+    /// A user message (key change, withdrawal) whose user has no key,
+    /// whose sequence is not above the last, or that asks for nothing
+    /// (app version 3).
+    BadUserMsg = 37,
 }
 
 impl Code {
@@ -144,11 +148,12 @@ impl Code {
             Code::TxPending => "tx_pending",
             Code::GatewayInactive => "gateway_inactive",
             Code::GatewayKeyRetired => "gateway_key_retired",
+            Code::BadUserMsg => "bad_user_msg",
         }
     }
 
     /// Every code, for documentation and tests.
-    pub const ALL: [Code; 37] = [
+    pub const ALL: [Code; 38] = [
         Code::Ok,
         Code::MalformedTx,
         Code::UnknownGateway,
@@ -186,6 +191,7 @@ impl Code {
         Code::TxPending,
         Code::GatewayInactive,
         Code::GatewayKeyRetired,
+        Code::BadUserMsg,
     ];
 
     /// The code with this number.

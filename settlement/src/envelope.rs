@@ -1,6 +1,6 @@
 //! The one opener of signed envelopes: every user transaction kind that
 //! carries an ed25519 signature (a gateway's `SignedReport`, a user's
-//! `SignedAllowance`, a validator's `SignedValidatorMsg`) is opened by
+//! `SignedAllowance` or `SignedUserMsg`, a validator's `SignedValidatorMsg`) is opened by
 //! [`open`], so the checks, their order and their result codes are the same
 //! for every kind. A kind describes itself by implementing [`Envelope`].
 //!
@@ -14,7 +14,7 @@
 //! | 1 | the body decodes | 1 `malformed_tx` |
 //! | 2 | the body is in canonical encoding | 19 `non_canonical` |
 //! | 3 | the body names this chain | 4 `wrong_chain` |
-//! | 4 | the signer's key: 32 bytes, known to the kind | the kind's own "who are you" code: 2 `unknown_gateway` (reports), 27 `bad_allowance` (allowances), 29 `not_validator` (validator messages) |
+//! | 4 | the signer's key: 32 bytes, known to the kind | the kind's own "who are you" code: 2 `unknown_gateway` (reports), 27 `bad_allowance` (allowances), 29 `not_validator` (validator messages), 37 `bad_user_msg` (user messages) |
 //! | 5 | the signature is 64 bytes | 3 `bad_signature` |
 //! | 6 | the key is an ed25519 point | the kind's "who are you" code, as in 4 |
 //! | 7 | the signature verifies (`verify_strict`) | 3 `bad_signature` |

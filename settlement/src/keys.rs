@@ -153,6 +153,7 @@ pub const LAYOUT: &[(&[u8], &str)] = &[
         "earlier parameters kept for open or converting windows",
     ),
     (PARAMS_NEXT, "scheduled parameter changes by first window"),
+    (WITHDRAWAL, "users' withdrawals by call id"),
     (
         VALIDATOR,
         "validators (consensus key, power, encryption key)",

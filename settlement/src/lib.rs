@@ -43,6 +43,8 @@
 //! - [`gov`]: governance proposals (upgrades, parameter changes from a
 //!   future window, gateways after genesis; ADR 0020), checked when opened
 //!   and accepted and carried out when accepted;
+//! - [`user`]: what users sign besides allowances: key changes and
+//!   withdrawals (ADR 0020);
 //! - [`system`]: the proposer's system transactions;
 //! - [`machine`]: the entry points, decoding each transaction once and
 //!   dispatching to the above;
@@ -74,6 +76,7 @@ pub mod time;
 pub mod tx;
 pub mod types;
 pub mod upgrade;
+pub mod user;
 
 pub use allowance::{sign_allowance, ALLOWANCE_SIGN_DOMAIN};
 pub use block::{begin_block, begin_block_with};

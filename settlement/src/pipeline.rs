@@ -1,7 +1,7 @@
 //! The user-transaction pipeline: the one dispatcher for every transaction
 //! a user, a gateway or a validator signs and sends through the mempool
-//! (usage reports, allowance changes, validator messages, and every kind
-//! added later). System transactions (the proposer's) go elsewhere
+//! (usage reports, allowance changes, validator messages, user messages,
+//! and every kind added later). System transactions (the proposer's) go elsewhere
 //! ([`crate::system`]).
 //!
 //! A transaction's bytes are decoded once, by [`crate::machine`]
@@ -48,6 +48,7 @@ use crate::genesis::Params;
 use crate::proto::{tx, Tx};
 use crate::report::{plan_report, Plan};
 use crate::types::TxResult;
+use crate::user::{plan_user_msg, UserMsgPlan};
 
 /// At most one transaction per block may have a given scope: a validator
 /// message's is its sender and kind (dealing, ack, reveal, proposal,
@@ -76,6 +77,13 @@ pub fn block_scope(t: &Tx) -> Option<Vec<u8>> {
             let c = crate::proto::AllowanceChange::decode(a.body.as_slice()).ok()?;
             Some([b"allowance/".as_slice(), c.user.as_bytes()].concat())
         }
+        // A user's messages share its allowance changes' scope: one
+        // user-signed transaction per user and block (their sequences are
+        // one counter).
+        tx::Sum::User(u) => {
+            let m = crate::proto::UserMsg::decode(u.body.as_slice()).ok()?;
+            Some([b"allowance/".as_slice(), m.user.as_bytes()].concat())
+        }
         _ => None,
     }
 }
@@ -89,6 +97,8 @@ pub enum UserPlan {
     Validator(Box<ValidatorPlan>),
     /// An allowance change.
     Allowance(AllowancePlan),
+    /// A user's key change or withdrawal.
+    User(UserMsgPlan),
 }
 
 impl UserPlan {
@@ -98,6 +108,10 @@ impl UserPlan {
             UserPlan::Report(p) => Ok(p.apply(kv)),
             UserPlan::Allowance(p) => Ok(p.apply(kv)),
             UserPlan::Validator(p) => p.apply(kv),
+            UserPlan::User(p) => {
+                let height = crate::dkg::state::last_height(kv)?;
+                p.apply(kv, height)
+            }
         }
     }
 
@@ -107,6 +121,7 @@ impl UserPlan {
             UserPlan::Report(p) => format!("report {} passes checks", hex::encode(p.report_id())),
             UserPlan::Allowance(_) => "allowance change passes checks".into(),
             UserPlan::Validator(p) => format!("{} passes checks", p.describe()),
+            UserPlan::User(p) => format!("{} passes checks", p.describe()),
         }
     }
 
@@ -115,7 +130,7 @@ impl UserPlan {
     pub fn report_scope(&self) -> Option<(&[u8], u64)> {
         match self {
             UserPlan::Report(p) => Some(p.scope()),
-            UserPlan::Allowance(_) | UserPlan::Validator(_) => None,
+            UserPlan::Allowance(_) | UserPlan::Validator(_) | UserPlan::User(_) => None,
         }
     }
 }
@@ -162,6 +177,10 @@ pub fn plan(
         Some(tx::Sum::Allowance(a)) => {
             let opened = open(kv, &a, sigs)?;
             plan_allowance(kv, now, opened).map(UserPlan::Allowance)
+        }
+        Some(tx::Sum::User(u)) => {
+            let opened = open(kv, &u, sigs)?;
+            plan_user_msg(kv, opened).map(UserPlan::User)
         }
         Some(tx::Sum::Validator(v)) => {
             let opened = crate::dkg::msg::open(kv, &v, sigs)?;

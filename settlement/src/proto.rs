@@ -29,6 +29,9 @@ pub mod tx {
         /// A current or incoming validator's DKG or governance message.
         #[prost(message, tag = "5")]
         Validator(super::SignedValidatorMsg),
+        /// A user's signed key change or withdrawal (ADR 0020).
+        #[prost(message, tag = "6")]
+        User(super::SignedUserMsg),
     }
 }
 
@@ -334,6 +337,10 @@ pub struct HubDeposit {
     /// Credits.
     #[prost(uint64, tag = "3")]
     pub amount: u64,
+    /// Empty, or the ed25519 key the deposit that first funds `user`
+    /// binds to it (ADR 0020).
+    #[prost(bytes = "vec", tag = "4")]
+    pub pubkey: Vec<u8>,
 }
 
 /// A hub's answer to one settlement attempt, as validators observed it.
@@ -368,9 +375,14 @@ pub struct HubCall {
     /// Credits.
     #[prost(uint64, tag = "4")]
     pub amount: u64,
-    /// Settlement window the payment comes from.
+    /// Settlement window the payment comes from (a withdrawal: the
+    /// window it was made in).
     #[prost(uint64, tag = "5")]
     pub window: u64,
+    /// 0 a payment to `provider`; 1 a withdrawal back to `user` (ADR
+    /// 0020; `provider` empty).
+    #[prost(uint32, tag = "6")]
+    pub kind: u32,
 }
 
 /// A batch of hub calls (state).
@@ -457,5 +469,7 @@ pub struct PendingMessage {
 /// Validator messages and the validator, ceremony and proposal records
 /// (ADR 0015). The file holds message items only (no `use`, no inner
 /// docs): tools/proto-check reads it after this one as one source.
+mod users;
 mod validators;
+pub use users::*;
 pub use validators::*;

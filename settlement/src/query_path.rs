@@ -282,6 +282,11 @@ pub fn allowances(user: &str) -> QueryPath {
     QueryPath::from_segments(["allowances", user])
 }
 
+/// `/withdrawals/{user}`.
+pub fn withdrawals(user: &str) -> QueryPath {
+    QueryPath::from_segments(["withdrawals", user])
+}
+
 /// `/balance/{user}`.
 pub fn balance(user: &str) -> QueryPath {
     QueryPath::from_segments(["balance", user])

@@ -102,9 +102,10 @@ pub fn verify_system(
     let chain = chain_id(sim)?;
     let p = params(sim)?;
     let signers = active_key(sim, cache)?.map_or(0, |k| k.shares.shares.len());
+    let version = crate::state::chain::app_version(sim)?;
     // Sizes first, by length alone, before anything is decoded.
     for (i, t) in txs.iter().enumerate() {
-        check_proposed_size(t, &p, signers)
+        check_proposed_size(t, &p, signers, version)
             .map_err(|r| reject(r.code, format!("tx {i}: {}", r.log)))?;
     }
     // 0: nothing yet, 1: sync start seen, 2: partials seen, 3: user txs.

@@ -60,20 +60,26 @@ pub fn peek_payload(tx: &[u8]) -> Option<(u64, usize)> {
 }
 
 /// The most bytes an honest system transaction can take under `p` with
-/// `signers` share holders: a SubmitPartials of `max_block_messages`
-/// messages, each with one partial per signer and a full hub-block body;
-/// a SyncTxStart of `max_batch_calls` ids. Anything larger is refused by
-/// its length before it is decoded.
-pub fn system_tx_bound(p: &Params, signers: usize, field: u64) -> usize {
+/// `signers` share holders at app `version`: a SubmitPartials of
+/// `max_block_messages` messages, each with one partial per signer and a
+/// full hub-block body; a SyncTxStart of `max_batch_calls` ids. Anything
+/// larger is refused by its length before it is decoded.
+pub fn system_tx_bound(p: &Params, signers: usize, field: u64, version: u64) -> usize {
     const PARTIAL: usize = 192; // index, kind, 32-byte digest, 96-byte signature, framing
-    const DEPOSIT: usize = 96; // seq, user (<= 64 bytes), amount, framing
+    // seq, user (<= 64 bytes), amount, framing; from app version 3 a
+    // 32-byte key too (ADR 0020).
+    let deposit: usize = if version >= crate::types::GROWTH_VERSION {
+        130
+    } else {
+        96
+    };
     const SLACK: usize = 256; // chain name, heights, more, deposit count, framing (~105 bytes)
     let msgs = p.max_block_messages as usize;
     match field {
         FIELD_PARTIALS => msgs.saturating_mul(
             signers
                 .saturating_mul(PARTIAL)
-                .saturating_add((p.max_block_deposits as usize).saturating_mul(DEPOSIT))
+                .saturating_add((p.max_block_deposits as usize).saturating_mul(deposit))
                 .saturating_add(SLACK),
         ),
         FIELD_SYNC_START => (p.max_batch_calls as usize)
@@ -84,10 +90,15 @@ pub fn system_tx_bound(p: &Params, signers: usize, field: u64) -> usize {
 }
 
 /// Refuses, by length alone, a proposed transaction over `max_tx_bytes` or
-/// a system transaction over [`system_tx_bound`]: a proposer cannot make
-/// other validators decode (and allocate for) more than an honest block
-/// holds.
-pub fn check_proposed_size(tx: &[u8], p: &Params, signers: usize) -> Result<(), Rejection> {
+/// a system transaction over [`system_tx_bound`] (at app `version`): a
+/// proposer cannot make other validators decode (and allocate for) more
+/// than an honest block holds.
+pub fn check_proposed_size(
+    tx: &[u8],
+    p: &Params,
+    signers: usize,
+    version: u64,
+) -> Result<(), Rejection> {
     if tx.len() as u64 > p.max_tx_bytes {
         return Err(Rejection::new(
             Code::TxTooLarge,
@@ -99,7 +110,7 @@ pub fn check_proposed_size(tx: &[u8], p: &Params, signers: usize) -> Result<(), 
         ));
     }
     if let Some((field, len)) = peek_payload(tx) {
-        let bound = system_tx_bound(p, signers, field);
+        let bound = system_tx_bound(p, signers, field, version);
         if len > bound {
             return Err(Rejection::new(
                 Code::BadSystemTx,

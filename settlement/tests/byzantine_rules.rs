@@ -1131,7 +1131,10 @@ fn oversized_proposed_transactions_are_refused_by_length() {
     // Hand-computed bound for 4 signers and default caps:
     // 8 messages x (4 x 192 + 256 x 96 + 256) = 204,800 payload bytes.
     let p = Params::default();
-    assert_eq!(tally_settlement::tx::system_tx_bound(&p, 4, 3), 204_800);
+    assert_eq!(tally_settlement::tx::system_tx_bound(&p, 4, 3, 1), 204_800);
+    // From app version 3 a deposit may carry a 32-byte key: 8 messages of
+    // 4 x 192 + 256 x 130 + 256 bytes.
+    assert_eq!(tally_settlement::tx::system_tx_bound(&p, 4, 3, 3), 274_432);
     // 150,000 empty partials: 300,000 payload bytes, under max_tx_bytes
     // (1 MiB) but over the bound; decoding them would allocate ~30x that.
     let stuffed = partials_tx(SubmitPartials {

@@ -2,7 +2,7 @@
 //! for a report, an allowance change and a validator message alike, a
 //! signature that is not 64 bytes or does not verify is 3 `bad_signature`,
 //! a body for another chain is 4 `wrong_chain` whatever its signature, and
-//! a key the kind does not know is the kind's own code (2, 27, 29). The
+//! a key the kind does not know is the kind's own code (2, 27, 29, 37). The
 //! expected codes are the ADR's table, not the implementation's.
 
 use std::sync::Arc;
@@ -10,9 +10,10 @@ use std::sync::Arc;
 use ed25519_dalek::SigningKey;
 use prost::Message;
 use tally_settlement::proto::{
-    tx, validator_msg, AllowanceChange, Outcome, ProposalApproval, ReportUsage, Tx, UsageRecord,
-    ValidatorMsg,
+    tx, user_msg, validator_msg, AllowanceChange, Outcome, ProposalApproval, ReportUsage, Tx,
+    UsageRecord, UserMsg, ValidatorMsg, Withdrawal,
 };
+use tally_settlement::user::sign_user_msg;
 use tally_settlement::{
     check_tx, deliver_tx, init_chain, sign_allowance, sign_report, AllowanceEntry, BalanceEntry,
     Block, Code, GatewayEntry, Genesis, UserEntry,
@@ -108,9 +109,21 @@ fn edit(tx: &[u8], f: impl Fn(&mut Vec<u8>, Option<&mut Vec<u8>>)) -> Vec<u8> {
         Some(tx::Sum::Report(s)) => f(&mut s.signature, Some(&mut s.gateway_key)),
         Some(tx::Sum::Allowance(s)) => f(&mut s.signature, None),
         Some(tx::Sum::Validator(s)) => f(&mut s.signature, Some(&mut s.pubkey)),
+        Some(tx::Sum::User(s)) => f(&mut s.signature, None),
         _ => unreachable!(),
     }
     t.encode_to_vec()
+}
+
+/// A user's withdrawal (ADR 0020; the chain here runs app version 1, so
+/// one that opens is refused by version, after every envelope check).
+fn withdrawal(chain: &str, user: &str) -> UserMsg {
+    UserMsg {
+        chain_id: chain.into(),
+        user: user.into(),
+        sequence: 1,
+        sum: Some(user_msg::Sum::Withdraw(Withdrawal { amount: 1 })),
+    }
 }
 
 fn short_sig(tx: &[u8]) -> Vec<u8> {
@@ -147,7 +160,7 @@ fn expect(what: &str, tx: &[u8], want: Code) {
 
 #[test]
 fn a_short_or_wrong_signature_is_bad_signature_for_every_kind() {
-    let kinds: [(&str, Vec<u8>); 3] = [
+    let kinds: [(&str, Vec<u8>); 4] = [
         ("report", sign_report(&gw(), &report(CHAIN))),
         (
             "allowance",
@@ -156,6 +169,10 @@ fn a_short_or_wrong_signature_is_bad_signature_for_every_kind() {
         (
             "validator message",
             tally_settlement::dkg::sign_validator_msg(&stranger(), &approval(CHAIN)),
+        ),
+        (
+            "user message",
+            sign_user_msg(&alice(), &withdrawal(CHAIN, "alice")),
         ),
     ];
     for (what, tx) in &kinds {
@@ -203,6 +220,11 @@ fn another_chain_comes_before_the_signer_and_the_signature() {
         Code::WrongChain,
     );
     expect(
+        "user message for another chain, bad signature",
+        &short_sig(&sign_user_msg(&alice(), &withdrawal("other", "alice"))),
+        Code::WrongChain,
+    );
+    expect(
         "validator message for another chain, bad signature",
         &short_sig(&tally_settlement::dkg::sign_validator_msg(
             &stranger(),
@@ -234,6 +256,17 @@ fn a_key_the_kind_does_not_know_is_the_kinds_own_code() {
             },
         ),
         Code::BadAllowance,
+    );
+    expect(
+        "user message of a user without a key",
+        &sign_user_msg(&alice(), &withdrawal(CHAIN, "bob")),
+        Code::BadUserMsg,
+    );
+    // Every envelope check passed: the version refuses it (app version 1).
+    expect(
+        "user message on an app version 1 chain",
+        &sign_user_msg(&alice(), &withdrawal(CHAIN, "alice")),
+        Code::BadUserMsg,
     );
     let msg = tally_settlement::dkg::sign_validator_msg(&stranger(), &approval(CHAIN));
     expect(

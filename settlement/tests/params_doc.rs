@@ -124,3 +124,51 @@ fn a_missing_row_or_a_wrong_default_is_reported() {
     let e = check(&README.replacen("\"max_tx_bytes\": 1048576,", "", 1)).unwrap_err();
     assert!(e.contains("genesis example: max_tx_bytes"), "{e}");
 }
+
+/// The README's word for a rule.
+fn rule_word(r: tally_settlement::gov::params::Rule) -> &'static str {
+    use tally_settlement::gov::params::Rule;
+    match r {
+        Rule::Free => "any",
+        Rule::Fixed(_) => "fixed",
+        Rule::RaiseOnly => "raise only",
+        Rule::NoCeremony => "not during a ceremony",
+        Rule::CoversBatch => "not below the batch being settled",
+    }
+}
+
+/// `(name, after genesis)` of each row of the parameter table.
+fn rule_column(section: &str) -> Vec<(String, String)> {
+    section
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|rest| {
+            let cells: Vec<&str> = rest.split(" | ").collect();
+            Some((
+                cells[0].strip_suffix('`')?.to_string(),
+                cells.get(2)?.trim().to_string(),
+            ))
+        })
+        .collect()
+}
+
+#[test]
+fn the_readme_gives_each_parameter_its_rule_after_genesis() {
+    let s = section(README).unwrap();
+    let doc = rule_column(s);
+    let code = tally_settlement::gov::params::RULES;
+    // Every field of Params has exactly one rule in the code.
+    let fields: Vec<String> = defaults().keys().cloned().collect();
+    let mut ruled: Vec<String> = code.iter().map(|(n, _)| n.to_string()).collect();
+    ruled.sort();
+    assert_eq!(ruled, fields, "RULES and Params name different parameters");
+    for (name, rule) in code {
+        let row = doc.iter().find(|(n, _)| n == name);
+        assert_eq!(
+            row.map(|(_, w)| w.as_str()),
+            Some(rule_word(*rule)),
+            "README's rule for {name}"
+        );
+    }
+    assert_eq!(doc.len(), code.len());
+}

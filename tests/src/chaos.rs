@@ -12,22 +12,35 @@
 //! - 5:00 validator 0 (whose relay goes through the proxy) SIGKILLed,
 //!   restarted 10 s later, and a 503 storm.
 //!
+//! Growth (ADR 0020), while the traffic runs: two users unknown at genesis
+//! register by a keyed hub deposit, grant every gateway an allowance and
+//! join the traffic; `max_batch_calls` drops to 50 from a window two
+//! windows ahead; in cycle 0 at 1:40 `chaos-gw-b`'s key is rotated (its
+//! reporter drains, one with the new key takes over); at 4:40 of every
+//! cycle each user withdraws 1,000 credits.
+//!
 //! Audit (every amount in credits):
 //! - deposits made on the hub vs credited on Tally (count and sum);
-//! - Σ user debits on Tally (route records' amounts), Σ balances:
-//!   balances + debits = deposits;
+//! - Σ user debits on Tally (route records' amounts), Σ balances, Σ
+//!   withdrawn (paid to users by the hub): balances + debits + withdrawn =
+//!   deposits (net of registration fees);
+//! - withdrawals the chain took = Σ withdrawn on the hub;
 //! - Σ paid by the hub (provider payouts), Σ pending on Tally (hub calls
 //!   not settled, owed not yet converted): debits = paid + pending, and
 //!   pending is 0 once settled;
-//! - hub escrow = deposits - paid;
+//! - hub escrow = deposits - paid - withdrawn;
+//! - the parameter change in force, the rotated key retired;
 //! - nonces paid twice: each nonce settled once on the hub with exactly the
 //!   chain's calls, no call id in two batches (must be 0);
 //! - records the SDK says landed vs records counted on every validator.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
+use ed25519_dalek::SigningKey;
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
 use tally_client::{HttpTransport, ReportOutcome, Reporter, ReporterConfig};
@@ -36,6 +49,10 @@ use tally_node::rpc::Rpc;
 use tally_settlement::proto::{Outcome, UsageRecord};
 
 use crate::localnet::{free_port_base, Localnet};
+
+mod audit;
+mod growth;
+use growth::NEWCOMERS;
 use crate::proxy::{Fault, FaultProxy, ProxyState};
 
 const USERS: [&str; 6] = ["cu-0", "cu-1", "cu-2", "cu-3", "cu-4", "cu-5"];
@@ -117,42 +134,29 @@ pub fn run(minutes: u64) -> Result<()> {
         .build()?;
     // The reporters start their tasks on this runtime.
     let _in_runtime = runtime.enter();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let users: Users = Arc::new(Mutex::new(USERS.iter().map(|u| u.to_string()).collect()));
     let mut senders = Vec::new();
     for (gi, key) in keys.into_iter().enumerate() {
-        let rpcs: Vec<String> = (0..4).map(|i| net.rpc_url((gi + i) % 4)).collect();
-        let mut cfg = ReporterConfig::new(rpcs, &chain_id);
-        cfg.ttl = Duration::from_secs(300);
-        let reporter = Reporter::start(cfg, key, HttpTransport::new(Duration::from_secs(10)))?;
-        let stop = stop.clone();
-        senders.push(runtime.spawn(async move {
-            let mut rng = rand::rngs::StdRng::seed_from_u64(gi as u64);
-            let mut sent = 0u64;
-            let tick = Duration::from_millis(1000 / RATE.max(1));
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let o = Outcome::ALL[rng.gen_range(0..Outcome::ALL.len())];
-                let r = UsageRecord {
-                    user: USERS[rng.gen_range(0..USERS.len())].into(),
-                    provider: PROVIDERS[rng.gen_range(0..PROVIDERS.len())].into(),
-                    model: "chaos/model".into(),
-                    route: format!("/chaos/{}", rng.gen_range(0..4)),
-                    outcome: o as i32,
-                    units: rng.gen_range(1..100),
-                    amount: if o.may_carry_amount() {
-                        rng.gen_range(1..20)
-                    } else {
-                        0
-                    },
-                };
-                if reporter.record(r).await.is_err() {
-                    break;
-                }
-                sent += 1;
-                tokio::time::sleep(tick).await;
-            }
-            (sent, reporter.shutdown().await)
-        }));
+        senders.push(spawn_sender(&runtime, &net, &chain_id, key, gi, users.clone())?);
     }
+
+    // Growth: newcomers join the traffic, a parameter changes.
+    let all_gateways: Vec<&str> = std::iter::once("demo-gateway").chain(GATEWAYS).collect();
+    for (i, u) in NEWCOMERS.iter().enumerate() {
+        growth::register(&net, u, 0xc0 + i as u8, &all_gateways)?;
+        made += growth::NEWCOMER_DEPOSIT - growth::FEE;
+        users.lock().map_err(|_| anyhow::anyhow!("users lock"))?.push(u.to_string());
+        log(start, &format!("{u} registered by its deposit and joins the traffic"));
+    }
+    let param_window = growth::current_window(&net)? + 2;
+    let status = growth::pass(
+        &net,
+        &["tx", "params", "propose", "--from-window", &param_window.to_string(), "--set", "max_batch_calls=50"],
+    )?;
+    ensure!(status == "applied", "the parameter change is {status}");
+    log(start, &format!("max_batch_calls = 50 from window {param_window}"));
+    let mut withdrawals = 0u64;
+    let mut rotated = None;
 
     // The fault schedule.
     let end = Instant::now() + Duration::from_secs(minutes * 60);
@@ -188,6 +192,22 @@ pub fn run(minutes: u64) -> Result<()> {
         let down = net.take_down("kill", Some(victim))?;
         std::thread::sleep(Duration::from_secs(20));
         down.now()?;
+        if rotated.is_none() {
+            sleep_until(at(100).min(end));
+            let key = SigningKey::from_bytes(&[0xb2; 32]);
+            let pubkey = hex::encode(key.verifying_key().to_bytes());
+            let old = senders.remove(1);
+            let status = growth::pass(
+                &net,
+                &["tx", "gateway", "propose", "rotate", "--name", GATEWAYS[0], "--pubkey", &pubkey],
+            )?;
+            ensure!(status == "applied", "the rotation is {status}");
+            old.stop.store(true, Ordering::Relaxed);
+            senders.push(spawn_sender(&runtime, &net, &chain_id, key, 1, users.clone())?);
+            senders.push(old);
+            rotated = Some(pubkey);
+            log(start, &format!("cycle {cycle}: {} rotated its key", GATEWAYS[0]));
+        }
         sleep_until(at(120).min(end));
         if Instant::now() >= end {
             break;
@@ -197,6 +217,19 @@ pub fn run(minutes: u64) -> Result<()> {
         sleep_until(at(270).min(end + Duration::from_secs(150)));
         down.now()?;
         log(start, &format!("cycle {cycle}: hub back"));
+        sleep_until(at(280).min(end));
+        if Instant::now() < end {
+            let mut took = 0;
+            for u in USERS {
+                let key = net.dir().join("users").join(format!("{u}.key"));
+                took += u64::from(growth::withdraw(&net, &key, u)?);
+            }
+            for u in NEWCOMERS {
+                took += u64::from(growth::withdraw(&net, &growth::newcomer_key(&net, u), u)?);
+            }
+            withdrawals += took * growth::WITHDRAWAL;
+            log(start, &format!("cycle {cycle}: {took} withdrawals of {}", growth::WITHDRAWAL));
+        }
         sleep_until(at(300).min(end));
         if Instant::now() >= end {
             break;
@@ -216,13 +249,15 @@ pub fn run(minutes: u64) -> Result<()> {
         cycle += 1;
     }
     proxy.state().stale_status = false;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for s in &senders {
+        s.stop.store(true, Ordering::Relaxed);
+    }
     log(start, "traffic stops; waiting for every report's outcome");
     let mut sent = 0u64;
     let mut landed = 0u64;
     let mut other: BTreeMap<String, u64> = BTreeMap::new();
     for s in senders {
-        let (n, outcomes) = runtime.block_on(s)?;
+        let (n, outcomes) = runtime.block_on(s.task)?;
         sent += n;
         for o in outcomes {
             match o {
@@ -264,136 +299,81 @@ pub fn run(minutes: u64) -> Result<()> {
         std::thread::sleep(Duration::from_secs(5));
     }
     let counts = (made, credited_before);
-    audit(&net, counts, sent, landed, &other, stale_answers, start)
+    let grown = Grown {
+        withdrawals,
+        param_window,
+        rotated,
+    };
+    audit::audit(&net, counts, &grown, sent, landed, &other, stale_answers, start)
 }
 
-fn audit(
-    net: &Localnet,
-    (made, credited_before): (u64, u64),
-    sent: u64,
-    landed: u64,
-    other: &BTreeMap<String, u64>,
-    stale_answers: u64,
-    start: Instant,
-) -> Result<()> {
-    let hub = Rpc::new(&net.hub_rpc_url());
-    let mut failures = Vec::new();
-    let mut check = |ok: bool, what: String| {
-        println!("audit: {what} {}", if ok { "ok" } else { "MISMATCH" });
-        if !ok {
-            failures.push(what);
-        }
-    };
-    let sync = query(&net.rpc(0), "/sync/hub")?;
-    let credited_count = sync["next_deposit_seq"]
-        .as_u64()
-        .unwrap_or(1)
-        .saturating_sub(credited_before);
-    let mut balances = 0u64;
-    let mut debits = 0u64;
-    let mut counted = [0u64; 4];
-    for u in USERS {
-        balances += net.balance(0, u)?;
-        for (i, c) in counted.iter_mut().enumerate() {
-            let mut cursor: Option<String> = None;
-            loop {
-                let path = match &cursor {
-                    Some(c) => format!("/sla/user/{u}?limit=1000&cursor={c}"),
-                    None => format!("/sla/user/{u}?limit=1000"),
-                };
-                let v = query(&net.rpc(i), &path)?;
-                for r in v["records"].as_array().context("records")? {
-                    *c += r["requests"].as_u64().unwrap_or(0);
-                    if i == 0 {
-                        debits += r["amount"].as_u64().unwrap_or(0);
-                    }
-                }
-                match v["next_cursor"].as_str() {
-                    Some(n) => cursor = Some(n.to_string()),
-                    None => break,
-                }
-            }
-        }
-    }
-    let mut paid = 0u64;
-    for p in PROVIDERS {
-        paid += query(&hub, &format!("/payout/{p}"))?["paid"]
-            .as_u64()
-            .unwrap_or(0);
-    }
-    let mut escrow = 0u64;
-    for u in USERS {
-        escrow += query(&hub, &format!("/escrow/{u}"))?["escrow"]
-            .as_u64()
-            .unwrap_or(0);
-    }
-    let pending: u64 = query(&net.rpc(0), "/hubcalls/hub?limit=1000")?["calls"]
-        .as_array()
-        .map(|c| c.iter().filter_map(|c| c["amount"].as_u64()).sum())
-        .unwrap_or(0);
-    // Nonces: each settled once on the hub, with the chain's calls.
-    let formed = sync["next_nonce"].as_u64().unwrap_or(1) - 1;
-    let last = query(&hub, "/last_nonce/hub")?["last_nonce"]
-        .as_u64()
-        .unwrap_or(0);
-    let mut twice = 0u64;
-    let mut ids = BTreeSet::new();
-    for n in 1..=formed {
-        let b = query(&net.rpc(0), &format!("/batch/hub/{n}"))?;
-        let calls = b["calls"].as_array().context("calls")?;
-        let mut dup = false;
-        for c in calls {
-            dup |= !ids.insert(c["id"].as_u64().unwrap_or(0));
-        }
-        let h = query(&hub, &format!("/batch/hub/{n}"))?;
-        if dup || h["calls"].as_u64() != Some(calls.len() as u64) || b["status"] != "settled" {
-            twice += 1;
-            eprintln!("batch {n}: chain {b}\nhub {h}");
-        }
-    }
-    println!(
-        "audit: ran {:.0} min; proxy served {stale_answers} stale tips; batches {formed}, hub last nonce {last}",
-        start.elapsed().as_secs_f64() / 60.0
-    );
-    println!("audit: records offered {sent}, landed (SDK) {landed}, not landed {other:?}");
-    check(
-        credited_count == USERS.len() as u64,
-        format!(
-            "deposits made {} ({made}), credited {credited_count}",
-            USERS.len()
-        ),
-    );
-    check(
-        balances + debits == made,
-        format!("Σ balances {balances} + Σ user debits {debits} = Σ deposits {made}"),
-    );
-    check(
-        debits == paid + pending,
-        format!("Σ user debits {debits} = Σ paid by the hub {paid} + Σ pending {pending}"),
-    );
-    check(
-        pending == 0,
-        format!("Σ pending after settling {pending} = 0"),
-    );
-    check(
-        escrow + paid == made,
-        format!("hub escrow {escrow} + paid {paid} = deposits {made}"),
-    );
-    check(
-        last == formed,
-        format!("hub last nonce {last} = batches formed {formed}"),
-    );
-    check(
-        twice == 0,
-        format!("nonces paid twice or not as formed: {twice}"),
-    );
-    for (i, c) in counted.iter().enumerate() {
-        check(
-            *c == landed,
-            format!("records counted on validator {i} {c} = landed {landed}"),
-        );
-    }
-    ensure!(failures.is_empty(), "audit failed: {failures:?}");
-    println!("audit: every invariant holds");
-    Ok(())
+/// The users the traffic charges (newcomers join once registered).
+type Users = Arc<Mutex<Vec<String>>>;
+
+/// One gateway's reporter task and its stop flag.
+struct Sender {
+    task: tokio::task::JoinHandle<(u64, Vec<ReportOutcome>)>,
+    stop: Arc<AtomicBool>,
 }
+
+/// Starts a reporter signing with `key` that offers [`RATE`] records a
+/// second for the current `users` until stopped (gateway `gi` picks its
+/// validators from `gi` on).
+fn spawn_sender(
+    runtime: &tokio::runtime::Runtime,
+    net: &Localnet,
+    chain_id: &str,
+    key: SigningKey,
+    gi: usize,
+    users: Users,
+) -> Result<Sender> {
+    let rpcs: Vec<String> = (0..4).map(|i| net.rpc_url((gi + i) % 4)).collect();
+    let mut cfg = ReporterConfig::new(rpcs, chain_id);
+    cfg.ttl = Duration::from_secs(300);
+    let reporter = Reporter::start(cfg, key, HttpTransport::new(Duration::from_secs(10)))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    let task = runtime.spawn(async move {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(gi as u64);
+        let mut sent = 0u64;
+        let tick = Duration::from_millis(1000 / RATE.max(1));
+        while !flag.load(Ordering::Relaxed) {
+            let o = Outcome::ALL[rng.gen_range(0..Outcome::ALL.len())];
+            let user = match users.lock() {
+                Ok(u) => u[rng.gen_range(0..u.len())].clone(),
+                Err(_) => break,
+            };
+            let r = UsageRecord {
+                user,
+                provider: PROVIDERS[rng.gen_range(0..PROVIDERS.len())].into(),
+                model: "chaos/model".into(),
+                route: format!("/chaos/{}", rng.gen_range(0..4)),
+                outcome: o as i32,
+                units: rng.gen_range(1..100),
+                amount: if o.may_carry_amount() {
+                    rng.gen_range(1..20)
+                } else {
+                    0
+                },
+            };
+            if reporter.record(r).await.is_err() {
+                break;
+            }
+            sent += 1;
+            tokio::time::sleep(tick).await;
+        }
+        (sent, reporter.shutdown().await)
+    });
+    Ok(Sender { task, stop })
+}
+
+/// What the growth actions did, for the audit.
+struct Grown {
+    /// Credits the chain took as withdrawals.
+    withdrawals: u64,
+    /// The window `max_batch_calls = 50` governs from.
+    param_window: u64,
+    /// The rotated gateway's new key (hex).
+    rotated: Option<String>,
+}
+

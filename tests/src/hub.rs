@@ -47,6 +47,12 @@ impl Hub {
     /// A deposit of `amount` for `user` at hub `height`; returns its
     /// sequence number.
     pub fn deposit(&mut self, height: u64, user: &str, amount: u64) -> u64 {
+        self.deposit_keyed(height, user, amount, Vec::new())
+    }
+
+    /// A deposit that carries `pubkey` (ADR 0020: it binds the user's key
+    /// on the chain if it is the deposit that first funds the user).
+    pub fn deposit_keyed(&mut self, height: u64, user: &str, amount: u64, pubkey: Vec<u8>) -> u64 {
         let seq = self.deposits.len() as u64 + 1;
         self.deposits.push((
             height,
@@ -54,9 +60,19 @@ impl Hub {
                 seq,
                 user: user.into(),
                 amount,
+                pubkey,
             },
         ));
         seq
+    }
+
+    /// Credits withdrawals paid out to `user` (calls of kind 1: paid with
+    /// no provider).
+    pub fn withdrawn(&self, user: &str) -> u64 {
+        self.paid
+            .get(&(user.to_string(), String::new()))
+            .copied()
+            .unwrap_or(0)
     }
 
     /// The hub's cumulative deposit count through `height`: every deposit
@@ -105,11 +121,17 @@ impl Hub {
         let cursor = sync::hub_cursor(kv, &chain)?;
         let to = cursor.height + p.hub_block_range - 1;
         if self.tip >= to {
+            // Before app version 3 honest relays leave keys out.
+            let keyed = tally_settlement::state::chain::app_version(kv)?
+                >= tally_settlement::types::GROWTH_VERSION;
             let all = self
                 .deposits
                 .iter()
                 .filter(|(h, _)| (cursor.height..=to).contains(h))
-                .map(|(_, d)| d.clone())
+                .map(|(_, d)| HubDeposit {
+                    pubkey: if keyed { d.pubkey.clone() } else { Vec::new() },
+                    ..d.clone()
+                })
                 .collect();
             let (deposits, more) =
                 deposit_message(all, cursor.deposit_seq, p.max_block_deposits as usize);
@@ -209,6 +231,14 @@ impl Hub {
             return Ok(false);
         }
         for c in calls {
+            // A withdrawal (kind 1) has no provider: paid to the user.
+            ensure!(
+                c.kind == 0 || (c.kind == 1 && c.provider.is_empty()),
+                "hub: call {} of kind {} to {:?}",
+                c.id,
+                c.kind,
+                c.provider
+            );
             *self.paid.entry((c.user, c.provider)).or_default() += c.amount;
         }
         self.settled.insert(b.nonce, b);

@@ -45,6 +45,7 @@ pub mod status;
 pub mod table;
 pub mod tx;
 pub mod upgrade;
+pub mod user;
 pub mod validator;
 
 /// A subcommand, ready to run.

@@ -35,6 +35,11 @@ pub enum TxCommand {
     /// Add, rotate, suspend, resume or remove a gateway (ADR 0020).
     #[command(subcommand)]
     Gateway(super::govern::GatewayCommand),
+    /// Take unspent credits back to the hub, signed with the user's key
+    /// (ADR 0020).
+    Withdraw(super::user::WithdrawCommand),
+    /// Replace a user's key, signed with the key in force (ADR 0020).
+    UserKey(super::user::UserKeyCommand),
 }
 
 impl Command for TxCommand {
@@ -46,6 +51,8 @@ impl Command for TxCommand {
             Self::Upgrade(c) => c.execute(ctx),
             Self::Params(c) => c.execute(ctx),
             Self::Gateway(c) => c.execute(ctx),
+            Self::Withdraw(c) => c.execute(ctx),
+            Self::UserKey(c) => c.execute(ctx),
         }
     }
 }

@@ -22,8 +22,7 @@ use crate::proto::Proposal;
 use crate::state::chain::app_version;
 use crate::types::Event;
 
-/// The first app version that has parameter and gateway proposals.
-pub const GROWTH_VERSION: u64 = 3;
+pub use crate::types::GROWTH_VERSION;
 
 /// The payloads a proposal carries, as the checks read them.
 #[derive(Clone, Copy, Debug)]

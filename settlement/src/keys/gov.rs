@@ -1,5 +1,5 @@
 //! The keys of governed state ([`crate::gov`], ADR 0020): parameter
-//! versions and scheduled changes, and gateway records. Part of
+//! versions and scheduled changes, and users' withdrawals. Part of
 //! [`super`]'s layout.
 
 use super::cat;
@@ -11,6 +11,19 @@ pub const PARAMS_SINCE: &[u8] = b"meta/window_of_params";
 pub const PARAMS_AT: &[u8] = b"par/at/";
 /// `par/next/<window BE>`: a change scheduled from `window` (JSON).
 pub const PARAMS_NEXT: &[u8] = b"par/next/";
+
+/// `wd/<user>\0<call id BE>`: a user's withdrawal ([`crate::state::withdrawal`]).
+pub const WITHDRAWAL: &[u8] = b"wd/";
+
+/// `wd/<user>\0`.
+pub fn withdrawal_prefix(user: &str) -> Vec<u8> {
+    cat(&[WITHDRAWAL, user.as_bytes(), &[0]])
+}
+
+/// `wd/<user>\0<call id BE>`.
+pub fn withdrawal(user: &str, id: u64) -> Vec<u8> {
+    cat(&[WITHDRAWAL, user.as_bytes(), &[0], &id.to_be_bytes()])
+}
 
 /// `par/at/<window BE>`.
 pub fn params_at(window: u64) -> Vec<u8> {

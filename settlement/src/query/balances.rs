@@ -1,6 +1,6 @@
-//! A user's money: `/balance/{user}` and `/allowances/{user}` (the
+//! A user's money: `/balance/{user}`, `/allowances/{user}` (the
 //! allowances the user gave gateways, with what each charged in the
-//! current window).
+//! current window) and `/withdrawals/{user}`.
 
 use serde_json::{json, Value};
 
@@ -49,4 +49,30 @@ pub fn allowances(a: &Ask) -> Result<Value, ExecError> {
         "window": window,
         "allowances": rows,
     }))
+}
+
+/// `/withdrawals/{user}`: the user's withdrawals by call id (the first
+/// `MAX_LIMIT`; `more` when others follow), each `pending` until the batch
+/// that pays it settles on the hub (then `settled_nonce` names it).
+pub fn withdrawals(a: &Ask) -> Result<Value, ExecError> {
+    a.no_params()?;
+    let user = user(a)?;
+    let rows = crate::state::withdrawal::withdrawals(&a.kv, user, 0, MAX_LIMIT + 1)?;
+    let more = rows.len() > MAX_LIMIT;
+    let list: Vec<Value> = rows
+        .into_iter()
+        .take(MAX_LIMIT)
+        .map(|(id, w)| {
+            json!({
+                "call_id": id,
+                "amount": w.amount,
+                "sequence": w.sequence,
+                "window": w.window,
+                "height": w.height,
+                "status": if w.settled_nonce == 0 { "pending" } else { "settled" },
+                "settled_nonce": (w.settled_nonce != 0).then_some(w.settled_nonce),
+            })
+        })
+        .collect();
+    Ok(json!({ "user": user, "withdrawals": list, "more": more }))
 }

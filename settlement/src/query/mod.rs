@@ -99,6 +99,7 @@ pub const ROUTES: &[Route] = &[
     route("/windows", "windows with their totals", PAGED, windows::windows),
     route("/balance/{user}", "a user's balance", ONE, balances::balance),
     route("/allowances/{user}", "a user's allowances and their use", ONE, balances::allowances),
+    route("/withdrawals/{user}", "a user's withdrawals", ONE, balances::withdrawals),
     route("/params", "the chain parameters", ONE, params::params),
     route("/gateways", "the registered gateways", ONE, params::gateways),
     route("/sync/{chain}", "a hub chain's sync state", ONE, sync::sync_state),

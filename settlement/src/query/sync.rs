@@ -58,8 +58,14 @@ pub fn batch(a: &Ask) -> Result<Value, ExecError> {
     let mut calls = Vec::with_capacity(b.call_ids.len());
     for id in &b.call_ids {
         calls.push(match sync::hub_call(kv, *id)? {
-            Some(c) => json!({"id": c.id, "user": c.user, "provider": c.provider,
-                "amount": c.amount, "window": c.window, "settled": settled}),
+            Some(c) => {
+                let mut v = json!({"id": c.id, "user": c.user, "provider": c.provider,
+                    "amount": c.amount, "window": c.window, "settled": settled});
+                if c.kind == crate::types::CALL_WITHDRAW {
+                    v["kind"] = json!("withdrawal");
+                }
+                v
+            }
             // Past `settled_retention_windows`: only the id is left.
             None => json!({"id": id, "settled": true, "pruned": true}),
         });
@@ -94,7 +100,13 @@ pub fn hubcalls(a: &Ask) -> Result<Value, ExecError> {
     };
     let calls: Vec<_> = calls
         .iter()
-        .map(|c| json!({"id": c.id, "user": c.user, "provider": c.provider, "amount": c.amount, "window": c.window}))
+        .map(|c| {
+            let mut v = json!({"id": c.id, "user": c.user, "provider": c.provider, "amount": c.amount, "window": c.window});
+            if c.kind == crate::types::CALL_WITHDRAW {
+                v["kind"] = json!("withdrawal");
+            }
+            v
+        })
         .collect();
     Ok(json!({"calls": calls, "next_cursor": next}))
 }

@@ -13,6 +13,7 @@
 //! - [`gateway`]: gateway keys and their standing (ADR 0020).
 //! - [`sync`]: the threshold key, hub calls, batches, sync state, deposit
 //!   cursors and stored partial signatures.
+//! - [`withdrawal`]: users' withdrawals (ADR 0020).
 //! - [`listing`]: paged reads of what queries list (a route's records, a
 //!   provider's or user's records, windows, gateways).
 //!
@@ -24,6 +25,7 @@ pub mod gateway;
 pub mod listing;
 pub mod replay;
 pub mod sync;
+pub mod withdrawal;
 
 use prost::Message;
 use tally_store::{Kv, KvRead};

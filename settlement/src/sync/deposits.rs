@@ -32,7 +32,9 @@ use crate::error::Fatal;
 use crate::genesis::Params;
 use crate::ident;
 use crate::proto::HubBlock;
-use crate::state::chain::{balance, put_balance};
+use crate::types::GROWTH_VERSION;
+use crate::state::allowance::{put_user_key, user_key};
+use crate::state::chain::{app_version, balance, put_balance};
 use crate::state::sync::{hub_cursor, put_deposit_seq, put_hub_height};
 use crate::types::Event;
 
@@ -65,6 +67,15 @@ pub enum BlockRefusal {
         more: bool,
         /// `max_block_deposits`.
         cap: usize,
+    },
+    /// A deposit whose key is not an ed25519 key, or any key before app
+    /// version 3.
+    #[error("deposit {index} of the hub block: {why}")]
+    Key {
+        /// Position in the message.
+        index: usize,
+        /// Why.
+        why: String,
     },
     /// A deposit out of sequence, of zero credits, or for a bad user.
     #[error("deposit {index} of the hub block: seq {seq} (want {want}), amount {amount}, user {user:?}: not gap-free from the cursor, zero, or not a valid user")]
@@ -157,7 +168,18 @@ pub fn check_block(
             cap,
         }));
     }
+    let keyed = app_version(kv)? >= GROWTH_VERSION;
     for (i, d) in b.deposits.iter().enumerate() {
+        if !d.pubkey.is_empty() {
+            let why = if keyed {
+                check_deposit_key(&d.pubkey).err()
+            } else {
+                Some(format!("keys in deposits need app version {GROWTH_VERSION}"))
+            };
+            if let Some(why) = why {
+                return Ok(Err(BlockRefusal::Key { index: i, why }));
+            }
+        }
         let want = cursor.deposit_seq.saturating_add(i as u64);
         if d.seq != want || d.amount == 0 || ident::check_party("user", &d.user).is_err() {
             return Ok(Err(BlockRefusal::Deposit {
@@ -170,6 +192,17 @@ pub fn check_block(
         }
     }
     Ok(check_count(cursor.deposit_seq, b))
+}
+
+/// Whether `key` may ride in a deposit: 32 bytes that are an ed25519
+/// point. The hub refuses a deposit that fails this (the same function),
+/// so a deposit the hub took can never stop the chain's cursor.
+pub fn check_deposit_key(key: &[u8]) -> Result<[u8; 32], String> {
+    let k = <[u8; 32]>::try_from(key)
+        .map_err(|_| format!("a deposit's key is {} bytes, not 32", key.len()))?;
+    ed25519_dalek::VerifyingKey::from_bytes(&k)
+        .map_err(|_| "a deposit's key is not an ed25519 point".to_string())?;
+    Ok(k)
 }
 
 /// Whether the chain waits for a signature on hub block `b` with `digest`:
@@ -187,11 +220,27 @@ pub fn awaits_block(
 /// the sequence cursor moves past them; the height cursor moves past the
 /// range unless `more` says the range holds further deposits (an empty
 /// range moves it too).
-pub fn credit_deposits(kv: &mut impl Kv, b: &HubBlock) -> Result<Event, Fatal> {
+pub fn credit_deposits(kv: &mut impl Kv, b: &HubBlock) -> Result<Vec<Event>, Fatal> {
     let mut credited = 0u64;
+    let mut events = Vec::new();
     for d in &b.deposits {
-        let bal = balance(kv, &d.user)?.saturating_add(d.amount);
-        put_balance(kv, &d.user, bal);
+        let before = balance(kv, &d.user)?;
+        if let Ok(key) = check_deposit_key(&d.pubkey) {
+            // The deposit that first funds a user without a key binds its
+            // key (ADR 0020); on any other the key is ignored.
+            if before == 0 && user_key(kv, &d.user)?.is_none() {
+                put_user_key(kv, &d.user, &key);
+                events.push(Event::new(
+                    "user_registered",
+                    [
+                        ("user", d.user.clone()),
+                        ("pubkey", hex::encode(key)),
+                        ("deposit_seq", d.seq.to_string()),
+                    ],
+                ));
+            }
+        }
+        put_balance(kv, &d.user, before.saturating_add(d.amount));
         credited = credited.saturating_add(d.amount);
     }
     let next_seq = b.deposits.last().map(|d| d.seq.saturating_add(1));
@@ -201,17 +250,21 @@ pub fn credit_deposits(kv: &mut impl Kv, b: &HubBlock) -> Result<Event, Fatal> {
     if let Some(n) = next_seq {
         put_deposit_seq(kv, &b.chain, n);
     }
-    Ok(Event::new(
-        "hub_deposits",
-        [
-            ("chain", b.chain.clone()),
-            ("from_height", b.from_height.to_string()),
-            ("to_height", b.to_height.to_string()),
-            ("deposits", b.deposits.len().to_string()),
-            ("more", b.more.to_string()),
-            ("credited", credited.to_string()),
-        ],
-    ))
+    events.insert(
+        0,
+        Event::new(
+            "hub_deposits",
+            [
+                ("chain", b.chain.clone()),
+                ("from_height", b.from_height.to_string()),
+                ("to_height", b.to_height.to_string()),
+                ("deposits", b.deposits.len().to_string()),
+                ("more", b.more.to_string()),
+                ("credited", credited.to_string()),
+            ],
+        ),
+    );
+    Ok(events)
 }
 
 #[cfg(test)]
@@ -230,6 +283,7 @@ mod tests {
                     seq,
                     user: "u".into(),
                     amount: 1,
+                    pubkey: Vec::new(),
                 })
                 .collect(),
             more,

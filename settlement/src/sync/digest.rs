@@ -8,10 +8,13 @@ use sha2::{Digest, Sha256};
 
 use crate::proto::{HubBlock, HubCall, HubResult};
 
-/// The digest validators sign for a batch.
+/// The digest validators sign for a batch: layout v1 when every call
+/// pays a provider (kind 0), else v2, which adds each call's kind (ADR
+/// 0020), so a batch of payments signs the same bytes it always did.
 pub fn batch_digest(chain: &str, nonce: u64, calls: &[HubCall]) -> [u8; 32] {
+    let v2 = calls.iter().any(|c| c.kind != 0);
     let mut h = Sha256::new();
-    h.update(b"tally/batch/v1");
+    h.update(if v2 { b"tally/batch/v2" } else { b"tally/batch/v1" });
     put_str(&mut h, chain);
     h.update(nonce.to_be_bytes());
     h.update((calls.len() as u64).to_be_bytes());
@@ -21,6 +24,9 @@ pub fn batch_digest(chain: &str, nonce: u64, calls: &[HubCall]) -> [u8; 32] {
         put_str(&mut h, &c.provider);
         h.update(c.amount.to_be_bytes());
         h.update(c.window.to_be_bytes());
+        if v2 {
+            h.update(c.kind.to_be_bytes());
+        }
     }
     h.finalize().into()
 }
@@ -36,10 +42,17 @@ pub fn result_digest(r: &HubResult) -> [u8; 32] {
     h.finalize().into()
 }
 
-/// The digest validators sign for a hub block.
+/// The digest validators sign for a hub block: layout v3 when no deposit
+/// carries a key, else v4, which adds to each deposit a byte 0 (no key)
+/// or 1 followed by the 32-byte key (ADR 0020).
 pub fn block_digest(b: &HubBlock) -> [u8; 32] {
+    let v4 = b.deposits.iter().any(|d| !d.pubkey.is_empty());
     let mut h = Sha256::new();
-    h.update(b"tally/hub-block/v3");
+    h.update(if v4 {
+        b"tally/hub-block/v4"
+    } else {
+        b"tally/hub-block/v3"
+    });
     put_str(&mut h, &b.chain);
     h.update(b.from_height.to_be_bytes());
     h.update(b.to_height.to_be_bytes());
@@ -50,6 +63,10 @@ pub fn block_digest(b: &HubBlock) -> [u8; 32] {
         h.update(d.seq.to_be_bytes());
         put_str(&mut h, &d.user);
         h.update(d.amount.to_be_bytes());
+        if v4 {
+            h.update([u8::from(!d.pubkey.is_empty())]);
+            h.update(&d.pubkey);
+        }
     }
     h.finalize().into()
 }

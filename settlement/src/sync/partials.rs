@@ -168,9 +168,7 @@ pub fn apply_partials(
             put_partial(kv, &digest, q.index, &q.sig_bytes());
             stored += 1;
         }
-        if let Some(e) = record_and_act(kv, block, &p, &pubs, &g.awaited)? {
-            events.push(e);
-        }
+        events.extend(record_and_act(kv, block, &p, &pubs, &g.awaited)?);
     }
     Ok(TxResult::ok(
         format!("{stored} partial signature(s) stored, {ignored} ignored"),
@@ -267,7 +265,7 @@ fn record_and_act(
     p: &Params,
     pubs: &PublicShares,
     a: &Awaited,
-) -> Result<Option<Event>, Fatal> {
+) -> Result<Vec<Event>, Fatal> {
     let digest = a.digest;
     if pending_message(kv, &digest)?.is_none() {
         let m = PendingMessage {
@@ -281,7 +279,7 @@ fn record_and_act(
     }
     let rows = stored_partials(kv, &digest)?;
     if rows.len() < pubs.threshold as usize {
-        return Ok(None);
+        return Ok(Vec::new());
     }
     let mut all = Vec::with_capacity(rows.len());
     for (index, sig) in rows {
@@ -290,10 +288,10 @@ fn record_and_act(
     let sig = match pubs.combine(&a.message, &all) {
         Ok(s) => s,
         Err(e) => {
-            return Ok(Some(Event::new(
+            return Ok(vec![Event::new(
                 "combine_failed",
                 [("digest", hex::encode(digest)), ("error", e.to_string())],
-            )))
+            )])
         }
     };
     let pm = pending_message(kv, &digest)?.ok_or(Fatal::Corrupt("pending message"))?;
@@ -303,15 +301,19 @@ fn record_and_act(
         pm.first_height.saturating_add(p.partial_expiry_blocks),
     );
     Ok(match a.kind {
-        Kind::Batch => batch_signed(kv, p, &digest, &sig.compress())?,
-        Kind::KeyRotation => rotation::signed(kv, block, &digest, &sig.compress())?,
+        Kind::Batch => batch_signed(kv, p, &digest, &sig.compress())?
+            .into_iter()
+            .collect(),
+        Kind::KeyRotation => rotation::signed(kv, block, &digest, &sig.compress())?
+            .into_iter()
+            .collect(),
         Kind::HubResult => match &a.hub_result {
-            Some(r) => Some(hub_sync_end(kv, block, p, r)?),
-            None => None,
+            Some(r) => vec![hub_sync_end(kv, block, p, r)?],
+            None => Vec::new(),
         },
         Kind::HubBlock => match &a.hub_block {
-            Some(b) => Some(credit_deposits(kv, b)?),
-            None => None,
+            Some(b) => credit_deposits(kv, b)?,
+            None => Vec::new(),
         },
     })
 }

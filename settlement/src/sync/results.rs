@@ -24,7 +24,10 @@ use crate::error::Fatal;
 use crate::genesis::Params;
 use crate::keys;
 use crate::proto::{HubResult, SyncState};
-use crate::state::sync::{batch, delete_hub_call, put_batch, put_sync_state, sync_state};
+use crate::state::sync::{
+    batch, delete_hub_call, hub_call, put_batch, put_sync_state, sync_state,
+};
+use crate::state::withdrawal::{put_withdrawal, withdrawal};
 use crate::types::{BatchStatus, Block, Event};
 
 /// Whether the chain waits for a signature on result `r` with `digest`:
@@ -60,6 +63,7 @@ pub fn hub_sync_end(
         );
         b.status = BatchStatus::Settled.value();
         put_batch(kv, &r.chain, r.nonce, &b);
+        mark_withdrawals(kv, &b.call_ids, r.nonce)?;
         st.current_nonce = 0;
         st.attempt = 0;
         st.last_sync = block.time;
@@ -87,6 +91,24 @@ pub fn hub_sync_end(
             ("retry_layer", "settlement".into()),
         ],
     ))
+}
+
+/// Records `nonce` as the batch that paid each withdrawal among `ids`
+/// (ADR 0020; payments are only read).
+fn mark_withdrawals(kv: &mut impl Kv, ids: &[u64], nonce: u64) -> Result<(), Fatal> {
+    for id in ids {
+        let Some(call) = hub_call(kv, *id)? else {
+            continue;
+        };
+        if call.kind != crate::types::CALL_WITHDRAW {
+            continue;
+        }
+        if let Some(mut w) = withdrawal(kv, &call.user, *id)? {
+            w.settled_nonce = nonce;
+            put_withdrawal(kv, &call.user, *id, &w);
+        }
+    }
+    Ok(())
 }
 
 /// Most settled batches whose kept calls one block start prunes.

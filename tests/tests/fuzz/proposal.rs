@@ -324,7 +324,10 @@ fn expect_accept(env: &Env, retry: bool, txs: &[Vec<u8>]) -> bool {
                 }
                 stage = 2;
             }
-            Ok(Some(tx::Sum::Report(_) | tx::Sum::Allowance(_) | tx::Sum::Validator(_))) => {
+            Ok(Some(tx::Sum::Report(_)
+                    | tx::Sum::Allowance(_)
+                    | tx::Sum::Validator(_)
+                    | tx::Sum::User(_))) => {
                 stage = 3
             }
         }
@@ -429,7 +432,10 @@ fn process_proposal_with_arbitrary_system_transactions() {
                         }
                     }
                 }
-                Ok(Some(tx::Sum::Report(_) | tx::Sum::Allowance(_) | tx::Sum::Validator(_))) => {}
+                Ok(Some(tx::Sum::Report(_)
+                    | tx::Sum::Allowance(_)
+                    | tx::Sum::Validator(_)
+                    | tx::Sum::User(_))) => {}
             }
         }
         if want {

@@ -46,6 +46,8 @@ pub enum QueryCommand {
     Gateways(state::GatewaysCommand),
     /// What a user lets each gateway charge.
     Allowances(allowances::AllowancesCommand),
+    /// A user's withdrawals and whether each settled (ADR 0020).
+    Withdrawals(allowances::WithdrawalsCommand),
     /// A hub chain's settlement sync state.
     Sync(sync::SyncCommand),
     /// A settlement batch.
@@ -79,6 +81,7 @@ impl Command for QueryCommand {
             Self::Windows(c) => c.execute(ctx),
             Self::Gateways(c) => c.execute(ctx),
             Self::Allowances(c) => c.execute(ctx),
+            Self::Withdrawals(c) => c.execute(ctx),
             Self::Sync(c) => c.execute(ctx),
             Self::Batch(c) => c.execute(ctx),
             Self::Hubcalls(c) => c.execute(ctx),
