@@ -162,6 +162,7 @@ mod tests {
                     seq,
                     user: "u".into(),
                     amount: 1,
+                    pubkey: Vec::new(),
                 })
                 .collect(),
             more,

@@ -13,6 +13,27 @@ use tracing::{error, info};
 
 use crate::app::TallyApp;
 
+/// The app version genesis starts at: CometBFT's
+/// `consensus_params.version.app` (0 or absent: 1). A version this binary
+/// lacks halts the node (`None`).
+fn genesis_version(app: &TallyApp, req: &RequestInitChain) -> Option<u64> {
+    let version = req
+        .consensus_params
+        .as_ref()
+        .and_then(|p| p.version.as_ref())
+        .map_or(1, |v| v.app.max(1));
+    let max = app.max_app_version();
+    if version > max {
+        let why = format!(
+            "genesis starts at app version {version}; this binary carries versions 1 to {max}"
+        );
+        error!(%why, "refusing genesis");
+        app.halt(HaltReason::BadGenesis, 0, why);
+        return None;
+    }
+    Some(version)
+}
+
 pub(crate) fn init_chain(app: &TallyApp, req: RequestInitChain) -> ResponseInitChain {
     if app.halted() {
         return ResponseInitChain::default();
@@ -26,22 +47,9 @@ pub(crate) fn init_chain(app: &TallyApp, req: RequestInitChain) -> ResponseInitC
             return ResponseInitChain::default();
         }
     };
-    // The app version genesis starts at: CometBFT's
-    // `consensus_params.version.app` (0 or absent: 1).
-    let version = req
-        .consensus_params
-        .as_ref()
-        .and_then(|p| p.version.as_ref())
-        .map_or(1, |v| v.app.max(1));
-    let max = app.max_app_version();
-    if version > max {
-        let why = format!(
-            "genesis starts at app version {version}; this binary carries versions 1 to {max}"
-        );
-        error!(%why, "refusing genesis");
-        app.halt(HaltReason::BadGenesis, 0, why);
+    let Some(version) = genesis_version(app, &req) else {
         return ResponseInitChain::default();
-    }
+    };
     let mut c = app.consensus();
     if let Err(e) = settlement::init_chain_at(&mut c.pending, &req.chain_id, &genesis, version) {
         error!(error = %e, "genesis could not be applied");

@@ -78,10 +78,12 @@ pub(crate) fn prepare_proposal(
         };
         if !matches!(
             decoded.sum,
-            None | Some(tx::Sum::Report(_)
+            None | Some(
+                tx::Sum::Report(_)
                     | tx::Sum::Allowance(_)
                     | tx::Sum::Validator(_)
-                    | tx::Sum::User(_))
+                    | tx::Sum::User(_)
+            )
         ) {
             continue;
         }

@@ -18,8 +18,8 @@
 //! - A withdrawal (a batch call of kind 1, see [`crate::machine`]) moves
 //!   credits from escrow to `withdrawn/<user>`: paid out to the user.
 
-use hub_types::{Deposit, HubCode};
 use serde_json::json;
+use tally_hub_types::{Deposit, HubCode};
 use tally_settlement::sync::deposits::check_deposit_key;
 use tally_store::{Kv, KvRead, StoreError};
 
@@ -42,9 +42,16 @@ fn refuse(log: String) -> HubResult {
 }
 
 /// Runs `d` at `height`; `fee` is the hub's registration fee.
-pub fn deposit(kv: &mut impl Kv, height: u64, d: &Deposit, fee: u64) -> Result<HubResult, StoreError> {
+pub fn deposit(
+    kv: &mut impl Kv,
+    height: u64,
+    d: &Deposit,
+    fee: u64,
+) -> Result<HubResult, StoreError> {
     if d.amount == 0 || tally_settlement::ident::check_party("user", &d.user).is_err() {
-        return Ok(refuse("deposit needs a valid user and an amount > 0".into()));
+        return Ok(refuse(
+            "deposit needs a valid user and an amount > 0".into(),
+        ));
     }
     let ek = [ESCROW, d.user.as_bytes()].concat();
     let escrow = get_u64(kv, &ek)?;
@@ -120,5 +127,7 @@ pub fn add_withdrawn(kv: &mut impl Kv, user: &str, amount: u64) -> Result<(), St
 
 /// The key bound to `user` (hex), if any.
 pub fn bound_key(kv: &impl KvRead, user: &str) -> Result<Option<String>, StoreError> {
-    Ok(kv.get(&[USER_KEY, user.as_bytes()].concat())?.map(hex::encode))
+    Ok(kv
+        .get(&[USER_KEY, user.as_bytes()].concat())?
+        .map(hex::encode))
 }

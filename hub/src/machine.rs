@@ -299,7 +299,10 @@ fn submit_batch(kv: &mut impl Kv, height: u64, b: &SubmitBatch) -> Result<HubRes
     }) {
         return Ok(reject(
             HubCode::BadBatch,
-            format!("call {} has kind {} with provider {:?}", c.id, c.kind, c.provider),
+            format!(
+                "call {} has kind {} with provider {:?}",
+                c.id, c.kind, c.provider
+            ),
         ));
     }
     let group = crate::keys::current(kv, &g.name, genesis_key)?;

@@ -28,6 +28,7 @@ fn answers_carry_the_committed_height_and_refuse_a_future_one() {
         sum: Some(hub_tx::Sum::Deposit(Deposit {
             user: "alice".into(),
             amount: 5,
+            pubkey: Vec::new(),
         })),
     }
     .encode_to_vec();

@@ -30,6 +30,7 @@ fn deposit(user: &str, amount: u64) -> Vec<u8> {
         sum: Some(hub_tx::Sum::Deposit(Deposit {
             user: user.into(),
             amount,
+            pubkey: Vec::new(),
         })),
     }
     .encode_to_vec()
@@ -58,6 +59,7 @@ fn call(id: u64, user: &str, amount: u64) -> HubCall {
         provider: "acme".into(),
         amount,
         window: 1,
+        kind: 0,
     }
 }
 

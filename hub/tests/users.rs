@@ -69,10 +69,16 @@ fn the_deposit_that_first_funds_a_user_binds_its_key_after_the_fee() {
     // Binds: 1000 - 100 in escrow, 100 kept.
     assert_eq!(run(&mut kv, &deposit("newbie", 1000, &k1)).0, HubCode::Ok);
     let u = q(&kv, "/user/newbie");
-    assert_eq!((u["escrow"].as_u64(), u["key"].as_str()), (Some(900), Some(hex::encode(k1).as_str())));
+    assert_eq!(
+        (u["escrow"].as_u64(), u["key"].as_str()),
+        (Some(900), Some(hex::encode(k1).as_str()))
+    );
     assert_eq!(q(&kv, "/fees")["fees"], 100);
     let d = &q(&kv, "/deposits/7/7")["deposits"][0];
-    assert_eq!((d["amount"].as_u64(), d["fee"].as_u64()), (Some(900), Some(100)));
+    assert_eq!(
+        (d["amount"].as_u64(), d["fee"].as_u64()),
+        (Some(900), Some(100))
+    );
     assert_eq!(d["pubkey"], hex::encode(k1));
     // The name is taken: another key is refused; the same key tops up
     // without a fee and without a key in the record; no key tops up too.
@@ -122,7 +128,11 @@ fn call(id: u64, provider: &str, amount: u64, kind: u32) -> HubCall {
 fn a_withdrawal_pays_the_user_out_of_escrow_once() {
     let (mut kv, pubs, shares) = setup(0);
     // Kinds the hub does not know, or a withdrawal naming a provider.
-    for bad in [call(1, "acme", 10, 1), call(1, "acme", 10, 2), call(1, "", 10, 7)] {
+    for bad in [
+        call(1, "acme", 10, 1),
+        call(1, "acme", 10, 2),
+        call(1, "", 10, 7),
+    ] {
         let (code, log) = run(&mut kv, &batch(&pubs, &shares, 1, vec![bad]));
         assert_eq!(code, HubCode::BadBatch, "{log}");
     }
@@ -133,12 +143,21 @@ fn a_withdrawal_pays_the_user_out_of_escrow_once() {
     assert_eq!(q(&kv, "/payout/acme")["paid"], 30);
     assert_eq!(q(&kv, "/withdrawn/bob")["withdrawn"], 200);
     let r = q(&kv, "/batch/hub/1");
-    assert_eq!((r["paid"].as_u64(), r["withdrawn"].as_u64()), (Some(230), Some(200)));
+    assert_eq!(
+        (r["paid"].as_u64(), r["withdrawn"].as_u64()),
+        (Some(230), Some(200))
+    );
     // Once per nonce.
-    assert_eq!(run(&mut kv, &batch(&pubs, &shares, 1, calls)).0, HubCode::AlreadySettled);
+    assert_eq!(
+        run(&mut kv, &batch(&pubs, &shares, 1, calls)).0,
+        HubCode::AlreadySettled
+    );
     assert_eq!(q(&kv, "/withdrawn/bob")["withdrawn"], 200);
     // More than escrow: refused whole.
-    let (code, _) = run(&mut kv, &batch(&pubs, &shares, 2, vec![call(3, "", 271, 1)]));
+    let (code, _) = run(
+        &mut kv,
+        &batch(&pubs, &shares, 2, vec![call(3, "", 271, 1)]),
+    );
     assert_eq!(code, HubCode::InsufficientEscrow);
     assert_eq!(q(&kv, "/withdrawn/bob")["withdrawn"], 200);
 }

@@ -207,6 +207,7 @@ mod tests {
             seq,
             user: format!("u{seq}"),
             amount: seq,
+            pubkey: Vec::new(),
         }
     }
 

@@ -280,10 +280,9 @@ impl Hub {
     }
 }
 
-
 /// The bytes of hex string `s` (`None` if it is not hex).
 fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len())

@@ -66,8 +66,8 @@ pub fn peek_payload(tx: &[u8]) -> Option<(u64, usize)> {
 /// larger is refused by its length before it is decoded.
 pub fn system_tx_bound(p: &Params, signers: usize, field: u64, version: u64) -> usize {
     const PARTIAL: usize = 192; // index, kind, 32-byte digest, 96-byte signature, framing
-    // seq, user (<= 64 bytes), amount, framing; from app version 3 a
-    // 32-byte key too (ADR 0020).
+                                // seq, user (<= 64 bytes), amount, framing; from app version 3 a
+                                // 32-byte key too (ADR 0020).
     let deposit: usize = if version >= crate::types::GROWTH_VERSION {
         130
     } else {

@@ -230,6 +230,15 @@ pub struct Awaited {
     pub hub_block: Option<HubBlock>,
 }
 
+/// The first app version with governed parameters and gateways, users
+/// after genesis and withdrawals (ADR 0020).
+pub const GROWTH_VERSION: u64 = 3;
+
+/// The kind of a hub call that pays its provider.
+pub const CALL_PAY: u32 = 0;
+/// The kind of a hub call that returns credits to its user (ADR 0020).
+pub const CALL_WITHDRAW: u32 = 1;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -270,12 +279,3 @@ mod tests {
         assert_eq!(WindowInfo::decode(&w.encode()[..88]), None);
     }
 }
-
-/// The first app version with governed parameters and gateways, users
-/// after genesis and withdrawals (ADR 0020).
-pub const GROWTH_VERSION: u64 = 3;
-
-/// The kind of a hub call that pays its provider.
-pub const CALL_PAY: u32 = 0;
-/// The kind of a hub call that returns credits to its user (ADR 0020).
-pub const CALL_WITHDRAW: u32 = 1;

@@ -28,13 +28,13 @@ use tally_store::{Kv, KvRead};
 use crate::codes::Code;
 use crate::envelope::{self, Envelope, Opened};
 use crate::error::{reject, ExecError};
-use crate::types::GROWTH_VERSION;
 use crate::ident;
 use crate::proto::{tx, user_msg, HubCall, SignedUserMsg, Tx, UserMsg};
 use crate::state::allowance::{put_user_key, put_user_seq, user_key, user_seq};
 use crate::state::chain::{app_version, balance, cur_window, params, put_balance};
 use crate::state::sync::{next_call_id, put_next_call_id, put_pending_call};
 use crate::state::withdrawal::{put_withdrawal, WithdrawalRecord};
+use crate::types::GROWTH_VERSION;
 use crate::types::{Event, TxResult};
 
 /// Domain prefix of a user's message signature: the signed message is
@@ -177,7 +177,10 @@ impl Envelope for SignedUserMsg {
         let key = user_key(kv, &m.user)?.ok_or_else(|| {
             reject(
                 Code::BadUserMsg,
-                format!("user {} has no key (genesis, or the deposit that first funds it, binds one)", m.user),
+                format!(
+                    "user {} has no key (genesis, or the deposit that first funds it, binds one)",
+                    m.user
+                ),
             )
         })?;
         Ok((m.user.clone(), key))
@@ -188,7 +191,10 @@ impl Envelope for SignedUserMsg {
 }
 
 /// Checks an opened user message from reads only.
-pub fn plan_user_msg(kv: &impl KvRead, opened: Opened<UserMsg, String>) -> Result<UserMsgPlan, ExecError> {
+pub fn plan_user_msg(
+    kv: &impl KvRead,
+    opened: Opened<UserMsg, String>,
+) -> Result<UserMsgPlan, ExecError> {
     let bad = |m: String| reject(Code::BadUserMsg, m);
     let version = app_version(kv)?;
     if version < GROWTH_VERSION {
@@ -240,7 +246,10 @@ pub fn plan_user_msg(kv: &impl KvRead, opened: Opened<UserMsg, String>) -> Resul
                 balance: left,
             })
         }
-        None => Err(reject(Code::MalformedTx, "a user message without an action")),
+        None => Err(reject(
+            Code::MalformedTx,
+            "a user message without an action",
+        )),
     }
 }
 

@@ -242,6 +242,7 @@ fn dep(seq: u64, amount: u64) -> HubDeposit {
         seq,
         user: "carol".into(),
         amount,
+        pubkey: Vec::new(),
     }
 }
 
@@ -1025,6 +1026,7 @@ fn hub_block_off_the_cursor_or_with_bad_deposits_is_not_awaited() {
                     seq: 1,
                     user: "a b".into(),
                     amount: 1,
+                    pubkey: Vec::new(),
                 }],
                 false,
             ),

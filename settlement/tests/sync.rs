@@ -214,6 +214,7 @@ fn hub_deposits_are_credited_once_over_consecutive_ranges() {
         seq,
         user: user.into(),
         amount,
+        pubkey: Vec::new(),
     };
     let b1 = HubBlock {
         chain: "hub".into(),
@@ -301,6 +302,7 @@ fn a_short_deposit_list_whose_count_does_not_match_is_not_credited() {
         seq,
         user: user.into(),
         amount,
+        pubkey: Vec::new(),
     };
     let short = HubBlock {
         chain: "hub".into(),

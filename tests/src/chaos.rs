@@ -34,12 +34,12 @@
 //!   chain's calls, no call id in two batches (must be 0);
 //! - records the SDK says landed vs records counted on every validator.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{ensure, Result};
 use ed25519_dalek::SigningKey;
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
@@ -52,8 +52,8 @@ use crate::localnet::{free_port_base, Localnet};
 
 mod audit;
 mod growth;
-use growth::NEWCOMERS;
 use crate::proxy::{Fault, FaultProxy, ProxyState};
+use growth::NEWCOMERS;
 
 const USERS: [&str; 6] = ["cu-0", "cu-1", "cu-2", "cu-3", "cu-4", "cu-5"];
 const PROVIDERS: [&str; 3] = ["cp-a", "cp-b", "cp-c"];
@@ -137,7 +137,14 @@ pub fn run(minutes: u64) -> Result<()> {
     let users: Users = Arc::new(Mutex::new(USERS.iter().map(|u| u.to_string()).collect()));
     let mut senders = Vec::new();
     for (gi, key) in keys.into_iter().enumerate() {
-        senders.push(spawn_sender(&runtime, &net, &chain_id, key, gi, users.clone())?);
+        senders.push(spawn_sender(
+            &runtime,
+            &net,
+            &chain_id,
+            key,
+            gi,
+            users.clone(),
+        )?);
     }
 
     // Growth: newcomers join the traffic, a parameter changes.
@@ -145,16 +152,33 @@ pub fn run(minutes: u64) -> Result<()> {
     for (i, u) in NEWCOMERS.iter().enumerate() {
         growth::register(&net, u, 0xc0 + i as u8, &all_gateways)?;
         made += growth::NEWCOMER_DEPOSIT - growth::FEE;
-        users.lock().map_err(|_| anyhow::anyhow!("users lock"))?.push(u.to_string());
-        log(start, &format!("{u} registered by its deposit and joins the traffic"));
+        users
+            .lock()
+            .map_err(|_| anyhow::anyhow!("users lock"))?
+            .push(u.to_string());
+        log(
+            start,
+            &format!("{u} registered by its deposit and joins the traffic"),
+        );
     }
     let param_window = growth::current_window(&net)? + 2;
     let status = growth::pass(
         &net,
-        &["tx", "params", "propose", "--from-window", &param_window.to_string(), "--set", "max_batch_calls=50"],
+        &[
+            "tx",
+            "params",
+            "propose",
+            "--from-window",
+            &param_window.to_string(),
+            "--set",
+            "max_batch_calls=50",
+        ],
     )?;
     ensure!(status == "applied", "the parameter change is {status}");
-    log(start, &format!("max_batch_calls = 50 from window {param_window}"));
+    log(
+        start,
+        &format!("max_batch_calls = 50 from window {param_window}"),
+    );
     let mut withdrawals = 0u64;
     let mut rotated = None;
 
@@ -199,14 +223,33 @@ pub fn run(minutes: u64) -> Result<()> {
             let old = senders.remove(1);
             let status = growth::pass(
                 &net,
-                &["tx", "gateway", "propose", "rotate", "--name", GATEWAYS[0], "--pubkey", &pubkey],
+                &[
+                    "tx",
+                    "gateway",
+                    "propose",
+                    "rotate",
+                    "--name",
+                    GATEWAYS[0],
+                    "--pubkey",
+                    &pubkey,
+                ],
             )?;
             ensure!(status == "applied", "the rotation is {status}");
             old.stop.store(true, Ordering::Relaxed);
-            senders.push(spawn_sender(&runtime, &net, &chain_id, key, 1, users.clone())?);
+            senders.push(spawn_sender(
+                &runtime,
+                &net,
+                &chain_id,
+                key,
+                1,
+                users.clone(),
+            )?);
             senders.push(old);
             rotated = Some(pubkey);
-            log(start, &format!("cycle {cycle}: {} rotated its key", GATEWAYS[0]));
+            log(
+                start,
+                &format!("cycle {cycle}: {} rotated its key", GATEWAYS[0]),
+            );
         }
         sleep_until(at(120).min(end));
         if Instant::now() >= end {
@@ -228,7 +271,13 @@ pub fn run(minutes: u64) -> Result<()> {
                 took += u64::from(growth::withdraw(&net, &growth::newcomer_key(&net, u), u)?);
             }
             withdrawals += took * growth::WITHDRAWAL;
-            log(start, &format!("cycle {cycle}: {took} withdrawals of {}", growth::WITHDRAWAL));
+            log(
+                start,
+                &format!(
+                    "cycle {cycle}: {took} withdrawals of {}",
+                    growth::WITHDRAWAL
+                ),
+            );
         }
         sleep_until(at(300).min(end));
         if Instant::now() >= end {
@@ -304,7 +353,16 @@ pub fn run(minutes: u64) -> Result<()> {
         param_window,
         rotated,
     };
-    audit::audit(&net, counts, &grown, sent, landed, &other, stale_answers, start)
+    audit::audit(
+        &net,
+        counts,
+        &grown,
+        sent,
+        landed,
+        &other,
+        stale_answers,
+        start,
+    )
 }
 
 /// The users the traffic charges (newcomers join once registered).
@@ -376,4 +434,3 @@ struct Grown {
     /// The rotated gateway's new key (hex).
     rotated: Option<String>,
 }
-

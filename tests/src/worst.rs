@@ -113,6 +113,7 @@ pub fn run(n: u32, reps: usize) -> Result<Vec<Timing>> {
                     seq,
                     user: format!("depositor-{seq:05}-with-a-long-name-{k}"),
                     amount: seq + k,
+                    pubkey: Vec::new(),
                 })
                 .collect(),
             more: true,

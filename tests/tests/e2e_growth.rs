@@ -84,7 +84,11 @@ impl Net {
         let chain_id = net.rpc(0).status()?.chain_id;
         let t = Instant::now();
         while query(&net.rpc(0), "/dkg").map_or(true, |d| d["epoch"].as_u64().unwrap_or(0) < 1) {
-            ensure!(t.elapsed() < Duration::from_secs(120), "no key\n{}", net.logs_tail());
+            ensure!(
+                t.elapsed() < Duration::from_secs(120),
+                "no key\n{}",
+                net.logs_tail()
+            );
             std::thread::sleep(Duration::from_millis(500));
         }
         let newbie_key = net.dir().join("newbie.key");
@@ -101,7 +105,11 @@ impl Net {
     }
 
     fn home(&self, i: usize) -> String {
-        self.net.dir().join(format!("node{i}")).display().to_string()
+        self.net
+            .dir()
+            .join(format!("node{i}"))
+            .display()
+            .to_string()
     }
 }
 
@@ -116,7 +124,12 @@ fn hub_query(f: &Net, path: &str) -> Result<Value> {
 }
 
 /// Polls `done` every 300 ms until it holds, at most `secs`.
-fn wait(f: &Net, secs: u64, what: &str, mut done: impl FnMut() -> Result<bool>) -> Result<Duration> {
+fn wait(
+    f: &Net,
+    secs: u64,
+    what: &str,
+    mut done: impl FnMut() -> Result<bool>,
+) -> Result<Duration> {
     let t = Instant::now();
     loop {
         if done()? {
@@ -181,26 +194,51 @@ fn a_newcomer_registers_on_the_hub_and_is_billed_through_the_sdk(f: &mut Net) ->
     let (_, key) = tally_node::keyfile::load(&f.newbie_key)?;
     let pubkey = hex::encode(key.verifying_key().to_bytes());
     let out = std::process::Command::new(hub_path()?)
-        .args(["deposit", "--user", NEWBIE, "--amount", "10100", "--pubkey", &pubkey])
+        .args([
+            "deposit", "--user", NEWBIE, "--amount", "10100", "--pubkey", &pubkey,
+        ])
         .args(["--node", &f.net.hub_rpc_url()])
         .output()?;
-    ensure!(out.status.success(), "hub deposit: {}", String::from_utf8_lossy(&out.stderr));
+    ensure!(
+        out.status.success(),
+        "hub deposit: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     ensure!(hub_query(f, &format!("/user/{NEWBIE}"))?["escrow"] == 10_000);
     ensure!(hub_query(f, "/fees")?["fees"] == 100);
-    wait(f, 60, "the key bound and 10000 credited on every node", || {
-        let keyed = (0..4).all(|i| {
-            query(&f.net.rpc(i), &format!("/allowances/{NEWBIE}"))
-                .is_ok_and(|a| a["key"] == pubkey.as_str())
-        });
-        Ok(keyed && balances(f, NEWBIE)? == [10_000; 4])
-    })?;
+    wait(
+        f,
+        60,
+        "the key bound and 10000 credited on every node",
+        || {
+            let keyed = (0..4).all(|i| {
+                query(&f.net.rpc(i), &format!("/allowances/{NEWBIE}"))
+                    .is_ok_and(|a| a["key"] == pubkey.as_str())
+            });
+            Ok(keyed && balances(f, NEWBIE)? == [10_000; 4])
+        },
+    )?;
     tallyd_ok(&[
-        "tx", "allowance", "grant", "--from", &f.newbie_key.display().to_string(), "--user", NEWBIE,
-        "--gateway", "demo-gateway", "--max-per-window", "100000", "--expires-in", "3600",
-        "--node", &f.url(0),
+        "tx",
+        "allowance",
+        "grant",
+        "--from",
+        &f.newbie_key.display().to_string(),
+        "--user",
+        NEWBIE,
+        "--gateway",
+        "demo-gateway",
+        "--max-per-window",
+        "100000",
+        "--expires-in",
+        "3600",
+        "--node",
+        &f.url(0),
     ])?;
     bill(f, f.net.gateway_key()?, NEWBIE, 50, 7)?;
-    wait(f, 30, "350 charged on every node", || Ok(balances(f, NEWBIE)? == [9_650; 4]))?;
+    wait(f, 30, "350 charged on every node", || {
+        Ok(balances(f, NEWBIE)? == [9_650; 4])
+    })?;
     Ok(())
 }
 
@@ -208,7 +246,16 @@ fn the_newcomer_withdraws_the_rest_exactly_once(f: &mut Net) -> Result<()> {
     let from = f.newbie_key.display().to_string();
     let t = Instant::now();
     tallyd_ok(&[
-        "tx", "withdraw", "--from", &from, "--user", NEWBIE, "--amount", "9650", "--node", &f.url(1),
+        "tx",
+        "withdraw",
+        "--from",
+        &from,
+        "--user",
+        NEWBIE,
+        "--amount",
+        "9650",
+        "--node",
+        &f.url(1),
     ])?;
     ensure!(balances(f, NEWBIE)?.iter().all(|b| *b == 0 || *b == 9_650));
     wait(f, 120, "the hub paid the withdrawal", || {
@@ -235,9 +282,21 @@ fn the_newcomer_withdraws_the_rest_exactly_once(f: &mut Net) -> Result<()> {
     ensure!(balances(f, NEWBIE)? == [0; 4]);
     // Once: a second withdrawal finds nothing to take.
     let again = tally_tests::localnet::run_tallyd(&[
-        "tx", "withdraw", "--from", &from, "--user", NEWBIE, "--amount", "1", "--node", &f.url(0),
+        "tx",
+        "withdraw",
+        "--from",
+        &from,
+        "--user",
+        NEWBIE,
+        "--amount",
+        "1",
+        "--node",
+        &f.url(0),
     ])?;
-    ensure!(!again.status.success(), "a withdrawal from an empty balance was accepted");
+    ensure!(
+        !again.status.success(),
+        "a withdrawal from an empty balance was accepted"
+    );
     ensure!(
         String::from_utf8_lossy(&again.stderr).contains("insufficient_balance"),
         "{}",
@@ -257,7 +316,17 @@ fn pass(f: &Net, args: &[&str]) -> Result<Value> {
     ensure!(id.parse::<u64>().is_ok(), "no proposal id: {id}");
     for i in 1..=2 {
         let (home, url) = (f.home(i), f.url(i));
-        tallyd_ok(&["tx", "validator", "approve", "--id", &id, "--home", &home, "--node", &url])?;
+        tallyd_ok(&[
+            "tx",
+            "validator",
+            "approve",
+            "--id",
+            &id,
+            "--home",
+            &home,
+            "--node",
+            &url,
+        ])?;
     }
     let p = query(&f.net.rpc(0), &format!("/proposals?from={id}"))?;
     Ok(p["proposals"][0].clone())
@@ -266,26 +335,54 @@ fn pass(f: &Net, args: &[&str]) -> Result<Value> {
 fn a_gateway_added_after_genesis_bills_once_approved(f: &mut Net) -> Result<()> {
     let key = SigningKey::from_bytes(&[0x6c; 32]);
     let pubkey = hex::encode(key.verifying_key().to_bytes());
-    let p = pass(f, &["tx", "gateway", "propose", "add", "--name", "gw-late", "--pubkey", &pubkey])?;
+    let p = pass(
+        f,
+        &[
+            "tx", "gateway", "propose", "add", "--name", "gw-late", "--pubkey", &pubkey,
+        ],
+    )?;
     ensure!(p["status"] == "applied", "{p}");
     wait(f, 20, "gw-late active on every node", || {
         Ok((0..4).all(|i| {
             query(&f.net.rpc(i), "/gateways").is_ok_and(|g| {
                 g["gateways"].as_array().is_some_and(|a| {
-                    a.iter().any(|x| x["name"] == "gw-late" && x["status"] == "active")
+                    a.iter()
+                        .any(|x| x["name"] == "gw-late" && x["status"] == "active")
                 })
             })
         }))
     })?;
-    let alice_key = f.net.dir().join("users").join("alice.key").display().to_string();
+    let alice_key = f
+        .net
+        .dir()
+        .join("users")
+        .join("alice.key")
+        .display()
+        .to_string();
     tallyd_ok(&[
-        "tx", "allowance", "grant", "--from", &alice_key, "--user", "alice", "--gateway", "gw-late",
-        "--max-per-window", "100000", "--expires-in", "3600", "--node", &f.url(0),
+        "tx",
+        "allowance",
+        "grant",
+        "--from",
+        &alice_key,
+        "--user",
+        "alice",
+        "--gateway",
+        "gw-late",
+        "--max-per-window",
+        "100000",
+        "--expires-in",
+        "3600",
+        "--node",
+        &f.url(0),
     ])?;
     let before = balances(f, "alice")?;
     bill(f, key, "alice", 10, 3)?;
     wait(f, 30, "30 charged to alice on every node", || {
-        Ok(balances(f, "alice")?.iter().zip(&before).all(|(a, b)| a + 30 == *b))
+        Ok(balances(f, "alice")?
+            .iter()
+            .zip(&before)
+            .all(|(a, b)| a + 30 == *b))
     })?;
     Ok(())
 }
@@ -314,7 +411,10 @@ fn window_of(t: &str) -> u64 {
 
 fn block_time(rpc: &Rpc, h: u64) -> Result<String> {
     let v = rpc.call("block", serde_json::json!({"height": h.to_string()}))?;
-    Ok(v["block"]["header"]["time"].as_str().context("block time")?.to_string())
+    Ok(v["block"]["header"]["time"]
+        .as_str()
+        .context("block time")?
+        .to_string())
 }
 
 fn a_parameter_change_takes_effect_at_its_window(f: &mut Net) -> Result<()> {
@@ -325,18 +425,35 @@ fn a_parameter_change_takes_effect_at_its_window(f: &mut Net) -> Result<()> {
     let t = block_time(&rpc, latest.height)?;
     let w = window_of(&t);
     let from = w + 3;
-    let p = pass(f, &[
-        "tx", "params", "propose", "--from-window", &from.to_string(), "--set", "max_report_records=500",
-    ])?;
+    let p = pass(
+        f,
+        &[
+            "tx",
+            "params",
+            "propose",
+            "--from-window",
+            &from.to_string(),
+            "--set",
+            "max_report_records=500",
+        ],
+    )?;
     ensure!(p["status"] == "applied", "{p}");
     let scheduled = query(&rpc, "/params")?;
-    ensure!(scheduled["scheduled"][0]["from_window"] == from, "{scheduled}");
-    wait(f, WINDOW_SECS * 6, "the change in force on every node", || {
-        Ok((0..4).all(|i| {
-            query(&f.net.rpc(i), "/params")
-                .is_ok_and(|p| p["max_report_records"] == 500 && p["since_window"] == from)
-        }))
-    })?;
+    ensure!(
+        scheduled["scheduled"][0]["from_window"] == from,
+        "{scheduled}"
+    );
+    wait(
+        f,
+        WINDOW_SECS * 6,
+        "the change in force on every node",
+        || {
+            Ok((0..4).all(|i| {
+                query(&f.net.rpc(i), "/params")
+                    .is_ok_and(|p| p["max_report_records"] == 500 && p["since_window"] == from)
+            }))
+        },
+    )?;
     // The first height that answers 500 is the first block of `from`.
     let top = rpc.status()?.height;
     let mut first = top;

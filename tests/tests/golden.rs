@@ -141,6 +141,7 @@ fn run() -> anyhow::Result<Vec<String>> {
                     seq: seq + i,
                     user: traffic.users[(h + i) as usize % traffic.users.len()].clone(),
                     amount: 10 + h,
+                    pubkey: Vec::new(),
                 })
                 .collect();
             let b = HubBlock {

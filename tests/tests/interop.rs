@@ -47,6 +47,7 @@ fn batch_signature_verifies_in_py_ecc(_: &mut ()) -> anyhow::Result<()> {
             provider: "acme-ai".into(),
             amount: 48,
             window: 29_933_635,
+            kind: 0,
         },
         HubCall {
             id: 8,
@@ -54,6 +55,7 @@ fn batch_signature_verifies_in_py_ecc(_: &mut ()) -> anyhow::Result<()> {
             provider: "acme-ai".into(),
             amount: 12,
             window: 29_933_635,
+            kind: 0,
         },
     ];
     let chain_id = "tally-localnet";

@@ -251,7 +251,9 @@ fn a_node_without_the_version_stops_before_the_height_and_the_new_binary_goes_on
         net.block(true, Vec::new())?;
     }
     net.net.restart(3)?;
-    ensure!(net.net.nodes[3].app.max_app_version() == 2);
+    ensure!(
+        net.net.nodes[3].app.max_app_version() == tally_settlement::upgrade::LATEST_APP_VERSION
+    );
     net.block(true, Vec::new())?;
     ensure!(state::chain::app_version(net.net.nodes[3].app.committed_state())? == 2);
     Ok(())

@@ -25,7 +25,10 @@ fn query(net: &DkgNet, i: usize, path: &str) -> Result<serde_json::Value> {
 }
 
 fn balance(net: &DkgNet, i: usize, user: &str) -> Result<u64> {
-    Ok(tally_settlement::balance(net.net.nodes[i].app.committed_state(), user)?)
+    Ok(tally_settlement::balance(
+        net.net.nodes[i].app.committed_state(),
+        user,
+    )?)
 }
 
 /// Runs one block carrying `txs` (no other usage); their result codes.
@@ -57,7 +60,11 @@ fn msg(key: &SigningKey, sequence: u64, sum: user_msg::Sum) -> Vec<u8> {
 }
 
 fn withdraw(key: &SigningKey, sequence: u64, amount: u64) -> Vec<u8> {
-    msg(key, sequence, user_msg::Sum::Withdraw(Withdrawal { amount }))
+    msg(
+        key,
+        sequence,
+        user_msg::Sum::Withdraw(Withdrawal { amount }),
+    )
 }
 
 /// A report by the genesis gateway charging the newbie `amount` credits.
@@ -92,9 +99,15 @@ fn a_user_unknown_at_genesis_registers_is_billed_and_withdraws_the_rest() -> Res
     net.until(20, |s| Ok(balance(s, 0, NEWBIE)? == 10_000))?;
     for i in 0..4 {
         let a = query(&net, i, &format!("/allowances/{NEWBIE}"))?;
-        ensure!(a["key"] == hex::encode(key.verifying_key().to_bytes()), "node{i}: {a}");
+        ensure!(
+            a["key"] == hex::encode(key.verifying_key().to_bytes()),
+            "node{i}: {a}"
+        );
         let a = query(&net, i, "/allowances/user-0")?;
-        ensure!(a["key"] == hex::encode(user_key("user-0").verifying_key().to_bytes()), "node{i}: {a}");
+        ensure!(
+            a["key"] == hex::encode(user_key("user-0").verifying_key().to_bytes()),
+            "node{i}: {a}"
+        );
     }
 
     // An allowance, then a charge of 300.
@@ -119,7 +132,9 @@ fn a_user_unknown_at_genesis_registers_is_billed_and_withdraws_the_rest() -> Res
     // A charge and a withdrawal in one block: the charge runs first and
     // leaves too little for the withdrawal.
     let c = charge(&mut net, 200);
-    ensure!(run(&mut net, &[c, withdraw(&key, 2, 9_600)])? == [Code::Ok, Code::InsufficientBalance]);
+    ensure!(
+        run(&mut net, &[c, withdraw(&key, 2, 9_600)])? == [Code::Ok, Code::InsufficientBalance]
+    );
     ensure!(balance(&net, 0, NEWBIE)? == 9_500);
     // A replayed or stale sequence.
     ensure!(run(&mut net, &[withdraw(&key, 1, 10)])? == [Code::BadUserMsg]);

@@ -179,6 +179,7 @@ fn state_gauges_read_committed_state() {
             provider: "p".into(),
             amount: 1,
             window,
+            kind: 0,
         };
         p.put(keys::hub_call(id), c.encode_to_vec());
     }

@@ -44,6 +44,7 @@ pub fn batch(signer: &Key, nonce: u64) -> Vec<u8> {
         provider: "acme".into(),
         amount: 10,
         window: 1,
+        kind: 0,
     }];
     let d = batch_digest("hub", nonce, &calls);
     HubTx {

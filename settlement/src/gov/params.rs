@@ -205,11 +205,13 @@ pub fn check_step(
     // The largest system transaction must still fit (or fit no worse than
     // before: a genesis may have started short of it).
     let signers = dkg_state::validators(kv)?.len().max(1);
+    let version = crate::state::chain::app_version(kv)?;
     let excess = |p: &Params| {
         crate::tx::SYSTEM_FIELDS
             .iter()
             .map(|f| {
-                (crate::tx::system_tx_bound(p, signers, *f) as u64).saturating_sub(p.max_tx_bytes)
+                (crate::tx::system_tx_bound(p, signers, *f, version) as u64)
+                    .saturating_sub(p.max_tx_bytes)
             })
             .max()
             .unwrap_or(0)

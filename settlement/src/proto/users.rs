@@ -59,4 +59,3 @@ pub struct Withdrawal {
     #[prost(uint64, tag = "1")]
     pub amount: u64,
 }
-

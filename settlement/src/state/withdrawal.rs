@@ -25,10 +25,16 @@ pub struct WithdrawalRecord {
 
 impl WithdrawalRecord {
     fn encode(&self) -> Vec<u8> {
-        [self.amount, self.sequence, self.window, self.height, self.settled_nonce]
-            .iter()
-            .flat_map(|v| v.to_be_bytes())
-            .collect()
+        [
+            self.amount,
+            self.sequence,
+            self.window,
+            self.height,
+            self.settled_nonce,
+        ]
+        .iter()
+        .flat_map(|v| v.to_be_bytes())
+        .collect()
     }
 
     fn decode(b: &[u8]) -> Option<Self> {
@@ -47,7 +53,11 @@ impl WithdrawalRecord {
 }
 
 /// The withdrawal `user` made as hub call `id`, if any.
-pub fn withdrawal(kv: &impl KvRead, user: &str, id: u64) -> Result<Option<WithdrawalRecord>, Fatal> {
+pub fn withdrawal(
+    kv: &impl KvRead,
+    user: &str,
+    id: u64,
+) -> Result<Option<WithdrawalRecord>, Fatal> {
     match kv.get(&keys::withdrawal(user, id))? {
         None => Ok(None),
         Some(b) => WithdrawalRecord::decode(&b)
@@ -77,7 +87,10 @@ pub fn withdrawals(
                 .and_then(|b| <[u8; 8]>::try_from(b).ok())
                 .map(u64::from_be_bytes)
                 .ok_or(Fatal::Corrupt("withdrawal key"))?;
-            Ok((id, WithdrawalRecord::decode(&v).ok_or(Fatal::Corrupt("withdrawal"))?))
+            Ok((
+                id,
+                WithdrawalRecord::decode(&v).ok_or(Fatal::Corrupt("withdrawal"))?,
+            ))
         })
         .collect()
 }

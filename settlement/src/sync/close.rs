@@ -124,6 +124,7 @@ fn make_calls(
             user: o.user,
             amount: o.amount,
             window: c.window,
+            kind: 0,
         };
         put_pending_call(kv, &hub, &call);
         next = next.saturating_add(1);

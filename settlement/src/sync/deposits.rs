@@ -32,11 +32,11 @@ use crate::error::Fatal;
 use crate::genesis::Params;
 use crate::ident;
 use crate::proto::HubBlock;
-use crate::types::GROWTH_VERSION;
 use crate::state::allowance::{put_user_key, user_key};
 use crate::state::chain::{app_version, balance, put_balance};
 use crate::state::sync::{hub_cursor, put_deposit_seq, put_hub_height};
 use crate::types::Event;
+use crate::types::GROWTH_VERSION;
 
 /// Why the chain does not wait for a signature on a hub block: it is not
 /// the message an honest relay would build for the chain's cursor.
@@ -174,7 +174,9 @@ pub fn check_block(
             let why = if keyed {
                 check_deposit_key(&d.pubkey).err()
             } else {
-                Some(format!("keys in deposits need app version {GROWTH_VERSION}"))
+                Some(format!(
+                    "keys in deposits need app version {GROWTH_VERSION}"
+                ))
             };
             if let Some(why) = why {
                 return Ok(Err(BlockRefusal::Key { index: i, why }));

@@ -14,7 +14,11 @@ use crate::proto::{HubBlock, HubCall, HubResult};
 pub fn batch_digest(chain: &str, nonce: u64, calls: &[HubCall]) -> [u8; 32] {
     let v2 = calls.iter().any(|c| c.kind != 0);
     let mut h = Sha256::new();
-    h.update(if v2 { b"tally/batch/v2" } else { b"tally/batch/v1" });
+    h.update(if v2 {
+        b"tally/batch/v2"
+    } else {
+        b"tally/batch/v1"
+    });
     put_str(&mut h, chain);
     h.update(nonce.to_be_bytes());
     h.update((calls.len() as u64).to_be_bytes());

@@ -24,9 +24,7 @@ use crate::error::Fatal;
 use crate::genesis::Params;
 use crate::keys;
 use crate::proto::{HubResult, SyncState};
-use crate::state::sync::{
-    batch, delete_hub_call, hub_call, put_batch, put_sync_state, sync_state,
-};
+use crate::state::sync::{batch, delete_hub_call, hub_call, put_batch, put_sync_state, sync_state};
 use crate::state::withdrawal::{put_withdrawal, withdrawal};
 use crate::types::{BatchStatus, Block, Event};
 

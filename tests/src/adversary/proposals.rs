@@ -74,6 +74,7 @@ pub fn forged_block(ctx: &Ctx<'_>, seed: u64, count: u64, more: bool) -> HubBloc
                 seq: cursor.deposit_seq + i,
                 user: "user-0".into(),
                 amount: 1 + seed + i,
+                pubkey: Vec::new(),
             })
             .collect(),
         more,

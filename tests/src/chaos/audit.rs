@@ -121,7 +121,10 @@ pub(super) fn audit(
     );
     check(
         withdrawn == grown.withdrawals,
-        format!("Σ withdrawn on the hub {withdrawn} = withdrawals the chain took {}", grown.withdrawals),
+        format!(
+            "Σ withdrawn on the hub {withdrawn} = withdrawals the chain took {}",
+            grown.withdrawals
+        ),
     );
     check(
         debits == paid + pending,

@@ -35,7 +35,13 @@ pub fn register(net: &Localnet, user: &str, seed: u8, gateways: &[&str]) -> Resu
     tally_node::keyfile::write(&path, user, &key)?;
     let pubkey = hex::encode(key.verifying_key().to_bytes());
     let out = std::process::Command::new(hub_path()?)
-        .args(["deposit", "--user", user, "--amount", &NEWCOMER_DEPOSIT.to_string()])
+        .args([
+            "deposit",
+            "--user",
+            user,
+            "--amount",
+            &NEWCOMER_DEPOSIT.to_string(),
+        ])
         .args(["--pubkey", &pubkey, "--node", &net.hub_rpc_url()])
         .output()?;
     ensure!(
@@ -55,7 +61,10 @@ pub fn register(net: &Localnet, user: &str, seed: u8, gateways: &[&str]) -> Resu
         if bound {
             break;
         }
-        ensure!(t.elapsed() < Duration::from_secs(300), "{user}'s key not bound in 300 s");
+        ensure!(
+            t.elapsed() < Duration::from_secs(300),
+            "{user}'s key not bound in 300 s"
+        );
         std::thread::sleep(Duration::from_secs(1));
     }
     for g in gateways {
@@ -69,8 +78,21 @@ fn allowance(net: &Localnet, key: &std::path::Path, user: &str, gateway: &str) -
     let key = key.display().to_string();
     retry(net, |url| {
         run_tallyd(&[
-            "tx", "allowance", "grant", "--from", &key, "--user", user, "--gateway", gateway,
-            "--max-per-window", "1000000000", "--expires-in", "86400", "--node", url,
+            "tx",
+            "allowance",
+            "grant",
+            "--from",
+            &key,
+            "--user",
+            user,
+            "--gateway",
+            gateway,
+            "--max-per-window",
+            "1000000000",
+            "--expires-in",
+            "86400",
+            "--node",
+            url,
         ])
     })
     .map(|_| ())
@@ -78,10 +100,7 @@ fn allowance(net: &Localnet, key: &std::path::Path, user: &str, gateway: &str) -
 
 /// Runs `f` against validators 0..4 in turn until one succeeds (a node may
 /// be down for a fault); the first success's stdout.
-fn retry(
-    net: &Localnet,
-    f: impl Fn(&str) -> Result<std::process::Output>,
-) -> Result<String> {
+fn retry(net: &Localnet, f: impl Fn(&str) -> Result<std::process::Output>) -> Result<String> {
     let mut last = String::new();
     for attempt in 0..12 {
         let url = net.rpc_url(attempt % 4);
@@ -127,7 +146,17 @@ pub fn pass(net: &Localnet, args: &[&str]) -> Result<String> {
     let id = tallyd_ok(&all)?.trim().to_string();
     for i in 1..=2 {
         let (h, u) = (home(i), net.rpc_url(i));
-        tallyd_ok(&["tx", "validator", "approve", "--id", &id, "--home", &h, "--node", &u])?;
+        tallyd_ok(&[
+            "tx",
+            "validator",
+            "approve",
+            "--id",
+            &id,
+            "--home",
+            &h,
+            "--node",
+            &u,
+        ])?;
     }
     let r = net.rpc(0).abci_query(&format!("/proposals?from={id}"))?;
     let v: serde_json::Value = serde_json::from_slice(&r.value)?;

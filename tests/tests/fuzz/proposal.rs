@@ -324,12 +324,12 @@ fn expect_accept(env: &Env, retry: bool, txs: &[Vec<u8>]) -> bool {
                 }
                 stage = 2;
             }
-            Ok(Some(tx::Sum::Report(_)
-                    | tx::Sum::Allowance(_)
-                    | tx::Sum::Validator(_)
-                    | tx::Sum::User(_))) => {
-                stage = 3
-            }
+            Ok(Some(
+                tx::Sum::Report(_)
+                | tx::Sum::Allowance(_)
+                | tx::Sum::Validator(_)
+                | tx::Sum::User(_),
+            )) => stage = 3,
         }
     }
     true
@@ -432,10 +432,12 @@ fn process_proposal_with_arbitrary_system_transactions() {
                         }
                     }
                 }
-                Ok(Some(tx::Sum::Report(_)
+                Ok(Some(
+                    tx::Sum::Report(_)
                     | tx::Sum::Allowance(_)
                     | tx::Sum::Validator(_)
-                    | tx::Sum::User(_))) => {}
+                    | tx::Sum::User(_),
+                )) => {}
             }
         }
         if want {

@@ -235,10 +235,12 @@ fn check_tx_on_arbitrary_and_mutated_transactions() {
         match decode_tx(&bytes).map(|t| t.sum) {
             Err(_) => prop_assert_eq!(r.code, Code::MalformedTx, "{}", r.log),
             // Validator messages are user transactions too (ADR 0015).
-            Ok(Some(tx::Sum::Report(_)
-                    | tx::Sum::Allowance(_)
-                    | tx::Sum::Validator(_)
-                    | tx::Sum::User(_))) => {
+            Ok(Some(
+                tx::Sum::Report(_)
+                | tx::Sum::Allowance(_)
+                | tx::Sum::Validator(_)
+                | tx::Sum::User(_),
+            )) => {
                 prop_assert_ne!(r.code, Code::SystemTxFromMempool)
             }
             // It decodes as a system transaction, yet its last

@@ -8,6 +8,7 @@ fn dep(seq: u64, user: &str, amount: u64) -> HubDeposit {
         seq,
         user: user.into(),
         amount,
+        pubkey: Vec::new(),
     }
 }
 

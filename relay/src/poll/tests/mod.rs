@@ -268,6 +268,7 @@ fn call() -> HubCall {
         provider: "bob".into(),
         amount: 25,
         window: 3,
+        kind: 0,
     }
 }
 

@@ -321,6 +321,7 @@ fn with_settled_six(backend: &Arc<MemBackend>, pruned: bool) -> HubCall {
         provider: "dave".into(),
         amount: 9,
         window: 2,
+        kind: 0,
     };
     let kept = six.clone();
     commit(backend, |kv| {

@@ -145,6 +145,7 @@ impl Model {
                         user,
                         amount,
                         window: w,
+                        kind: 0,
                     });
                     left -= 1;
                 }
