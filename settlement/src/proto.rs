@@ -5,7 +5,7 @@
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Tx {
     /// What the transaction does.
-    #[prost(oneof = "tx::Sum", tags = "1, 2, 3, 4, 5")]
+    #[prost(oneof = "tx::Sum", tags = "1, 2, 3, 4, 5, 6")]
     pub sum: Option<tx::Sum>,
 }
 

@@ -15,8 +15,9 @@
 //! | `/windows` | yes | `{"windows": [...], "next_cursor"}` |
 //! | `/balance/{user}` | no | `{"user", "balance"}` |
 //! | `/allowances/{user}` | no | `{"user", "key", "sequence", "window", "allowances": [{"gateway", "max_per_window", "expires_at", "expired", "used"}]}` |
-//! | `/params` | no | the chain parameters |
-//! | `/gateways` | no | `{"gateways": [{"name", "pubkey"}]}` |
+//! | `/withdrawals/{user}` | no | `{"user", "withdrawals": [{"call_id", "amount", "sequence", "window", "height", "status", "settled_nonce"}], "more"}` |
+//! | `/params` | no | the parameters in force, `since_window`, `scheduled` |
+//! | `/gateways` | no | `{"gateways": [{"name", "pubkey", "status"}]}` |
 //! | `/sync/{chain}` | no | the hub chain's sync state |
 //! | `/batch/{chain}/{nonce}` | no | a batch: calls, digest, status, group signature |
 //! | `/hubcalls/{chain}` | yes | `{"calls": [...], "next_cursor"}`: pending hub calls |
