@@ -76,15 +76,7 @@ pub(crate) fn prepare_proposal(
         let Ok(decoded) = settlement::decode_tx(&tx) else {
             continue;
         };
-        if !matches!(
-            decoded.sum,
-            None | Some(
-                tx::Sum::Report(_)
-                    | tx::Sum::Allowance(_)
-                    | tx::Sum::Validator(_)
-                    | tx::Sum::User(_)
-            )
-        ) {
+        if !is_user_tx(&decoded.sum) {
             continue;
         }
         if let Some(scope) = settlement::pipeline::block_scope(&decoded) {
@@ -135,4 +127,15 @@ fn verdict(app: &TallyApp, req: &RequestProcessProposal) -> ProposalStatus {
             ProposalStatus::Reject
         }
     }
+}
+
+/// Whether a decoded transaction is one a user, gateway or validator sends
+/// through the mempool (a system transaction is the proposer's own).
+fn is_user_tx(sum: &Option<tx::Sum>) -> bool {
+    matches!(
+        sum,
+        None | Some(
+            tx::Sum::Report(_) | tx::Sum::Allowance(_) | tx::Sum::Validator(_) | tx::Sum::User(_)
+        )
+    )
 }

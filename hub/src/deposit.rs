@@ -23,8 +23,7 @@ use tally_hub_types::{Deposit, HubCode};
 use tally_settlement::sync::deposits::check_deposit_key;
 use tally_store::{Kv, KvRead, StoreError};
 
-use crate::kv::get_u64;
-use crate::machine::{HubResult, DEPOSIT, DEPOSIT_SEQ, ESCROW};
+use crate::kv::{get_u64, HubResult, DEPOSIT, DEPOSIT_SEQ, ESCROW};
 
 /// `ukey/<user>`: the key a keyed deposit bound to the user.
 pub const USER_KEY: &[u8] = b"ukey/";

@@ -1,7 +1,27 @@
-//! Integers as the hub stores them (8 bytes, big-endian). A leaf: the
-//! machine and the key history both read through it.
+//! Integers as the hub stores them (8 bytes, big-endian), the keys and
+//! the result type the machine and its deposit module share. A leaf: the
+//! machine, the deposits and the key history all read through it.
 
+use tally_hub_types::HubCode;
 use tally_store::{KvRead, StoreError};
+
+/// `meta/deposit_seq`: the last deposit's sequence number.
+pub(crate) const DEPOSIT_SEQ: &[u8] = b"meta/deposit_seq";
+/// `escrow/<user>`: a user's escrow.
+pub(crate) const ESCROW: &[u8] = b"escrow/";
+/// `dep/<height><seq>`: a deposit's record (JSON).
+pub(crate) const DEPOSIT: &[u8] = b"dep/";
+
+/// The result of a transaction or query.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HubResult {
+    /// Code.
+    pub code: HubCode,
+    /// Message.
+    pub log: String,
+    /// Query value (JSON), or event attributes for transactions.
+    pub value: Vec<u8>,
+}
 
 /// A stored u64 (0 when absent); bytes of the wrong length are a corrupt
 /// store, not a zero.

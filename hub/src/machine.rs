@@ -136,16 +136,7 @@ pub struct EscrowEntry {
     pub amount: u64,
 }
 
-/// The result of a transaction or query.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HubResult {
-    /// Code.
-    pub code: HubCode,
-    /// Message.
-    pub log: String,
-    /// Query value (JSON), or event attributes for transactions.
-    pub value: Vec<u8>,
-}
+pub use crate::kv::HubResult;
 
 fn reject(code: HubCode, log: impl Into<String>) -> HubResult {
     HubResult {
@@ -156,12 +147,10 @@ fn reject(code: HubCode, log: impl Into<String>) -> HubResult {
 }
 
 const GENESIS: &[u8] = b"meta/genesis";
-pub(crate) const DEPOSIT_SEQ: &[u8] = b"meta/deposit_seq";
-pub(crate) const ESCROW: &[u8] = b"escrow/";
+use crate::kv::{DEPOSIT, DEPOSIT_SEQ, ESCROW};
 const PAYOUT: &[u8] = b"payout/";
 const RESULT: &[u8] = b"result/";
 const LAST_NONCE: &[u8] = b"last_nonce/";
-pub(crate) const DEPOSIT: &[u8] = b"dep/";
 
 fn key(parts: &[&[u8]]) -> Vec<u8> {
     parts.concat()
