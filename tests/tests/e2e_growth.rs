@@ -409,6 +409,22 @@ fn window_of(t: &str) -> u64 {
     lo
 }
 
+/// The parameters in force after block `h`: the raw `meta/params` key
+/// through `/key` (JSON queries answer the latest height only).
+fn params_at(rpc: &Rpc, h: u64) -> Result<Value> {
+    use base64::Engine as _;
+    let r = rpc.call(
+        "abci_query",
+        serde_json::json!({"path": "/key", "data": hex::encode(b"meta/params"),
+            "height": h.to_string(), "prove": false}),
+    )?;
+    let resp = &r["response"];
+    ensure!(resp["code"].as_u64().unwrap_or(0) == 0, "meta/params at {h}: {resp}");
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(resp["value"].as_str().context("no value")?)?;
+    Ok(serde_json::from_slice(&raw)?)
+}
+
 fn block_time(rpc: &Rpc, h: u64) -> Result<String> {
     let v = rpc.call("block", serde_json::json!({"height": h.to_string()}))?;
     Ok(v["block"]["header"]["time"]
@@ -458,8 +474,7 @@ fn a_parameter_change_takes_effect_at_its_window(f: &mut Net) -> Result<()> {
     let top = rpc.status()?.height;
     let mut first = top;
     while first > 1 {
-        let a = rpc.client().abci_query_at("/params", first - 1)?;
-        let v: Value = serde_json::from_slice(&a.value)?;
+        let v = params_at(&rpc, first - 1)?;
         if v["max_report_records"] != 500 {
             break;
         }
