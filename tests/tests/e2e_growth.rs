@@ -419,7 +419,10 @@ fn params_at(rpc: &Rpc, h: u64) -> Result<Value> {
             "height": h.to_string(), "prove": false}),
     )?;
     let resp = &r["response"];
-    ensure!(resp["code"].as_u64().unwrap_or(0) == 0, "meta/params at {h}: {resp}");
+    ensure!(
+        resp["code"].as_u64().unwrap_or(0) == 0,
+        "meta/params at {h}: {resp}"
+    );
     let raw = base64::engine::general_purpose::STANDARD
         .decode(resp["value"].as_str().context("no value")?)?;
     Ok(serde_json::from_slice(&raw)?)

@@ -92,8 +92,11 @@ fn a_user_unknown_at_genesis_registers_is_billed_and_withdraws_the_rest() -> Res
     {
         let hub = net.net.hub.as_mut().context("hub")?;
         hub.deposit_keyed(8, NEWBIE, 10_000, key.verifying_key().to_bytes().to_vec());
-        // A key for a user the chain knows is ignored.
+        // A key for a user the chain knows is ignored, and so is one for a
+        // user a plain deposit funded first.
         hub.deposit_keyed(9, "user-0", 50, other.verifying_key().to_bytes().to_vec());
+        hub.deposit(7, "keyless", 500);
+        hub.deposit_keyed(9, "keyless", 50, other.verifying_key().to_bytes().to_vec());
         hub.tip = 10;
     }
     net.until(20, |s| Ok(balance(s, 0, NEWBIE)? == 10_000))?;
@@ -106,6 +109,11 @@ fn a_user_unknown_at_genesis_registers_is_billed_and_withdraws_the_rest() -> Res
         let a = query(&net, i, "/allowances/user-0")?;
         ensure!(
             a["key"] == hex::encode(user_key("user-0").verifying_key().to_bytes()),
+            "node{i}: {a}"
+        );
+        let a = query(&net, i, "/allowances/keyless")?;
+        ensure!(
+            a["key"].is_null() && balance(&net, i, "keyless")? == 550,
             "node{i}: {a}"
         );
     }
