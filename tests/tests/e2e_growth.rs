@@ -186,6 +186,30 @@ fn bill(f: &Net, key: SigningKey, user: &str, n: usize, amount: u64) -> Result<(
     Ok(())
 }
 
+/// `tallyd tx allowance grant`: `user` (key file `from`) lets `gateway`
+/// charge it 100,000 credits per window for an hour.
+fn grant(f: &Net, from: &str, user: &str, gateway: &str) -> Result<()> {
+    let url = f.url(0);
+    tallyd_ok(&[
+        "tx",
+        "allowance",
+        "grant",
+        "--from",
+        from,
+        "--user",
+        user,
+        "--gateway",
+        gateway,
+        "--max-per-window",
+        "100000",
+        "--expires-in",
+        "3600",
+        "--node",
+        &url,
+    ])
+    .map(|_| ())
+}
+
 fn balances(f: &Net, user: &str) -> Result<Vec<u64>> {
     (0..4).map(|i| f.net.balance(i, user)).collect()
 }
@@ -218,23 +242,12 @@ fn a_newcomer_registers_on_the_hub_and_is_billed_through_the_sdk(f: &mut Net) ->
             Ok(keyed && balances(f, NEWBIE)? == [10_000; 4])
         },
     )?;
-    tallyd_ok(&[
-        "tx",
-        "allowance",
-        "grant",
-        "--from",
+    grant(
+        f,
         &f.newbie_key.display().to_string(),
-        "--user",
         NEWBIE,
-        "--gateway",
         "demo-gateway",
-        "--max-per-window",
-        "100000",
-        "--expires-in",
-        "3600",
-        "--node",
-        &f.url(0),
-    ])?;
+    )?;
     bill(f, f.net.gateway_key()?, NEWBIE, 50, 7)?;
     wait(f, 30, "350 charged on every node", || {
         Ok(balances(f, NEWBIE)? == [9_650; 4])
@@ -359,23 +372,7 @@ fn a_gateway_added_after_genesis_bills_once_approved(f: &mut Net) -> Result<()> 
         .join("alice.key")
         .display()
         .to_string();
-    tallyd_ok(&[
-        "tx",
-        "allowance",
-        "grant",
-        "--from",
-        &alice_key,
-        "--user",
-        "alice",
-        "--gateway",
-        "gw-late",
-        "--max-per-window",
-        "100000",
-        "--expires-in",
-        "3600",
-        "--node",
-        &f.url(0),
-    ])?;
+    grant(f, &alice_key, "alice", "gw-late")?;
     let before = balances(f, "alice")?;
     bill(f, key, "alice", 10, 3)?;
     wait(f, 30, "30 charged to alice on every node", || {

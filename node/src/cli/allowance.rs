@@ -108,32 +108,47 @@ impl Command for RevokeCommand {
     }
 }
 
-/// Signs the change and sends it, waiting for its block.
-fn send(ctx: &Context, s: &Signer, max_per_window: u64, expires_at: u64) -> anyhow::Result<()> {
-    let (_, key) = keyfile::load(&keyfile::resolve(ctx.home(), &s.from))?;
-    let endpoints = s.node.node.endpoints();
-    let rpc = endpoints
+/// A user about to sign: a node that answers, the chain id, the user's
+/// key (checked against the one the chain holds) and the sequence to sign.
+pub(super) struct UserSession {
+    /// The node.
+    pub rpc: Rpc,
+    /// Its chain id.
+    pub chain_id: String,
+    /// The user's key.
+    pub key: ed25519_dalek::SigningKey,
+    /// `sequence`, or the chain's last for the user + 1.
+    pub sequence: u64,
+}
+
+/// Loads `from` (a key name in `home` or a file), finds a node of `node`
+/// that answers and checks that `user`'s key on the chain is that key.
+pub(super) fn user_session(
+    home: &std::path::Path,
+    from: &str,
+    user: &str,
+    sequence: Option<u64>,
+    node: &QueryOpts,
+) -> anyhow::Result<UserSession> {
+    let (_, key) = keyfile::load(&keyfile::resolve(home, from))?;
+    let rpc = node
+        .node
+        .endpoints()
         .iter()
         .map(|e| Rpc::new(e))
         .find(|r| r.status().is_ok())
-        .with_context(|| format!("no node answers at {}", s.node.node.display()))?;
+        .with_context(|| format!("no node answers at {}", node.node.display()))?;
     let chain_id = rpc.status()?.chain_id;
-    let state = query_json(&rpc, &query_path::allowances(&s.user).to_string())?;
-    let registered = state["key"].as_str().map(str::to_string);
+    let state = query_json(&rpc, &query_path::allowances(user).to_string())?;
     let mine = hex::encode(key.verifying_key().to_bytes());
-    match registered {
+    match state["key"].as_str() {
         None => bail!(
-            "user {} has no registered key on this chain (genesis `users`), so it cannot sign allowances",
-            s.user
+            "user {user} has no key on this chain (genesis `users`, or the hub deposit that first funds it, binds one)"
         ),
-        Some(k) if k != mine => bail!(
-            "{} holds key {mine}, but user {} is registered with key {k}",
-            s.from,
-            s.user
-        ),
+        Some(k) if k != mine => bail!("{from} holds key {mine}, but user {user} has key {k}"),
         Some(_) => {}
     }
-    let sequence = match s.sequence {
+    let sequence = match sequence {
         Some(n) => n,
         None => state["sequence"]
             .as_u64()
@@ -141,6 +156,22 @@ fn send(ctx: &Context, s: &Signer, max_per_window: u64, expires_at: u64) -> anyh
             .checked_add(1)
             .context("sequence overflow")?,
     };
+    Ok(UserSession {
+        rpc,
+        chain_id,
+        key,
+        sequence,
+    })
+}
+
+/// Signs the change and sends it, waiting for its block.
+fn send(ctx: &Context, s: &Signer, max_per_window: u64, expires_at: u64) -> anyhow::Result<()> {
+    let UserSession {
+        rpc,
+        chain_id,
+        key,
+        sequence,
+    } = user_session(ctx.home(), &s.from, &s.user, s.sequence, &s.node)?;
     let change = AllowanceChange {
         chain_id,
         user: s.user.clone(),

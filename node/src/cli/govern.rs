@@ -169,8 +169,9 @@ impl Command for GatewayCommand {
     }
 }
 
-/// Opens proposal `p`; prints its id (and, as JSON, its state).
-fn open(
+/// Opens governance proposal `p`; prints its id (and, as JSON, its
+/// state; as a table, its status and any reason it was refused).
+pub(super) fn open(
     ctx: &Context,
     node: &QueryOpts,
     valid_for: u64,

@@ -13,8 +13,7 @@ use clap::{ArgGroup, Args, Subcommand};
 use tally_settlement::dkg::types::ProposalAction;
 use tally_settlement::proto::{UpgradePlan, ValidatorProposal};
 
-use super::args::{Output, QueryOpts};
-use super::validator::{open_proposal, proposal_state};
+use super::args::QueryOpts;
 use super::{Command, Context};
 
 /// Upgrade plans.
@@ -130,25 +129,7 @@ fn open(
         upgrade: Some(plan),
         ..ValidatorProposal::default()
     };
-    let (rpc, id, height) = open_proposal(ctx, node, valid_for, p)?;
-    let state = proposal_state(&rpc, id);
-    match node.format() {
-        Output::Json => println!(
-            "{}",
-            serde_json::json!({"id": id, "height": height, "proposal": state})
-        ),
-        Output::Table => {
-            println!("{id}");
-            let status = state
-                .map(|p| format!(" ({})", p["status"].as_str().unwrap_or("?")))
-                .unwrap_or_default();
-            eprintln!(
-                "{} proposal {id} opened at height {height}{status}",
-                action.name()
-            );
-        }
-    }
-    Ok(())
+    super::govern::open(ctx, node, valid_for, action, p)
 }
 
 impl Command for ProposeUpgrade {

@@ -9,16 +9,14 @@
 use std::path::Path;
 
 use crate::keyfile;
-use crate::rpc::Rpc;
-use anyhow::{bail, Context as _};
+use anyhow::bail;
 use clap::Args;
-use ed25519_dalek::SigningKey;
 use tally_settlement::proto::{user_msg, UserKeyChange, UserMsg, Withdrawal};
 use tally_settlement::user::sign_user_msg;
-use tally_settlement::{query_path, Code};
+use tally_settlement::Code;
 
+use super::allowance::{user_session, UserSession};
 use super::args::QueryOpts;
-use super::query::query_json;
 use super::{Command, Context};
 
 /// Who signs: the user and its key.
@@ -103,38 +101,12 @@ impl Command for UserKeyCommand {
 /// Signs `sum` as `s.user` with `s.from` and sends it; the result's data
 /// and the sequence it was signed with.
 fn send(home: &Path, s: &UserSigner, sum: user_msg::Sum) -> anyhow::Result<(Vec<u8>, u64)> {
-    let (_, key): (String, SigningKey) = keyfile::load(&keyfile::resolve(home, &s.from))?;
-    let rpc = s
-        .node
-        .node
-        .endpoints()
-        .iter()
-        .map(|e| Rpc::new(e))
-        .find(|r| r.status().is_ok())
-        .with_context(|| format!("no node answers at {}", s.node.node.display()))?;
-    let chain_id = rpc.status()?.chain_id;
-    let state = query_json(&rpc, &query_path::allowances(&s.user).to_string())?;
-    let mine = hex::encode(key.verifying_key().to_bytes());
-    match state["key"].as_str() {
-        None => bail!(
-            "user {} has no key on this chain (genesis `users`, or the hub deposit that first funds it, binds one)",
-            s.user
-        ),
-        Some(k) if k != mine => bail!(
-            "{} holds key {mine}, but user {} has key {k}",
-            s.from,
-            s.user
-        ),
-        Some(_) => {}
-    }
-    let sequence = match s.sequence {
-        Some(n) => n,
-        None => state["sequence"]
-            .as_u64()
-            .context("the node's answer has no sequence")?
-            .checked_add(1)
-            .context("sequence overflow")?,
-    };
+    let UserSession {
+        rpc,
+        chain_id,
+        key,
+        sequence,
+    } = user_session(home, &s.from, &s.user, s.sequence, &s.node)?;
     let m = UserMsg {
         chain_id,
         user: s.user.clone(),
