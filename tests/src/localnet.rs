@@ -412,6 +412,29 @@ impl Localnet {
         self.rpc(i).status().map(|s| s.height).unwrap_or(0)
     }
 
+    /// Waits until validator 0's `/dkg` shows a threshold key (epoch 1 or
+    /// later), at most `timeout`.
+    pub fn wait_for_key(&self, timeout: Duration) -> Result<()> {
+        let t = std::time::Instant::now();
+        loop {
+            let epoch = self
+                .rpc(0)
+                .abci_query("/dkg")
+                .ok()
+                .filter(|a| a.code == 0)
+                .and_then(|a| serde_json::from_slice::<serde_json::Value>(&a.value).ok())
+                .and_then(|d| d["epoch"].as_u64())
+                .unwrap_or(0);
+            if epoch >= 1 {
+                return Ok(());
+            }
+            if t.elapsed() > timeout {
+                bail!("no threshold key after {timeout:?}\n{}", self.logs_tail());
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
     /// Waits until validator `i` reaches `h`.
     pub fn wait_height(&self, i: usize, h: u64, timeout: Duration) -> Result<()> {
         let start = Instant::now();

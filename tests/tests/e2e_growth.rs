@@ -82,15 +82,7 @@ impl Net {
         let base = free_port_base(PORT_BASE, 4)?;
         let net = Localnet::launch(4, base, "500ms", WINDOW_SECS, &Default::default())?;
         let chain_id = net.rpc(0).status()?.chain_id;
-        let t = Instant::now();
-        while query(&net.rpc(0), "/dkg").map_or(true, |d| d["epoch"].as_u64().unwrap_or(0) < 1) {
-            ensure!(
-                t.elapsed() < Duration::from_secs(120),
-                "no key\n{}",
-                net.logs_tail()
-            );
-            std::thread::sleep(Duration::from_millis(500));
-        }
+        net.wait_for_key(Duration::from_secs(120))?;
         let newbie_key = net.dir().join("newbie.key");
         tally_node::keyfile::write(&newbie_key, NEWBIE, &SigningKey::from_bytes(&[0x4e; 32]))?;
         Ok(Self {

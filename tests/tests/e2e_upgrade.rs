@@ -159,14 +159,7 @@ impl Net {
         let chain_id = net.rpc(0).status()?.chain_id;
         // The key first (batches need it), then funds for the load.
         let t = Instant::now();
-        while query(&net.rpc(0), "/dkg").map_or(true, |d| d["epoch"].as_u64().unwrap_or(0) < 1) {
-            ensure!(
-                t.elapsed() < Duration::from_secs(120),
-                "no key\n{}",
-                net.logs_tail()
-            );
-            std::thread::sleep(Duration::from_millis(500));
-        }
+        net.wait_for_key(Duration::from_secs(120))?;
         for u in USERS {
             net.hub_deposit(u, 1_000_000)?;
         }
