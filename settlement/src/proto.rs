@@ -466,10 +466,12 @@ pub struct PendingMessage {
     pub hub_block: Option<HubBlock>,
 }
 
+/// The messages users sign besides allowance changes: a key change and a
+/// withdrawal (ADR 0020). Message items only, as `validators`.
+mod users;
 /// Validator messages and the validator, ceremony and proposal records
 /// (ADR 0015). The file holds message items only (no `use`, no inner
 /// docs): tools/proto-check reads it after this one as one source.
-mod users;
 mod validators;
 pub use users::*;
 pub use validators::*;

@@ -1,6 +1,6 @@
-//! The messages users sign besides allowance changes (ADR 0020): a key
-//! change and a withdrawal, in one signed envelope. Mirrors
-//! `proto/tally/v1/tx.proto`.
+// The messages users sign besides allowance changes (ADR 0020): a key
+// change and a withdrawal, in one signed envelope: see `mod users` in
+// settlement/src/proto.rs.
 
 /// A user's message with the signature of its current key.
 #[derive(Clone, PartialEq, prost::Message)]

@@ -10,9 +10,12 @@ use tally_proto_check::{compare, describe, generate, proto_files, report, Mismat
 const PACKAGE: &str = "tally.v1";
 const PROTO_DIR: &str = "proto/tally/v1";
 const RUST_FILE: &str = "settlement/src/proto.rs";
-/// Its submodule of validator messages, read after it as one source (it
-/// holds message items only).
-const RUST_PART: &str = "settlement/src/proto/validators.rs";
+/// Its submodules (validator messages, user messages), read after it as
+/// one source (they hold message items only).
+const RUST_PARTS: [&str; 2] = [
+    "settlement/src/proto/validators.rs",
+    "settlement/src/proto/users.rs",
+];
 
 /// The checkout under test: cargo sets `CARGO_MANIFEST_DIR` when it runs
 /// the test, so a binary built from another clone that shares the target
@@ -39,7 +42,12 @@ fn hand_source() -> String {
         let p = repo_root().join(f);
         std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
     };
-    format!("{}\n{}", read(RUST_FILE), read(RUST_PART))
+    let mut all = read(RUST_FILE);
+    for part in RUST_PARTS {
+        all.push('\n');
+        all.push_str(&read(part));
+    }
+    all
 }
 
 fn found(source: &str) -> Schema {
@@ -79,7 +87,8 @@ fn the_proto_side_is_not_empty() {
     ] {
         assert!(e.messages.contains_key(m), "{m} not generated: {e:?}");
     }
-    assert_eq!(e.oneofs["tx::Sum"].len(), 5, "{e:?}");
+    assert_eq!(e.oneofs["tx::Sum"].len(), 6, "{e:?}");
+    assert_eq!(e.oneofs["user_msg::Sum"].len(), 2, "{e:?}");
     assert_eq!(e.oneofs["validator_msg::Sum"].len(), 6, "{e:?}");
     assert_eq!(e.enums["Outcome"]["Unknown"], 7, "{e:?}");
     assert_eq!(
