@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use ed25519_dalek::SigningKey;
 use tally_node::rpc::Rpc;
 
@@ -410,6 +410,36 @@ impl Localnet {
     /// Latest height of validator `i` (0 if unreachable).
     pub fn height(&self, i: usize) -> u64 {
         self.rpc(i).status().map(|s| s.height).unwrap_or(0)
+    }
+
+    /// Runs the governance proposal `args` (`tallyd tx params propose ...`,
+    /// `tallyd tx gateway propose ...`) from validator 0 and approves it
+    /// from validators 1 and 2 (3 of 4 equal powers); the proposal as
+    /// `/proposals` shows it then.
+    pub fn pass_proposal(&self, args: &[&str]) -> Result<serde_json::Value> {
+        let home = |i: usize| self.dir().join(format!("node{i}")).display().to_string();
+        let mut all = args.to_vec();
+        let (h0, u0) = (home(0), self.rpc_url(0));
+        all.extend_from_slice(&["--home", &h0, "--node", &u0]);
+        let id = tallyd_ok(&all)?.trim().to_string();
+        ensure!(id.parse::<u64>().is_ok(), "no proposal id: {id}");
+        for i in 1..=2 {
+            let (h, u) = (home(i), self.rpc_url(i));
+            tallyd_ok(&[
+                "tx",
+                "validator",
+                "approve",
+                "--id",
+                &id,
+                "--home",
+                &h,
+                "--node",
+                &u,
+            ])?;
+        }
+        let r = self.rpc(0).abci_query(&format!("/proposals?from={id}"))?;
+        let v: serde_json::Value = serde_json::from_slice(&r.value)?;
+        Ok(v["proposals"][0].clone())
     }
 
     /// Waits until validator 0's `/dkg` shows a threshold key (epoch 1 or

@@ -95,14 +95,6 @@ impl Net {
     fn url(&self, i: usize) -> String {
         self.net.rpc_url(i)
     }
-
-    fn home(&self, i: usize) -> String {
-        self.net
-            .dir()
-            .join(format!("node{i}"))
-            .display()
-            .to_string()
-    }
 }
 
 fn query(rpc: &Rpc, path: &str) -> Result<Value> {
@@ -314,27 +306,7 @@ fn the_newcomer_withdraws_the_rest_exactly_once(f: &mut Net) -> Result<()> {
 /// Proposes with `args` from validator 0 and approves it from 1 and 2
 /// (3 of 4 equal powers); returns the proposal's final state.
 fn pass(f: &Net, args: &[&str]) -> Result<Value> {
-    let mut all: Vec<&str> = args.to_vec();
-    let (home, url) = (f.home(0), f.url(0));
-    all.extend_from_slice(&["--home", &home, "--node", &url]);
-    let id = tallyd_ok(&all)?.trim().to_string();
-    ensure!(id.parse::<u64>().is_ok(), "no proposal id: {id}");
-    for i in 1..=2 {
-        let (home, url) = (f.home(i), f.url(i));
-        tallyd_ok(&[
-            "tx",
-            "validator",
-            "approve",
-            "--id",
-            &id,
-            "--home",
-            &home,
-            "--node",
-            &url,
-        ])?;
-    }
-    let p = query(&f.net.rpc(0), &format!("/proposals?from={id}"))?;
-    Ok(p["proposals"][0].clone())
+    f.net.pass_proposal(args)
 }
 
 fn a_gateway_added_after_genesis_bills_once_approved(f: &mut Net) -> Result<()> {

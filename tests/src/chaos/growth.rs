@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use ed25519_dalek::SigningKey;
 
-use crate::localnet::{hub_path, run_tallyd, tallyd_ok, Localnet};
+use crate::localnet::{hub_path, run_tallyd, Localnet};
 
 /// Users that join mid-run.
 pub const NEWCOMERS: [&str; 2] = ["cn-0", "cn-1"];
@@ -139,31 +139,8 @@ pub fn withdraw(net: &Localnet, key: &std::path::Path, user: &str) -> Result<boo
 /// Proposes `args` from validator 0 and approves it from 1 and 2; the
 /// proposal's status.
 pub fn pass(net: &Localnet, args: &[&str]) -> Result<String> {
-    let home = |i: usize| net.dir().join(format!("node{i}")).display().to_string();
-    let mut all = args.to_vec();
-    let (h0, u0) = (home(0), net.rpc_url(0));
-    all.extend_from_slice(&["--home", &h0, "--node", &u0]);
-    let id = tallyd_ok(&all)?.trim().to_string();
-    for i in 1..=2 {
-        let (h, u) = (home(i), net.rpc_url(i));
-        tallyd_ok(&[
-            "tx",
-            "validator",
-            "approve",
-            "--id",
-            &id,
-            "--home",
-            &h,
-            "--node",
-            &u,
-        ])?;
-    }
-    let r = net.rpc(0).abci_query(&format!("/proposals?from={id}"))?;
-    let v: serde_json::Value = serde_json::from_slice(&r.value)?;
-    Ok(v["proposals"][0]["status"]
-        .as_str()
-        .context("proposal status")?
-        .to_string())
+    let p = net.pass_proposal(args)?;
+    Ok(p["status"].as_str().context("proposal status")?.to_string())
 }
 
 /// The newest settlement window with records on validator 0 (under the
