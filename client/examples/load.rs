@@ -103,6 +103,7 @@ async fn main() -> Result<(), String> {
             outcome: Outcome::ALL[class] as i32,
             units: 10,
             amount: 0,
+            ..Default::default()
         };
         reporter.record(r).await.map_err(|e| e.to_string())?;
         sent += 1;

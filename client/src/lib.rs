@@ -22,7 +22,7 @@
 //! reporter.record(UsageRecord {
 //!     user: "alice".into(), provider: "acme-ai".into(), model: "llama/3-70b".into(),
 //!     route: "/v1/chat".into(), outcome: outcome as i32, units: 0, amount: 0,
-//! }).await?;
+//!, ..Default::default() }).await?;
 //! let outcomes = reporter.shutdown().await; // flushes and waits
 //! # Ok(()) }
 //! ```

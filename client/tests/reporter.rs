@@ -357,6 +357,7 @@ fn rec(i: usize) -> UsageRecord {
         outcome: Outcome::ALL[i % 7] as i32,
         units: 1,
         amount: 0,
+        ..Default::default()
     }
 }
 

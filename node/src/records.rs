@@ -47,6 +47,7 @@ pub fn make_record(r: RecordJson) -> Result<UsageRecord, String> {
         outcome: outcome as i32,
         units: r.units,
         amount: r.amount,
+        ..Default::default()
     })
 }
 

@@ -76,6 +76,9 @@ pub fn begin_block_with(
             ));
         }
     }
+    // Verdicts before the closed window's debts become hub calls (their
+    // credits need them), then the objectives due from this window.
+    events.extend(crate::slo::begin_block(kv, closed, now_window)?);
     events.extend(convert_closed(kv, closed, &params)?);
     if prev != Some(now_window) {
         put_cur_window(kv, now_window);

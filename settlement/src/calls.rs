@@ -31,6 +31,8 @@ use crate::error::{reject, ExecError, Rejection};
 use crate::ident;
 use crate::proto::{Outcome, ReportUsage, RouteCalls, UsageRecord};
 use crate::record::{Counters, RouteId};
+use crate::slo::latency::{Histogram, BUCKETS};
+use crate::types::SLO_VERSION;
 
 /// How many calls `report` carries, in both forms together (saturating:
 /// the caller compares it with a cap far below `usize::MAX`).
@@ -61,8 +63,22 @@ pub fn group_records(records: Vec<UsageRecord>) -> Vec<RouteCalls> {
         g.outcomes.push(r.outcome);
         g.units.push(r.units);
         g.amounts.push(r.amount);
+        // Bucket bytes: a value above 255 stays out of range (refused).
+        g.latency.push(r.latency_bucket.min(255) as u8);
+        g.ttft.push(r.ttft_bucket.min(255) as u8);
     }
-    groups.into_values().collect()
+    groups
+        .into_values()
+        .map(|mut g| {
+            // A group with nothing measured carries no bucket bytes.
+            for list in [&mut g.latency, &mut g.ttft] {
+                if list.iter().all(|&b| b == 0) {
+                    list.clear();
+                }
+            }
+            g
+        })
+        .collect()
 }
 
 /// `report` with its records moved into the compact form.
@@ -78,7 +94,8 @@ pub fn compact(mut report: ReportUsage) -> ReportUsage {
 pub fn expand(report: &ReportUsage) -> Vec<UsageRecord> {
     let mut out = report.records.clone();
     for g in &report.route_calls {
-        for ((&outcome, &units), &amount) in g.outcomes.iter().zip(&g.units).zip(&g.amounts) {
+        let calls = g.outcomes.iter().zip(&g.units).zip(&g.amounts);
+        for (k, ((&outcome, &units), &amount)) in calls.enumerate() {
             out.push(UsageRecord {
                 user: g.user.clone(),
                 provider: g.provider.clone(),
@@ -87,6 +104,8 @@ pub fn expand(report: &ReportUsage) -> Vec<UsageRecord> {
                 outcome,
                 units,
                 amount,
+                latency_bucket: g.latency.get(k).copied().unwrap_or(0).into(),
+                ttft_bucket: g.ttft.get(k).copied().unwrap_or(0).into(),
             });
         }
     }
@@ -102,6 +121,41 @@ pub(crate) struct CallTotals<'a> {
     pub debits: BTreeMap<&'a str, u64>,
     /// Credits owed, per (provider, user).
     pub owed: BTreeMap<(&'a str, &'a str), u64>,
+    /// Latency and TTFT measured, per (provider, model, route): only calls
+    /// that carry a bucket (app version 4).
+    pub latency: BTreeMap<(&'a str, &'a str, &'a str), Histogram>,
+}
+
+/// One call's latency and TTFT buckets (0: not measured), checked: each
+/// at most [`BUCKETS`], and none before app version 4.
+fn check_buckets(
+    at: &dyn Fn() -> String,
+    version: u64,
+    latency: u32,
+    ttft: u32,
+) -> Result<(), ExecError> {
+    if latency == 0 && ttft == 0 {
+        return Ok(());
+    }
+    if version < SLO_VERSION {
+        return Err(reject(
+            Code::BadLatency,
+            format!(
+                "{}: latency buckets need app version {SLO_VERSION}; the chain runs version {version}",
+                at()
+            ),
+        ));
+    }
+    if latency > u32::from(BUCKETS) || ttft > u32::from(BUCKETS) {
+        return Err(reject(
+            Code::BadLatency,
+            format!(
+                "{}: latency bucket {latency}, TTFT bucket {ttft}: buckets are 1 to {BUCKETS} (0: not measured)",
+                at()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The class of one call, checked: a known outcome, and no amount on a
@@ -150,6 +204,7 @@ impl<'a> CallTotals<'a> {
     /// for a counter that would pass `u64::MAX`.
     pub(crate) fn of(
         report: &'a ReportUsage,
+        version: u64,
         overflow: &dyn Fn() -> ExecError,
     ) -> Result<Self, ExecError> {
         let mut t = CallTotals::default();
@@ -157,6 +212,13 @@ impl<'a> CallTotals<'a> {
             let at = || format!("record {i}");
             check_names(&at, &r.user, &r.provider, &r.model, &r.route)?;
             let class = check_call(&at, r.outcome, r.amount)?;
+            check_buckets(&at, version, r.latency_bucket, r.ttft_bucket)?;
+            t.measure(
+                (&r.provider, &r.model, &r.route),
+                &[r.latency_bucket as u8],
+                &[r.ttft_bucket as u8],
+                overflow,
+            )?;
             let mut add = Counters::default();
             add.add_record(class, r.units, r.amount)
                 .map_err(|_| overflow())?;
@@ -197,6 +259,28 @@ impl<'a> CallTotals<'a> {
                     ),
                 ));
             }
+            for (list, name) in [(&calls.latency, "latency"), (&calls.ttft, "ttft")] {
+                if !list.is_empty() && list.len() != n {
+                    return Err(reject(
+                        Code::BadLatency,
+                        format!(
+                            "route_calls {g} has {n} calls and {} {name} buckets: one per call, or none",
+                            list.len()
+                        ),
+                    ));
+                }
+            }
+            for k in 0..n {
+                let at = || format!("route_calls {g} call {k}");
+                let bucket = |l: &[u8]| l.get(k).copied().map_or(0, u32::from);
+                check_buckets(&at, version, bucket(&calls.latency), bucket(&calls.ttft))?;
+            }
+            t.measure(
+                (&calls.provider, &calls.model, &calls.route),
+                &calls.latency,
+                &calls.ttft,
+                overflow,
+            )?;
             let mut add = Counters::default();
             let mut amount = 0u64;
             let lists = calls.outcomes.iter().zip(&calls.units).zip(&calls.amounts);
@@ -217,6 +301,30 @@ impl<'a> CallTotals<'a> {
             )?;
         }
         Ok(t)
+    }
+
+    /// Counts the measured buckets (nonzero bytes, checked) of one route.
+    fn measure(
+        &mut self,
+        route: (&'a str, &'a str, &'a str),
+        latency: &[u8],
+        ttft: &[u8],
+        overflow: &dyn Fn() -> ExecError,
+    ) -> Result<(), ExecError> {
+        if latency.iter().chain(ttft).all(|&b| b == 0) {
+            return Ok(());
+        }
+        let mut add = Histogram::default();
+        for &b in latency.iter().filter(|&&b| b != 0) {
+            add.latency.add(b, 1);
+        }
+        for &b in ttft.iter().filter(|&&b| b != 0) {
+            add.ttft.add(b, 1);
+        }
+        if !self.latency.entry(route).or_default().add(&add) {
+            return Err(overflow());
+        }
+        Ok(())
     }
 
     /// Adds the summed calls `add` (charging `amount`) of one route.
@@ -263,6 +371,7 @@ mod tests {
             outcome: outcome as i32,
             units,
             amount,
+            ..Default::default()
         }
     }
 

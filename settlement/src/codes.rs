@@ -100,6 +100,10 @@ pub enum Code {
     /// whose sequence is not above the last, or that asks for nothing
     /// (app version 3).
     BadUserMsg = 37,
+    /// A call's latency or TTFT bucket outside 1 to 31, a bucket list whose
+    /// length is not the group's call count, or latency before app version
+    /// 4 (ADR 0021).
+    BadLatency = 38,
 }
 
 impl Code {
@@ -149,11 +153,12 @@ impl Code {
             Code::GatewayInactive => "gateway_inactive",
             Code::GatewayKeyRetired => "gateway_key_retired",
             Code::BadUserMsg => "bad_user_msg",
+            Code::BadLatency => "bad_latency",
         }
     }
 
     /// Every code, for documentation and tests.
-    pub const ALL: [Code; 38] = [
+    pub const ALL: [Code; 39] = [
         Code::Ok,
         Code::MalformedTx,
         Code::UnknownGateway,
@@ -192,6 +197,7 @@ impl Code {
         Code::GatewayInactive,
         Code::GatewayKeyRetired,
         Code::BadUserMsg,
+        Code::BadLatency,
     ];
 
     /// The code with this number.

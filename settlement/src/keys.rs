@@ -16,8 +16,10 @@ use crate::record::RouteId;
 
 mod gov;
 mod replay;
+mod slo;
 pub use gov::*;
 pub use replay::*;
+pub use slo::*;
 
 /// The value of an index or marker entry (`ip/`, `iu/`, `rexp/`, `hcp/`,
 /// `sret/`, `pexp/`): the single byte `0x01`. No key holds an empty value:
@@ -154,6 +156,15 @@ pub const LAYOUT: &[(&[u8], &str)] = &[
     ),
     (PARAMS_NEXT, "scheduled parameter changes by first window"),
     (WITHDRAWAL, "users' withdrawals by call id"),
+    (SLO_POLICY, "service-level objectives in force, by provider"),
+    (SLO_NEXT, "scheduled objective changes by first window"),
+    (SLO_VERDICT, "objective verdicts by provider and window"),
+    (REPUTATION, "providers' reputations"),
+    (LATENCY, "latency and TTFT histograms by route and window"),
+    (
+        PROVIDER_LATENCY,
+        "latency and TTFT histograms by provider and window",
+    ),
     (
         VALIDATOR,
         "validators (consensus key, power, encryption key)",

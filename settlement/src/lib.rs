@@ -45,6 +45,8 @@
 //!   and accepted and carried out when accepted;
 //! - [`user`]: what users sign besides allowances: key changes and
 //!   withdrawals (ADR 0020);
+//! - [`slo`]: service-level objectives: policies, latency histograms,
+//!   verdicts at window close, credits and reputation (ADR 0021);
 //! - [`system`]: the proposer's system transactions;
 //! - [`machine`]: the entry points, decoding each transaction once and
 //!   dispatching to the above;
@@ -69,6 +71,7 @@ pub mod query;
 pub mod query_path;
 mod record;
 pub mod report;
+pub mod slo;
 pub mod state;
 pub mod sync;
 pub mod system;

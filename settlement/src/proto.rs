@@ -136,6 +136,13 @@ pub struct RouteCalls {
     /// Each call's credits moved from the user to the provider (packed).
     #[prost(uint64, repeated, tag = "7")]
     pub amounts: Vec<u64>,
+    /// Each call's latency bucket, one byte per call (0: not measured), or
+    /// empty: none measured (app version 4, ADR 0021).
+    #[prost(bytes = "vec", tag = "8")]
+    pub latency: Vec<u8>,
+    /// Each call's time-to-first-token bucket, like `latency`.
+    #[prost(bytes = "vec", tag = "9")]
+    pub ttft: Vec<u8>,
 }
 
 /// One upstream call.
@@ -162,6 +169,13 @@ pub struct UsageRecord {
     /// Credits moved from the user to the provider.
     #[prost(uint64, tag = "7")]
     pub amount: u64,
+    /// The latency bucket (1 to 31, 0: not measured; app version 4, ADR
+    /// 0021).
+    #[prost(uint32, tag = "8")]
+    pub latency_bucket: u32,
+    /// The time-to-first-token bucket, like `latency_bucket`.
+    #[prost(uint32, tag = "9")]
+    pub ttft_bucket: u32,
 }
 
 /// Outcome classes of an upstream call (which count in FailCount: the

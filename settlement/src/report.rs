@@ -26,6 +26,8 @@ use crate::genesis::Params;
 use crate::keys;
 use crate::proto::{tx, ReportUsage, SignedReport, Tx};
 use crate::record::{Counters, RouteId};
+use crate::slo::latency::Histogram;
+use crate::slo::plan_histograms;
 use crate::state::chain::{
     app_version, balance, owed_slot, party_window, put_balance, put_owed_slot, put_route,
     put_window_info, route, window_info, OwedSlot,
@@ -72,6 +74,8 @@ pub struct Plan {
     parties: BTreeMap<Vec<u8>, PartyWindow>,
     /// Allowance use after the report.
     spend: Spend,
+    /// Latency histograms after the report, by key (app version 4).
+    histograms: Vec<(Vec<u8>, Histogram)>,
 }
 
 impl Plan {
@@ -246,11 +250,14 @@ pub fn plan_report(
         )
     };
     let records = call_count(&report);
+    let version = app_version(kv)?;
     let CallTotals {
         routes,
         debits,
         owed: owed_add,
-    } = CallTotals::of(&report, &overflow)?;
+        latency,
+    } = CallTotals::of(&report, version, &overflow)?;
+    let histograms = plan_histograms(kv, window, &latency)?.ok_or_else(overflow)?;
 
     let balances = plan_balances(kv, &rid, &debits)?;
     let spend = check_spend(kv, &gateway, now, window, &debits)?;
@@ -260,7 +267,7 @@ pub fn plan_report(
     Ok(Plan {
         scope,
         body_hash,
-        app_version: app_version(kv)?,
+        app_version: version,
         report_id: report.report_id,
         expires_at: report.expires_at,
         gateway,
@@ -272,6 +279,7 @@ pub fn plan_report(
         window_info: info,
         parties,
         spend,
+        histograms,
     })
 }
 
@@ -395,6 +403,9 @@ impl Plan {
             kv.put(key.clone(), totals.encode());
         }
         self.spend.apply(kv);
+        for (key, h) in &self.histograms {
+            kv.put(key.clone(), h.encode());
+        }
         let rid = hex::encode(&self.report_id);
         TxResult::ok(
             format!(

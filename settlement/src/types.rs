@@ -234,6 +234,10 @@ pub struct Awaited {
 /// after genesis and withdrawals (ADR 0020).
 pub const GROWTH_VERSION: u64 = 3;
 
+/// The first app version with service-level objectives, verdicts and
+/// credits, and latency buckets in reports (ADR 0021).
+pub const SLO_VERSION: u64 = 4;
+
 /// The kind of a hub call that pays its provider.
 pub const CALL_PAY: u32 = 0;
 /// The kind of a hub call that returns credits to its user (ADR 0020).

@@ -73,6 +73,7 @@ fn rec(user: &str, route: &str, outcome: Outcome, units: u64, amount: u64) -> Us
         outcome: outcome as i32,
         units,
         amount,
+        ..Default::default()
     }
 }
 
@@ -164,6 +165,7 @@ fn a_compact_report_counts_fail_count_units_and_amounts_by_hand() {
         .collect(),
         units: vec![10, 1, 0, 2, 30],
         amounts: vec![4, 1, 0, 0, 6],
+        ..Default::default()
     };
     let r = run(&mut p, &b, &report(1, vec![], vec![group]));
     assert_eq!(r.code, Code::Ok, "{}", r.log);
@@ -198,6 +200,7 @@ fn group(outcomes: Vec<Outcome>, units: Vec<u64>, amounts: Vec<u64>) -> RouteCal
         outcomes: outcomes.into_iter().map(|o| o as i32).collect(),
         units,
         amounts,
+        ..Default::default()
     }
 }
 
@@ -366,6 +369,7 @@ fn compact_is_several_times_smaller_for_typical_reports() {
             } as i32,
             units: 200 + i % 1800,
             amount: if i % 10 == 0 { 0 } else { 1 + i % 300 },
+            ..Default::default()
         })
         .collect();
     let plain = report(1, records.clone(), vec![]);

@@ -85,6 +85,7 @@ fn rec(user: &str, outcome: Outcome, amount: u64) -> UsageRecord {
         outcome: outcome as i32,
         units: 1,
         amount,
+        ..Default::default()
     }
 }
 

@@ -76,6 +76,7 @@ fn report(chain: &str) -> ReportUsage {
             outcome: Outcome::Ok as i32,
             units: 1,
             amount: 1,
+            ..Default::default()
         }],
         route_calls: vec![],
     }

@@ -67,6 +67,7 @@ fn rec(user: &str, outcome: Outcome, units: u64, amount: u64) -> UsageRecord {
         outcome: outcome as i32,
         units,
         amount,
+        ..Default::default()
     }
 }
 

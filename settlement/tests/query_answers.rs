@@ -147,6 +147,7 @@ impl Env {
                     } else {
                         amount
                     },
+                    ..Default::default()
                 });
             }
         }

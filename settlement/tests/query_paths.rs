@@ -53,6 +53,7 @@ fn setup() -> Pending {
             outcome: Outcome::Ok as i32,
             units: 1,
             amount: 0,
+            ..Default::default()
         }],
         route_calls: Vec::new(),
     };

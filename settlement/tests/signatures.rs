@@ -76,6 +76,7 @@ fn report(id: u8) -> Vec<u8> {
                 outcome: Outcome::Transient as i32,
                 units: 1,
                 amount: 0,
+                ..Default::default()
             }],
             route_calls: vec![],
         },

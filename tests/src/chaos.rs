@@ -413,6 +413,7 @@ fn spawn_sender(
                 } else {
                     0
                 },
+                ..Default::default()
             };
             if reporter.record(r).await.is_err() {
                 break;

@@ -94,6 +94,7 @@ impl Traffic {
                         _ if !o.may_carry_amount() => 0,
                         a => a,
                     },
+                    ..Default::default()
                 }
             })
             .collect()

@@ -74,6 +74,7 @@ fn paid(user: usize, provider: usize, amount: u64) -> UsageRecord {
         outcome: Outcome::Ok as i32,
         units: 1,
         amount,
+        ..Default::default()
     }
 }
 

@@ -345,6 +345,7 @@ fn rec(user: &str, provider: &str, amount: u64) -> UsageRecord {
         outcome: Outcome::Ok as i32,
         units: 10,
         amount,
+        ..Default::default()
     }
 }
 

@@ -390,6 +390,7 @@ fn send(f: &Net, lines: &[Line]) -> Result<u64> {
                 outcome: l.outcome as i32,
                 units: UNITS,
                 amount: l.amount,
+                ..Default::default()
             });
         }
     }

@@ -138,6 +138,7 @@ fn report(net: &Localnet, provider: &str, amount: u64) -> Result<()> {
         outcome: Outcome::Ok as i32,
         units: 1,
         amount,
+        ..Default::default()
     };
     let now = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs();
     let r = net

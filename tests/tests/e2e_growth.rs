@@ -150,6 +150,7 @@ fn bill(f: &Net, key: SigningKey, user: &str, n: usize, amount: u64) -> Result<(
                     outcome: Outcome::Ok as i32,
                     units: 1,
                     amount,
+                    ..Default::default()
                 })
                 .await?;
         }

@@ -152,6 +152,7 @@ fn rec(user: &str, route: &str, outcome: Outcome, amount: u64) -> UsageRecord {
         } else {
             0
         },
+        ..Default::default()
     }
 }
 
@@ -623,6 +624,7 @@ impl Load {
                                 } else {
                                     0
                                 },
+                                ..Default::default()
                             })
                             .collect();
                         let built = build_report(&key, &chain_id, recs.clone(), now() + 300);

@@ -225,6 +225,7 @@ fn verified_queries_show_what_was_reported(f: &mut Net) -> Result<()> {
             outcome: *o as i32,
             units: 10,
             amount: *amount,
+            ..Default::default()
         })
         .collect();
     let built = build_report(&f.key, &f.chain_id, recs, now() + 300);

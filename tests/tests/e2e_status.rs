@@ -237,6 +237,7 @@ fn app_metrics_count_a_landed_report(f: &mut Net) -> Result<()> {
         outcome: outcome as i32,
         units: 1,
         amount: 0,
+        ..Default::default()
     };
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)?

@@ -125,6 +125,7 @@ fn run_load(
                     outcome: Outcome::Ok as i32,
                     units: 1,
                     amount: AMOUNT,
+                    ..Default::default()
                 })
                 .await?;
             sent += 1;

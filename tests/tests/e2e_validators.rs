@@ -506,6 +506,7 @@ fn settle_one(f: &Net, amount: u64) -> Result<()> {
         outcome: Outcome::Ok as i32,
         units: 7,
         amount,
+        ..Default::default()
     };
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)?

@@ -50,6 +50,7 @@ fn report(id: u8, amount: u64) -> ReportUsage {
             outcome: Outcome::Ok as i32,
             units: 1,
             amount,
+            ..Default::default()
         }],
         route_calls: Vec::new(),
     }

@@ -56,6 +56,7 @@ fn rec(user: usize, provider: usize, outcome: Outcome, amount: u64) -> UsageReco
         outcome: outcome as i32,
         units: 5,
         amount,
+        ..Default::default()
     }
 }
 

@@ -78,6 +78,7 @@ fn report(key: &SigningKey, id: u64, n: usize, now: u64) -> Vec<u8> {
         outcome: CallOutcome::Transient.into(),
         units: 1,
         amount: 0,
+        ..Default::default()
     };
     sign_report(
         key,

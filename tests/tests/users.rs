@@ -77,6 +77,7 @@ fn charge(net: &mut DkgNet, amount: u64) -> Vec<u8> {
         outcome: CallOutcome::Ok.into(),
         units: 1,
         amount,
+        ..Default::default()
     };
     let now = net.net.now as u64;
     net.traffic.report(vec![rec], now, 120)

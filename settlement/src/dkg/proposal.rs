@@ -105,6 +105,7 @@ pub fn plan_proposal(
         upgrade: p.upgrade.as_ref(),
         params: p.params.as_ref(),
         gateway: p.gateway.as_ref(),
+        slo: p.slo.as_ref(),
     };
     if action.is_governance() {
         if !p.pubkey.is_empty() || p.power != 0 {
@@ -148,6 +149,7 @@ pub fn plan_proposal(
         upgrade: p.upgrade,
         params: p.params,
         gateway: p.gateway,
+        slo: p.slo,
     })
 }
 

@@ -88,7 +88,7 @@ pub fn validators(kv: &impl KvRead) -> Result<Value, ExecError> {
 
 /// The `from` parameter of a listing (`what` names its numbers), default
 /// 1; any other parameter is refused.
-fn from_param(qs: Option<&str>, what: &str) -> Result<u64, ExecError> {
+pub(crate) fn from_param(qs: Option<&str>, what: &str) -> Result<u64, ExecError> {
     let mut from = 1u64;
     for (k, v) in query_path::parse_params(qs).map_err(|e| bad(e.to_string()))? {
         match k.as_str() {
@@ -163,6 +163,9 @@ fn proposal_json(
     if let Some(c) = &p.gateway {
         let op = crate::gov::gateway::Op::from_value(c.op).map_or("unknown", |o| o.name());
         v["gateway"] = json!({"op": op, "name": c.name, "pubkey": hex_or_null(&c.pubkey)});
+    }
+    if let Some(c) = &p.slo {
+        v["slo"] = crate::slo::policy::change_json(c);
     }
     Ok(v)
 }

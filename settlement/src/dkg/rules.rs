@@ -75,9 +75,8 @@ pub fn check_change(
         ProposalAction::Upgrade
         | ProposalAction::CancelUpgrade
         | ProposalAction::Params
-        | ProposalAction::Gateway => {
-            return Err(format!("a {} changes no validator", action.name()))
-        }
+        | ProposalAction::Gateway
+        | ProposalAction::Slo => return Err(format!("a {} changes no validator", action.name())),
     };
     if size_after == 0 {
         return Err("the last validator cannot be removed".into());
@@ -153,7 +152,8 @@ pub fn update_of(p: &Proposal) -> Result<Option<ValidatorRecord>, Fatal> {
         | ProposalAction::Upgrade
         | ProposalAction::CancelUpgrade
         | ProposalAction::Params
-        | ProposalAction::Gateway => return Ok(None),
+        | ProposalAction::Gateway
+        | ProposalAction::Slo => return Ok(None),
     };
     Ok(Some(ValidatorRecord {
         pubkey: p.pubkey.clone(),

@@ -84,6 +84,9 @@ stored_enum! {
         Params = 7 => "params",
         /// Add, rotate, suspend, resume or remove a gateway (ADR 0020).
         Gateway = 8 => "gateway",
+        /// Set or remove providers' service-level objectives from a future
+        /// settlement window (ADR 0021).
+        Slo = 9 => "slo",
     }
 }
 
@@ -108,7 +111,11 @@ impl ProposalAction {
     /// the transaction that accepts it and never waits for a ceremony
     /// ([`crate::gov`]).
     pub fn is_governance(self) -> bool {
-        self.is_upgrade() || matches!(self, ProposalAction::Params | ProposalAction::Gateway)
+        self.is_upgrade()
+            || matches!(
+                self,
+                ProposalAction::Params | ProposalAction::Gateway | ProposalAction::Slo
+            )
     }
 }
 
@@ -207,6 +214,7 @@ mod tests {
             (6, "cancel_upgrade"),
             (7, "params"),
             (8, "gateway"),
+            (9, "slo"),
         ];
         for (v, name) in actions {
             let a = ProposalAction::try_from(v).unwrap();
@@ -221,7 +229,7 @@ mod tests {
             let k = CeremonyKind::try_from(v).unwrap();
             assert_eq!((u32::from(k), k.name()), (v, name));
         }
-        for v in [0, 9, u32::MAX] {
+        for v in [0, 10, u32::MAX] {
             assert_eq!(
                 ProposalAction::try_from(v),
                 Err(UnknownValue {

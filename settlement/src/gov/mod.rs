@@ -10,6 +10,7 @@
 //! | 5 `upgrade`, 6 `cancel_upgrade` | `upgrade` | [`crate::upgrade`] | 1 |
 //! | 7 `params` | `params` | [`params`]: scheduled for a future window | 3 |
 //! | 8 `gateway` | `gateway` | [`gateway`]: at once | 3 |
+//! | 9 `slo` | `slo` | [`crate::slo::policy`]: scheduled for a future window | 4 |
 
 pub mod gateway;
 pub mod params;
@@ -22,7 +23,7 @@ use crate::proto::Proposal;
 use crate::state::chain::app_version;
 use crate::types::Event;
 
-pub use crate::types::GROWTH_VERSION;
+pub use crate::types::{GROWTH_VERSION, SLO_VERSION};
 
 /// The payloads a proposal carries, as the checks read them.
 #[derive(Clone, Copy, Debug)]
@@ -33,6 +34,8 @@ pub struct Payload<'a> {
     pub params: Option<&'a crate::proto::ParamChange>,
     /// The gateway change.
     pub gateway: Option<&'a crate::proto::GatewayChange>,
+    /// The objectives' change.
+    pub slo: Option<&'a crate::proto::SloChange>,
 }
 
 impl<'a> Payload<'a> {
@@ -42,6 +45,7 @@ impl<'a> Payload<'a> {
             upgrade: p.upgrade.as_ref(),
             params: p.params.as_ref(),
             gateway: p.gateway.as_ref(),
+            slo: p.slo.as_ref(),
         }
     }
 
@@ -63,6 +67,11 @@ impl<'a> Payload<'a> {
                 self.gateway.is_some(),
                 "a gateway change",
                 action == ProposalAction::Gateway,
+            ),
+            (
+                self.slo.is_some(),
+                "an objectives change",
+                action == ProposalAction::Slo,
             ),
         ];
         carried
@@ -91,7 +100,11 @@ pub fn check(
                 action.name()
             ),
         )),
+        ProposalAction::Slo if version < SLO_VERSION => Ok(Err(format!(
+            "an slo proposal needs app version {SLO_VERSION}; the chain runs version {version}"
+        ))),
         ProposalAction::Params => params::check(kv, payload.params),
+        ProposalAction::Slo => crate::slo::policy::check(kv, payload.slo),
         ProposalAction::Gateway => gateway::check(kv, payload.gateway),
         a if a.is_upgrade() => crate::upgrade::check(kv, height, a, payload.upgrade),
         a => Ok(Err(format!("a {} is not a governance action", a.name()))),
@@ -117,6 +130,7 @@ pub fn enact(kv: &mut impl Kv, p: &mut Proposal, height: u64) -> Result<Option<E
     p.applied_height = height;
     match action {
         ProposalAction::Params => params::schedule(kv, p).map(Some),
+        ProposalAction::Slo => crate::slo::policy::schedule(kv, p).map(Some),
         ProposalAction::Gateway => {
             let c = p.gateway.clone().unwrap_or_default();
             gateway::enact(kv, p.id, &c).map(Some)

@@ -131,7 +131,8 @@ pub struct RevealedShare {
 #[derive(Clone, PartialEq, Eq, prost::Message)]
 pub struct ValidatorProposal {
     /// 1 add, 2 remove, 3 rekey, 4 recover (ADR 0018), 5 upgrade, 6
-    /// cancel upgrade (ADR 0019), 7 params, 8 gateway (ADR 0020).
+    /// cancel upgrade (ADR 0019), 7 params, 8 gateway (ADR 0020), 9 slo
+    /// (ADR 0021).
     #[prost(uint32, tag = "1")]
     pub action: u32,
     /// Add, remove: the validator's ed25519 consensus key; rekey,
@@ -155,6 +156,51 @@ pub struct ValidatorProposal {
     /// Gateway: the change (ADR 0020).
     #[prost(message, optional, tag = "9")]
     pub gateway: Option<GatewayChange>,
+    /// Slo: the objectives' change (ADR 0021).
+    #[prost(message, optional, tag = "10")]
+    pub slo: Option<SloChange>,
+}
+
+/// A change of service-level objectives (ADR 0021): in force from the
+/// first block of settlement window `from_window`, so every window is
+/// judged by the policies it opened with.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct SloChange {
+    /// The first window judged by it: after the current one, at most
+    /// 100000 windows ahead.
+    #[prost(uint64, tag = "1")]
+    pub from_window: u64,
+    /// 1 to 256 providers' new policies, each provider once.
+    #[prost(message, repeated, tag = "2")]
+    pub policies: Vec<SloPolicy>,
+}
+
+/// One provider's objectives (or their removal).
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct SloPolicy {
+    /// The provider.
+    #[prost(string, tag = "1")]
+    pub provider: String,
+    /// Fail-rate ceiling, parts per million of the judged calls
+    /// (requests - cancel - client); at most 1000000.
+    #[prost(uint32, tag = "2")]
+    pub max_fail_ppm: u32,
+    /// A window with fewer judged calls is not judged; at least 1.
+    #[prost(uint64, tag = "3")]
+    pub min_requests: u64,
+    /// p95 latency ceiling in ms, a bucket bound; 0: none.
+    #[prost(uint64, tag = "4")]
+    pub p95_latency_ms: u64,
+    /// p95 time-to-first-token ceiling in ms, a bucket bound; 0: none.
+    #[prost(uint64, tag = "5")]
+    pub p95_ttft_ms: u64,
+    /// Share of a breached window's charges returned to its users, parts
+    /// per million; at most 1000000.
+    #[prost(uint32, tag = "6")]
+    pub credit_ppm: u32,
+    /// Removes the provider's policy (every other field zero).
+    #[prost(bool, tag = "7")]
+    pub remove: bool,
 }
 
 /// A change of chain parameters (ADR 0020): in force from the first block
@@ -347,6 +393,9 @@ pub struct Proposal {
     /// Gateway: the change.
     #[prost(message, optional, tag = "14")]
     pub gateway: Option<GatewayChange>,
+    /// Slo: the change.
+    #[prost(message, optional, tag = "15")]
+    pub slo: Option<SloChange>,
 }
 
 /// The key a finished re-key ceremony made, until it is active (state).

@@ -27,6 +27,12 @@
 //! | `/rotations?from={nonce}` | no | `{"rotations": [...], "next_from"}`: key rotations (the history of keys) with their signatures, 100 at most |
 //! | `/upgrade` | no | `{"app_version", "pending"}`: the app version the state runs under and the pending upgrade plan (null without one) |
 //! | `/upgrade/applied/{name}` | no | `{"name", "app_version", "height", "binary_sha256", "info"}`: an upgrade plan carried out at `height` |
+//! | `/slo/policies` | no | `{"policies": [{"provider", "policy", "since_window", "proposal"}], "more", "scheduled": [{"from_window", "provider", "policy", "proposal"}]}` |
+//! | `/slo/policy/{provider}` | no | `{"provider", "policy", "since_window", "scheduled"}` |
+//! | `/slo/verdicts/{provider}?from={window}` | no | `{"provider", "verdicts": [...], "next_from"}`: 100 at most, oldest first |
+//! | `/slo/verdict/{provider}/{window}` | no | a verdict: `status`, `reasons`, the counts, `fail_ppm`, `policy`, `credited`, `reputation_ppm` |
+//! | `/slo/reputation/{provider}` | no | `{"provider", "score_ppm", "judged", "breached", "last_window"}` |
+//! | `/latency/{provider}/{window}` | no | `{"provider", "window", "latency", "ttft", "routes": [{"model", "route", "latency", "ttft"}], "more"}`: p50/p95/p99 as bucket bounds |
 //!
 //! The ABCI adapter answers [`KEY_PATH`] (raw state with a Merkle proof)
 //! itself, before a query reaches this module.
@@ -41,6 +47,7 @@ mod balances;
 mod dkg;
 mod params;
 mod sla;
+mod slo;
 mod sync;
 mod upgrade;
 mod windows;
@@ -112,6 +119,12 @@ pub const ROUTES: &[Route] = &[
     route("/rotations?from={nonce}", "key rotations handed to the hub", ONE, dkg::rotations),
     route("/upgrade", "the app version and the pending upgrade plan", ONE, upgrade::upgrade),
     route("/upgrade/applied/{name}", "an upgrade plan carried out", ONE, upgrade::applied),
+    route("/slo/policies", "service-level objectives in force and scheduled", ONE, slo::policies),
+    route("/slo/policy/{provider}", "a provider's objectives", ONE, slo::policy),
+    route("/slo/verdicts/{provider}?from={window}", "a provider's verdicts by window", ONE, slo::verdicts),
+    route("/slo/verdict/{provider}/{window}", "a provider's verdict in one window", ONE, slo::verdict),
+    route("/slo/reputation/{provider}", "a provider's reputation", ONE, slo::reputation),
+    route("/latency/{provider}/{window}", "latency and TTFT percentiles of a provider and its routes", ONE, slo::latency),
 ];
 
 /// A query's answer.

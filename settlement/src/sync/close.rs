@@ -24,14 +24,15 @@
 //! hub_calls}` when a window's last entry is converted; `/windows` reports
 //! a window `converting` until then.
 
-use tally_store::Kv;
+use tally_store::{Kv, KvRead};
 
 use crate::error::Fatal;
 use crate::genesis::Params;
 use crate::proto::HubCall;
+use crate::slo::judge::{credit_on, put_verdict, verdict, Verdict};
 use crate::state::chain::{
-    clear_owed, clear_owed_through, delete_closing, oldest_closing, owed_page, params_at,
-    put_closing, Closing, Owed,
+    balance, clear_owed, clear_owed_through, delete_closing, oldest_closing, owed_page, params_at,
+    put_balance, put_closing, Closing, Owed,
 };
 use crate::state::sync::{next_call_id, put_next_call_id, put_pending_call};
 use crate::types::Event;
@@ -70,7 +71,7 @@ pub fn convert_closed(
         let done = rows.len() <= left;
         let made = rows.len().min(left);
         if made > 0 {
-            events.push(make_calls(kv, &mut c, rows.into_iter().take(made))?);
+            events.extend(make_calls(kv, &mut c, rows.into_iter().take(made))?);
             left -= made;
         }
         if !done {
@@ -80,7 +81,8 @@ pub fn convert_closed(
             put_closing(kv, &c);
             break;
         }
-        if c.calls > 0 {
+        // Entries were converted (a fully credited one makes no call).
+        if c.last.is_some() {
             clear_owed(kv, c.window);
             events.push(Event::new(
                 "window_converted",
@@ -106,41 +108,113 @@ pub fn convert_closed(
 
 /// Turns `rows` (owed entries of window `c`, in owed-key order) into
 /// pending hub calls with consecutive ids, moving `c`'s cursor and count
-/// past them; returns the `hub_calls_made` event.
+/// past them; returns the `hub_calls_made` event and one `slo_credited`
+/// event per provider whose breach credited users back. A breached
+/// provider's entry becomes a call for what is left after the credit
+/// ([`crate::slo::judge::credit_on`]), and none when nothing is left; the
+/// credit goes back to the user's balance.
 fn make_calls(
     kv: &mut impl Kv,
     c: &mut Closing,
     rows: impl ExactSizeIterator<Item = Owed>,
-) -> Result<Event, Fatal> {
-    let made = rows.len();
+) -> Result<Vec<Event>, Fatal> {
     // The window's own parameters name its hub chain (ADR 0020).
     let hub = params_at(kv, c.window)?.hub_chain;
     let first = next_call_id(kv)?;
     let mut next = first;
+    let mut credits = Credits::default();
     for o in rows {
+        let credit = credits.credit(kv, c.window, &o)?;
+        c.last = Some((o.provider.clone(), o.user.clone()));
+        if credit > 0 {
+            put_balance(kv, &o.user, balance(kv, &o.user)?.saturating_add(credit));
+        }
+        if credit == o.amount {
+            continue;
+        }
         let call = HubCall {
             id: next,
             provider: o.provider,
             user: o.user,
-            amount: o.amount,
+            amount: o.amount - credit,
             window: c.window,
             kind: 0,
         };
         put_pending_call(kv, &hub, &call);
         next = next.saturating_add(1);
-        c.last = Some((call.provider, call.user));
     }
+    let mut events = credits.finish(kv);
     put_next_call_id(kv, next);
-    c.calls = c.calls.saturating_add(made as u64);
-    Ok(Event::new(
-        "hub_calls_made",
-        [
-            ("window", c.window.to_string()),
-            ("calls", made.to_string()),
-            ("first_id", first.to_string()),
-            ("last_id", (next - 1).to_string()),
-        ],
-    ))
+    let made = next - first;
+    c.calls = c.calls.saturating_add(made);
+    if made > 0 {
+        events.insert(
+            0,
+            Event::new(
+                "hub_calls_made",
+                [
+                    ("window", c.window.to_string()),
+                    ("calls", made.to_string()),
+                    ("first_id", first.to_string()),
+                    ("last_id", (next - 1).to_string()),
+                ],
+            ),
+        );
+    }
+    Ok(events)
+}
+
+/// The verdicts met while converting one page, with what they credited.
+#[derive(Default)]
+struct Credits {
+    /// The provider of the last entry, and its verdict if it breached.
+    current: Option<(String, Option<Verdict>)>,
+    /// Breached verdicts done with, credited.
+    done: Vec<Verdict>,
+}
+
+impl Credits {
+    /// The credit on entry `o` of `window`, counted in its verdict.
+    fn credit(&mut self, kv: &impl KvRead, window: u64, o: &Owed) -> Result<u64, Fatal> {
+        if self.current.as_ref().is_none_or(|(p, _)| *p != o.provider) {
+            if let Some((_, Some(v))) = self.current.take() {
+                self.done.push(v);
+            }
+            let v = verdict(kv, &o.provider, window)?.filter(|v| credit_on(Some(v), 1) > 0);
+            self.current = Some((o.provider.clone(), v));
+        }
+        let Some((_, Some(v))) = self.current.as_mut() else {
+            return Ok(0);
+        };
+        let credit = credit_on(Some(v), o.amount);
+        if credit > 0 {
+            v.credited = v.credited.saturating_add(credit);
+            v.credited_users += 1;
+        }
+        Ok(credit)
+    }
+
+    /// Stores the verdicts that credited anything; their events.
+    fn finish(mut self, kv: &mut impl Kv) -> Vec<Event> {
+        if let Some((_, Some(v))) = self.current.take() {
+            self.done.push(v);
+        }
+        self.done
+            .into_iter()
+            .map(|v| {
+                put_verdict(kv, &v);
+                Event::new(
+                    "slo_credited",
+                    [
+                        ("window", v.window.to_string()),
+                        ("provider", v.provider.clone()),
+                        ("credited", v.credited.to_string()),
+                        ("users", v.credited_users.to_string()),
+                    ],
+                )
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]

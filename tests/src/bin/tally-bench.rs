@@ -356,6 +356,7 @@ fn proposal_bench() -> Result<()> {
                 outcome: Outcome::Ok as i32,
                 units: 1,
                 amount: 5,
+                ..Default::default()
             });
         }
     }

@@ -283,6 +283,7 @@ impl Env {
                     outcome: Outcome::Ok as i32,
                     units: 1,
                     amount,
+                    ..Default::default()
                 }],
                 route_calls: Vec::new(),
             },

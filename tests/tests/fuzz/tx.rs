@@ -68,6 +68,7 @@ fn record(i: usize) -> UsageRecord {
         outcome: Outcome::Ok as i32,
         units: 1,
         amount: 0,
+        ..Default::default()
     }
 }
 
