@@ -6,7 +6,9 @@
 //! the error message's prose; the longest wins, capped at
 //! [`MAX_REQUESTED_DELAY`]) with up to 25 % of additive jitter on top, a
 //! per-try timeout re-armed on every try, a bound on total elapsed time,
-//! and waits that end early on shutdown.
+//! and waits that end early on shutdown. [`RetryPolicy::run_timed`] also
+//! times the whole call, retries included, for its usage record's latency
+//! and TTFT buckets ([`crate::timing`]).
 //!
 //! Time is tokio's clock, so tests run it paused (virtual time).
 
@@ -16,6 +18,8 @@ use std::time::{Duration, SystemTime};
 use rand::Rng;
 use tokio::sync::watch;
 use tokio::time::Instant;
+
+use crate::timing::CallTimer;
 
 mod delay;
 pub use delay::{
@@ -254,6 +258,36 @@ impl RetryPolicy {
                 _ = wait_shutdown(shutdown) => return Err(RetryError::Shutdown),
             }
         }
+    }
+}
+
+impl RetryPolicy {
+    /// [`run`](Self::run), timed as the end user feels it: a [`CallTimer`]
+    /// starts just before the first try, so failed tries, failovers and
+    /// the waits between tries all count in the latency. `op` gets a clone
+    /// of the timer to mark the answer's first byte or token
+    /// ([`CallTimer::first_token`]; only the first mark counts, so mark it
+    /// only for the answer the user gets, not for an error body).
+    ///
+    /// The timer comes back unfinished: call [`CallTimer::finish`] when the
+    /// answer's last byte is in (at once if `op` read the whole body; after
+    /// draining it if `op` returned a stream), or on the error.
+    pub async fn run_timed<E, T, F, Fut>(
+        &self,
+        endpoints: &[E],
+        shutdown: &mut watch::Receiver<bool>,
+        rng: &mut impl Rng,
+        mut op: F,
+    ) -> (Result<T, RetryError>, CallTimer)
+    where
+        F: FnMut(&E, u32, CallTimer) -> Fut,
+        Fut: Future<Output = Result<T, Failure>>,
+    {
+        let timer = CallTimer::start();
+        let result = self
+            .run(endpoints, shutdown, rng, |e, n| op(e, n, timer.clone()))
+            .await;
+        (result, timer)
     }
 }
 
