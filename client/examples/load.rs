@@ -5,19 +5,30 @@
 //! cargo run --release -p tally-client --example load -- \
 //!   --key localnet/.data/gateway.key --endpoints http://127.0.0.1:26657,http://127.0.0.1:26667 \
 //!   [--records 100000 | --seconds 60] [--provider load-prov] \
-//!   [--in-flight 256] [--capacity 50000] [--users alice,bob,carol]
+//!   [--in-flight 256] [--capacity 50000] [--users alice,bob,carol] \
+//!   [--latency-ms-mean 700 [--ttft-ms-mean 150]]
 //!
 //! `--users`: who the records charge (0 credits each, but the chain still
 //! wants an allowance for the gateway): the localnet's users by default.
 //! `--in-flight`: reports sent and not yet confirmed, at most
 //! (`ReporterConfig::max_in_flight`); `--capacity`: records buffered or in
 //! flight, at most (`ReporterConfig::capacity`).
+//!
+//! `--latency-ms-mean MS`: give every record a latency bucket, drawn from an
+//! exponential distribution with this mean (milliseconds), as a gateway
+//! measuring its calls with `tally_client::CallTimer` would; `--ttft-ms-mean
+//! MS` adds a TTFT bucket to the `ok` records the same way (never above the
+//! call's latency). Off by default: records carry no buckets. Buckets need
+//! a chain at app version 4; an older one refuses them (code 38), and the
+//! run fails.
 
 use std::time::{Duration, Instant};
 
 use ed25519_dalek::SigningKey;
+use rand::Rng;
 use tally_client::proto::{Outcome, UsageRecord};
-use tally_client::{HttpTransport, ReportOutcome, Reporter, ReporterConfig};
+use tally_client::{CallTiming, HttpTransport, ReportOutcome, Reporter, ReporterConfig};
+use tally_settlement::slo::latency::{Counts, Percentiles};
 
 fn arg(args: &[String], name: &str) -> Option<String> {
     args.iter()
@@ -33,6 +44,38 @@ fn load_key(path: &str) -> Result<SigningKey, String> {
         .and_then(|b| b.try_into().ok())
         .ok_or_else(|| format!("{path}: secret_key must be 32 bytes of hex"))?;
     Ok(SigningKey::from_bytes(&seed))
+}
+
+/// A mean in milliseconds from `--name`, if given: positive and finite.
+fn mean_ms(args: &[String], name: &str) -> Result<Option<f64>, String> {
+    let Some(v) = arg(args, name) else {
+        return Ok(None);
+    };
+    match v.parse::<f64>() {
+        Ok(m) if m.is_finite() && m > 0.0 => Ok(Some(m)),
+        _ => Err(format!("{name} {v}: a positive number of milliseconds")),
+    }
+}
+
+/// A draw from the exponential distribution with mean `mean` ms.
+fn exponential(rng: &mut impl Rng, mean: f64) -> Duration {
+    let u: f64 = rng.gen(); // [0, 1): 1 - u is never 0
+    Duration::try_from_secs_f64(-mean * (1.0 - u).ln() / 1000.0).unwrap_or(Duration::MAX)
+}
+
+/// `p50/p95/p99` of a histogram as bucket bounds, e.g. `p95 [512,724) ms`.
+fn summary(p: &Percentiles) -> String {
+    let est = |e: &tally_settlement::slo::latency::Estimate| match e.hi_ms {
+        Some(hi) => format!("[{},{hi})", e.lo_ms),
+        None => format!("[{},..)", e.lo_ms),
+    };
+    format!(
+        "{} measured, p50 {} p95 {} p99 {} ms",
+        p.measured,
+        est(&p.p50),
+        est(&p.p95),
+        est(&p.p99)
+    )
 }
 
 fn chain_id(endpoint: &str) -> Result<String, String> {
@@ -68,6 +111,13 @@ async fn main() -> Result<(), String> {
     if users.is_empty() {
         return Err("--users needs at least one name".into());
     }
+    let latency_mean = mean_ms(&args, "--latency-ms-mean")?;
+    let ttft_mean = mean_ms(&args, "--ttft-ms-mean")?;
+    if ttft_mean.is_some() && latency_mean.is_none() {
+        return Err("--ttft-ms-mean needs --latency-ms-mean".into());
+    }
+    let mut rng = rand::thread_rng();
+    let (mut latency_counts, mut ttft_counts) = (Counts::default(), Counts::default());
     let chain = endpoints
         .iter()
         .find_map(|e| chain_id(e).ok())
@@ -95,7 +145,7 @@ async fn main() -> Result<(), String> {
         }
         let class = (sent % 7) as usize;
         per_class[class] += 1;
-        let r = UsageRecord {
+        let mut r = UsageRecord {
             user: users[(sent % users.len() as u64) as usize].clone(),
             provider: provider.clone(),
             model: "org/load-model".into(),
@@ -105,6 +155,18 @@ async fn main() -> Result<(), String> {
             amount: 0,
             ..Default::default()
         };
+        if let Some(mean) = latency_mean {
+            let latency = exponential(&mut rng, mean);
+            let ttft = ttft_mean
+                .filter(|_| class == 0)
+                .map(|m| exponential(&mut rng, m).min(latency));
+            let timing = CallTiming { latency, ttft };
+            timing.apply(&mut r);
+            latency_counts.add(r.latency_bucket as u8, 1);
+            if r.ttft_bucket != 0 {
+                ttft_counts.add(r.ttft_bucket as u8, 1);
+            }
+        }
         reporter.record(r).await.map_err(|e| e.to_string())?;
         sent += 1;
     }
@@ -135,6 +197,12 @@ async fn main() -> Result<(), String> {
     );
     for (o, n) in Outcome::ALL.iter().zip(per_class) {
         println!("  {:<11} {n}", o.name());
+    }
+    if let Some(p) = latency_counts.percentiles() {
+        println!("  latency: {}", summary(&p));
+    }
+    if let Some(p) = ttft_counts.percentiles() {
+        println!("  ttft:    {}", summary(&p));
     }
     if landed as u64 != sent {
         return Err(format!("{} records did not land", sent - landed as u64));
