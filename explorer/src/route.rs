@@ -7,7 +7,8 @@
 //! identifier must be one the chain accepts (`[A-Za-z0-9._:/-]`, 1-64 bytes
 //! for users, providers and hub chains, 1-128 for models and routes),
 //! windows and nonces are decimal `u64`s, and the only query parameters are
-//! `limit` (1-1000) and `cursor` (hex) on the paged paths, each at most once.
+//! `limit` (1-1000) and `cursor` (hex) on the paged paths and `from` (a
+//! window) on `/slo/verdicts`, each at most once.
 
 use tally_settlement::ident;
 use tally_settlement::query::MAX_LIMIT;
@@ -31,6 +32,12 @@ pub const ALLOWED: &[&str] = &[
     "/sync/{chain}",
     "/batch/{chain}/{nonce}",
     "/hubcalls/{chain}",
+    "/slo/policies",
+    "/slo/policy/{provider}",
+    "/slo/verdicts/{provider}[?from={window}]",
+    "/slo/verdict/{provider}/{window}",
+    "/slo/reputation/{provider}",
+    "/latency/{provider}/{window}",
 ];
 
 /// A static file of the page, embedded in the binary.
@@ -55,6 +62,11 @@ pub const ASSETS: &[Asset] = &[
         path: "/app.js",
         content_type: "text/javascript; charset=utf-8",
         body: include_str!("assets/app.js"),
+    },
+    Asset {
+        path: "/slo.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_str!("assets/slo.js"),
     },
     Asset {
         path: "/style.css",
@@ -151,11 +163,14 @@ pub fn route(method: &str, target: &str) -> Result<Route, RequestError> {
     }
 }
 
-/// Whether a query path takes `limit` and `cursor`.
+/// The query parameters a path takes.
 #[derive(Copy, Clone, PartialEq, Eq)]
 enum Params {
     None,
+    /// `limit` and `cursor`.
     Paged,
+    /// `from`: the first window (`/slo/verdicts`).
+    FromWindow,
 }
 
 /// Checks `path` (after [`QUERY_PREFIX`], still encoded) and its query
@@ -172,7 +187,7 @@ fn forwarded(path: &str, query: Option<&str>) -> Result<QueryPath, RequestError>
         ["sla", "provider", p, w] => {
             party("provider", p)?;
             number("window", w)?;
-            Params::None
+            Params::Paged
         }
         ["sla", "user", u] => {
             party("user", u)?;
@@ -215,6 +230,20 @@ fn forwarded(path: &str, query: Option<&str>) -> Result<QueryPath, RequestError>
             party("chain", c)?;
             Params::Paged
         }
+        ["slo", "policies"] => Params::None,
+        ["slo", "policy" | "reputation", p] => {
+            party("provider", p)?;
+            Params::None
+        }
+        ["slo", "verdicts", p] => {
+            party("provider", p)?;
+            Params::FromWindow
+        }
+        ["slo", "verdict", p, w] | ["latency", p, w] => {
+            party("provider", p)?;
+            number("window", w)?;
+            Params::None
+        }
         _ => return Err(not_forwarded()),
     };
     let mut out = QueryPath::from_segments(segs.iter().copied());
@@ -224,6 +253,9 @@ fn forwarded(path: &str, query: Option<&str>) -> Result<QueryPath, RequestError>
             return Err(bad(format!("{path} takes no parameters (got {k:?})")));
         }
         return Ok(out);
+    }
+    if params == Params::FromWindow {
+        return from_window(out, path, pairs);
     }
     let (mut limit, mut cursor) = (None, None);
     for (k, v) in pairs {
@@ -262,6 +294,27 @@ fn forwarded(path: &str, query: Option<&str>) -> Result<QueryPath, RequestError>
     Ok(out)
 }
 
+/// `out` with the `from` window of `pairs`, if given (at most once, no
+/// other parameter).
+fn from_window(
+    out: QueryPath,
+    path: &str,
+    pairs: Vec<(String, String)>,
+) -> Result<QueryPath, RequestError> {
+    let mut from = None;
+    for (k, v) in pairs {
+        match k.as_str() {
+            "from" if from.is_none() => from = Some(number("from", &v)?),
+            "from" => return Err(bad("from given twice")),
+            _ => return Err(bad(format!("unknown parameter {k:?}; {path} takes from"))),
+        }
+    }
+    Ok(match from {
+        Some(w) => out.param("from", w.to_string()),
+        None => out,
+    })
+}
+
 fn party(what: &str, s: &str) -> Result<(), RequestError> {
     ident::check_party(what, s).map_err(|r| bad(r.log))
 }
@@ -270,12 +323,11 @@ fn name(what: &str, s: &str) -> Result<(), RequestError> {
     ident::check_name(what, s).map_err(|r| bad(r.log))
 }
 
-fn number(what: &str, s: &str) -> Result<(), RequestError> {
+fn number(what: &str, s: &str) -> Result<u64, RequestError> {
     if s.is_empty() || s.len() > 20 || !s.bytes().all(|b| b.is_ascii_digit()) {
         return Err(bad(format!("{what} must be a decimal number, got {s:?}")));
     }
     s.parse::<u64>()
-        .map(|_| ())
         .map_err(|_| bad(format!("{what} {s} does not fit in 64 bits")))
 }
 

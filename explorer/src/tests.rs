@@ -82,6 +82,14 @@ fn a_forwarded_query_reaches_the_node_once_and_comes_back_wrapped() {
         node.asked()[1],
         "/sla/route/u/p/a%2Fb/%2Fv1?limit=2&cursor=ff"
     );
+    let r = handle(
+        &node,
+        &cfg(),
+        "GET",
+        "/api/q/slo/verdicts/acme-ai?from=0012",
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(node.asked()[2], "/slo/verdicts/acme-ai?from=12");
 }
 
 #[test]
@@ -92,6 +100,9 @@ fn refused_requests_never_reach_the_node() {
         ("GET", "/api/q/dkg", 403),
         ("GET", "/api/q/sla/provider/a%20b", 400),
         ("GET", "/api/q/windows?limit=5000", 400),
+        ("GET", "/api/q/slo/verdicts/p?from=x", 400),
+        ("GET", "/api/q/latency/p/1?limit=5", 400),
+        ("GET", "/api/q/slo/verdict/p", 403),
         ("POST", "/api/q/params", 405),
         ("GET", "/nope", 404),
     ] {

@@ -246,7 +246,8 @@ function providerSection(p, data) {
     h('h2', {}, 'Provider ', h('code', {}, p)),
     h('p', { class: 'sub' },
       agg.routes.length + ' route(s), ' + agg.windows.length + ' window(s) shown, ' +
-      data.records.length + ' record(s)' + (data.truncated ? ' (first ' + PAGE * MAX_PAGES + ' only)' : '')));
+      data.records.length + ' record(s)' + (data.truncated ? ' (first ' + PAGE * MAX_PAGES + ' only)' : '')),
+    sloSection(p, data.slo, agg));
   if (agg.routes.length === 0) {
     sec.append(h('p', { class: 'hint' }, 'No SLA records for this provider.'));
     return sec;
@@ -366,7 +367,11 @@ async function load() {
     }
     const calls = sync.pending_calls > 0 ? (await q('/hubcalls/' + enc(chain) + '?limit=20')).calls || [] : [];
     const data = [];
-    for (const p of want.providers) data.push([p, await providerRecords(p)]);
+    for (const p of want.providers) {
+      const d = await providerRecords(p);
+      d.slo = await loadSlo(p, aggregate(d.records));  // slo.js
+      data.push([p, d]);
+    }
     const users = [...new Set(data.flatMap(([, d]) => d.records.map((r) => r.user)))].sort();
     const balances = [];
     for (const u of users.slice(0, MAX_USERS)) balances.push(await q('/balance/' + enc(u)));

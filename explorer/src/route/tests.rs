@@ -31,6 +31,7 @@ fn the_page_and_its_files() {
     // The page's own query string is the page's business.
     assert_eq!(page("/?provider=acme-ai&provider=x"), "/");
     assert_eq!(page("/app.js"), "/app.js");
+    assert_eq!(page("/slo.js"), "/slo.js");
     assert_eq!(page("/style.css?v=1"), "/style.css");
     assert_eq!(route("HEAD", "/"), Ok(Route::Asset(&ASSETS[0])));
     assert_eq!(route("GET", "/api/status"), Ok(Route::Status));
@@ -48,6 +49,9 @@ fn assets_load_nothing_from_elsewhere() {
     }
     let html = ASSETS[0].body;
     assert!(html.contains(r#"<script src="/app.js" defer></script>"#));
+    // slo.js uses app.js's helpers: it must come after it.
+    let slo = html.find(r#"<script src="/slo.js" defer></script>"#);
+    assert!(slo > html.find("/app.js"), "{html}");
     assert!(html.contains(r#"href="/style.css""#));
 }
 
@@ -85,8 +89,138 @@ fn allowed_paths_are_forwarded_rebuilt() {
         ("/api/q/sync/hub", "/sync/hub"),
         ("/api/q/batch/hub/1", "/batch/hub/1"),
         ("/api/q/hubcalls/hub?limit=100", "/hubcalls/hub?limit=100"),
+        // A window's records are paged too (a breach lists its routes).
+        (
+            "/api/q/sla/provider/acme-ai/7?cursor=ab&limit=1000",
+            "/sla/provider/acme-ai/7?limit=1000&cursor=ab",
+        ),
     ] {
         assert_eq!(fwd(target), Ok(node.to_string()), "{target}");
+    }
+}
+
+#[test]
+fn slo_paths_are_forwarded_rebuilt() {
+    for (target, node) in [
+        ("/api/q/slo/policies", "/slo/policies"),
+        ("/api/q/slo/policy/acme-ai", "/slo/policy/acme-ai"),
+        ("/api/q/slo/policy/acme%2dai", "/slo/policy/acme-ai"),
+        ("/api/q/slo/verdicts/acme-ai", "/slo/verdicts/acme-ai"),
+        (
+            "/api/q/slo/verdicts/acme-ai?from=29000000",
+            "/slo/verdicts/acme-ai?from=29000000",
+        ),
+        // The window is rebuilt from its number.
+        (
+            "/api/q/slo/verdicts/acme-ai?from=007&",
+            "/slo/verdicts/acme-ai?from=7",
+        ),
+        (
+            "/api/q/slo/verdicts/org%2Fp?from=18446744073709551615",
+            "/slo/verdicts/org%2Fp?from=18446744073709551615",
+        ),
+        (
+            "/api/q/slo/verdict/acme-ai/29000000",
+            "/slo/verdict/acme-ai/29000000",
+        ),
+        ("/api/q/slo/reputation/acme-ai", "/slo/reputation/acme-ai"),
+        (
+            "/api/q/latency/acme-ai/29000000",
+            "/latency/acme-ai/29000000",
+        ),
+        ("/api/q/latency/acme-ai/0", "/latency/acme-ai/0"),
+    ] {
+        assert_eq!(fwd(target), Ok(node.to_string()), "{target}");
+    }
+    for t in [
+        "/api/q/slo",
+        "/api/q/slo/policy",
+        "/api/q/slo/policies/acme-ai",
+        "/api/q/slo/policy/acme-ai/1",
+        "/api/q/slo/verdicts",
+        "/api/q/slo/verdicts/acme-ai/1",
+        "/api/q/slo/verdict/acme-ai",
+        "/api/q/slo/verdict/acme-ai/1/2",
+        "/api/q/slo/reputation",
+        "/api/q/slo/reputation/acme-ai/1",
+        "/api/q/slo/judge/acme-ai",
+        "/api/q/latency",
+        "/api/q/latency/acme-ai",
+        "/api/q/latency/acme-ai/1/org%2Fm",
+        "/api/q/SLO/policies",
+    ] {
+        refused(t, 403, "not a query path the explorer forwards");
+    }
+}
+
+#[test]
+fn slo_arguments_are_checked_before_anything_is_sent() {
+    let long = "p".repeat(65);
+    let cases: Vec<(String, &str)> = vec![
+        ("/api/q/slo/policy/a%20b".into(), "character ' '"),
+        ("/api/q/slo/reputation/".into(), "provider is empty"),
+        (format!("/api/q/slo/verdicts/{long}"), "at most 64"),
+        (format!("/api/q/latency/{long}/1"), "at most 64"),
+        ("/api/q/latency/a%3Fb/1".into(), "character '?'"),
+        (
+            "/api/q/latency/p/1.5".into(),
+            "window must be a decimal number",
+        ),
+        (
+            "/api/q/slo/verdict/p/x".into(),
+            "window must be a decimal number",
+        ),
+        (
+            "/api/q/slo/verdict/p/18446744073709551616".into(),
+            "does not fit in 64 bits",
+        ),
+        (
+            "/api/q/slo/verdicts/p?from=x".into(),
+            "from must be a decimal number",
+        ),
+        (
+            "/api/q/slo/verdicts/p?from=-1".into(),
+            "from must be a decimal number",
+        ),
+        (
+            "/api/q/slo/verdicts/p?from=".into(),
+            "from must be a decimal number",
+        ),
+        (
+            "/api/q/slo/verdicts/p?from=%2B1".into(),
+            "from must be a decimal number",
+        ),
+        (
+            "/api/q/slo/verdicts/p?from=18446744073709551616".into(),
+            "does not fit in 64 bits",
+        ),
+        (
+            "/api/q/slo/verdicts/p?from=1&from=2".into(),
+            "from given twice",
+        ),
+        (
+            "/api/q/slo/verdicts/p?limit=5".into(),
+            "unknown parameter \"limit\"",
+        ),
+        (
+            "/api/q/slo/verdicts/p?from=1&prove=true".into(),
+            "unknown parameter \"prove\"",
+        ),
+        ("/api/q/slo/verdicts/p?from=%zz".into(), "bad parameter"),
+        ("/api/q/slo/policies?limit=5".into(), "takes no parameters"),
+        ("/api/q/slo/policy/p?from=1".into(), "takes no parameters"),
+        (
+            "/api/q/slo/verdict/p/1?from=1".into(),
+            "takes no parameters",
+        ),
+        (
+            "/api/q/slo/reputation/p?height=1".into(),
+            "takes no parameters",
+        ),
+        ("/api/q/latency/p/1?limit=5".into(), "takes no parameters"),
+    ];
+    for (t, needle) in &cases {
+        refused(t, 400, needle);
     }
 }
 
@@ -156,8 +290,9 @@ fn arguments_are_checked_before_anything_is_sent() {
         ),
         ("/api/q/windows?prove=true".into(), "unknown parameter"),
         ("/api/q/balance/alice?limit=5".into(), "takes no parameters"),
+        ("/api/q/sla/user/u/1?limit=5".into(), "takes no parameters"),
         (
-            "/api/q/sla/provider/p/1?limit=5".into(),
+            "/api/q/sla/route/u/p/m/r/1?limit=5".into(),
             "takes no parameters",
         ),
         ("/api/q/windows?limit=%zz".into(), "bad parameter"),
