@@ -350,6 +350,40 @@ pub fn upgrade() -> QueryPath {
     QueryPath::from_segments(["upgrade"])
 }
 
+/// `/slo/policies`.
+pub fn slo_policies() -> QueryPath {
+    QueryPath::from_segments(["slo", "policies"])
+}
+
+/// `/slo/policy/{provider}`.
+pub fn slo_policy(provider: &str) -> QueryPath {
+    QueryPath::from_segments(["slo", "policy", provider])
+}
+
+/// `/slo/verdicts/{provider}[?from={window}]`.
+pub fn slo_verdicts(provider: &str, from: Option<u64>) -> QueryPath {
+    let p = QueryPath::from_segments(["slo", "verdicts", provider]);
+    match from {
+        Some(w) => p.param("from", w.to_string()),
+        None => p,
+    }
+}
+
+/// `/slo/verdict/{provider}/{window}`.
+pub fn slo_verdict(provider: &str, window: u64) -> QueryPath {
+    QueryPath::from_segments(["slo", "verdict", provider, &window.to_string()])
+}
+
+/// `/slo/reputation/{provider}`.
+pub fn slo_reputation(provider: &str) -> QueryPath {
+    QueryPath::from_segments(["slo", "reputation", provider])
+}
+
+/// `/latency/{provider}/{window}`.
+pub fn latency(provider: &str, window: u64) -> QueryPath {
+    QueryPath::from_segments(["latency", provider, &window.to_string()])
+}
+
 /// `/upgrade/applied/{name}`.
 pub fn upgrade_applied(name: &str) -> QueryPath {
     QueryPath::from_segments(["upgrade", "applied", name])

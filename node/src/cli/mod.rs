@@ -40,6 +40,7 @@ pub mod keys;
 mod launch;
 pub mod light;
 pub mod query;
+pub mod slo;
 pub mod start;
 pub mod status;
 pub mod table;

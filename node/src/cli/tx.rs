@@ -35,6 +35,10 @@ pub enum TxCommand {
     /// Add, rotate, suspend, resume or remove a gateway (ADR 0020).
     #[command(subcommand)]
     Gateway(super::govern::GatewayCommand),
+    /// Service-level objectives from a future settlement window (ADR
+    /// 0021).
+    #[command(subcommand)]
+    Slo(super::slo::SloCommand),
     /// Take unspent credits back to the hub, signed with the user's key
     /// (ADR 0020).
     Withdraw(super::user::WithdrawCommand),
@@ -51,6 +55,7 @@ impl Command for TxCommand {
             Self::Upgrade(c) => c.execute(ctx),
             Self::Params(c) => c.execute(ctx),
             Self::Gateway(c) => c.execute(ctx),
+            Self::Slo(c) => c.execute(ctx),
             Self::Withdraw(c) => c.execute(ctx),
             Self::UserKey(c) => c.execute(ctx),
         }

@@ -25,6 +25,7 @@ use super::{table, Command, Context};
 pub mod allowances;
 pub mod node;
 pub mod sla;
+pub mod slo;
 pub mod state;
 pub mod sync;
 pub mod validators;
@@ -48,6 +49,12 @@ pub enum QueryCommand {
     Allowances(allowances::AllowancesCommand),
     /// A user's withdrawals and whether each settled (ADR 0020).
     Withdrawals(allowances::WithdrawalsCommand),
+    /// Service-level objectives, verdicts and reputations (ADR 0021).
+    #[command(subcommand)]
+    Slo(slo::SloQuery),
+    /// Latency and TTFT percentiles of a provider and its routes in a
+    /// window (ADR 0021).
+    Latency(slo::LatencyQuery),
     /// A hub chain's settlement sync state.
     Sync(sync::SyncCommand),
     /// A settlement batch.
@@ -82,6 +89,8 @@ impl Command for QueryCommand {
             Self::Gateways(c) => c.execute(ctx),
             Self::Allowances(c) => c.execute(ctx),
             Self::Withdrawals(c) => c.execute(ctx),
+            Self::Slo(c) => c.execute(ctx),
+            Self::Latency(c) => c.execute(ctx),
             Self::Sync(c) => c.execute(ctx),
             Self::Batch(c) => c.execute(ctx),
             Self::Hubcalls(c) => c.execute(ctx),

@@ -137,7 +137,26 @@ impl ProviderCommand {
 
 impl Command for ProviderCommand {
     fn execute(self, _ctx: &Context) -> anyhow::Result<()> {
-        show(&self.opts, &self.path(), Shape::Records)
+        show(&self.opts, &self.path(), Shape::Records)?;
+        if self.opts.format() == crate::cli::args::Output::Table {
+            // The provider's reputation under its objectives (ADR 0021).
+            let rpc = crate::rpc::Rpc::new(&self.opts.node.primary());
+            let path = query_path::slo_reputation(&self.provider).to_string();
+            let r = super::query_json(&rpc, &path)?;
+            println!("{}", reputation_line(&r));
+        }
+        Ok(())
+    }
+}
+
+/// `reputation: ...` for the answer of `/slo/reputation/{provider}`.
+pub fn reputation_line(r: &serde_json::Value) -> String {
+    match r["judged"].as_u64() {
+        Some(0) | None => "reputation: not judged yet (no objectives, or no window judged)".into(),
+        Some(n) => format!(
+            "reputation: {} ppm ({n} windows judged, {} breached, last window {})",
+            r["score_ppm"], r["breached"], r["last_window"]
+        ),
     }
 }
 
