@@ -77,3 +77,48 @@ pub(super) fn reseal(
         expires_at: usage.expires_at,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::timing::CallTimer;
+    use tally_settlement::proto::Outcome;
+
+    /// Timed records keep their buckets in the compact form: one latency
+    /// and one TTFT byte per call, 0 for the call not measured.
+    #[test]
+    fn sealed_report_carries_the_buckets() {
+        let t0 = tokio::time::Instant::now();
+        let rec = |latency_ms: Option<u64>| {
+            let mut r = UsageRecord {
+                user: "alice".into(),
+                provider: "acme-ai".into(),
+                model: "m".into(),
+                route: "/v1/chat".into(),
+                outcome: Outcome::Ok as i32,
+                ..Default::default()
+            };
+            if let Some(ms) = latency_ms {
+                let timer = CallTimer::start_at(t0);
+                timer.first_token_at(t0 + std::time::Duration::from_millis(100));
+                timer
+                    .finish_at(t0 + std::time::Duration::from_millis(ms))
+                    .apply(&mut r);
+            }
+            r
+        };
+        let cfg = ReporterConfig::new(vec!["http://127.0.0.1:1".into()], "test-chain");
+        let key = SigningKey::from_bytes(&[7; 32]);
+        let sealed = seal(&cfg, &key, vec![rec(Some(700)), rec(None), rec(Some(130))]);
+        let Some(tx::Sum::Report(signed)) =
+            Tx::decode(sealed.tx.as_slice()).ok().and_then(|t| t.sum)
+        else {
+            panic!("not a report transaction");
+        };
+        let usage = ReportUsage::decode(signed.body.as_slice()).ok();
+        let calls = usage.map(|u| u.route_calls).unwrap_or_default();
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].latency, vec![19, 0, 15]);
+        assert_eq!(calls[0].ttft, vec![14, 0, 14]);
+    }
+}
