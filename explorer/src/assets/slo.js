@@ -262,19 +262,25 @@ function sloSection(p, slo, agg) {
     box.append(h('p', { class: 'hint' }, 'The node did not answer the SLO queries: ' + slo.error));
     return box;
   }
-  box.append(policyStats(slo.policy), reputationStats(slo.reputation));
-  if (slo.windows.length > 0) {
+  const pol = slo.policy.policy;
+  // Never had objectives: one line (and the latency, if measured).
+  const quiet = !pol && !slo.policy.scheduled && slo.verdicts.length === 0 && slo.reputation.judged === 0;
+  if (quiet) {
+    box.append(h('p', { class: 'hint', 'data-field': 'policy' }, 'No objectives for this provider; never judged.'));
+  } else {
+    box.append(policyStats(slo.policy), reputationStats(slo.reputation));
+  }
+  if (slo.windows.length > 0 && !quiet) {
     box.append(h('figure', { class: 'chart' }, h('figcaption', {}, 'Verdict per window'), verdictStrip(slo, agg)));
   }
   if (slo.verdicts.length > 0) {
     box.append(h('figure', { class: 'chart' }, h('figcaption', {}, 'Reputation after each verdict'), reputationChart(slo, agg)));
   }
   for (const b of slo.breaches) box.append(breachDetail(b, slo, agg));
-  const pol = slo.policy.policy;
   for (const [w, lat] of [...slo.latency.entries()].sort((a, b) => b[0] - a[0])) {
     if (lat.latency || lat.ttft) box.append(latencyTable(w, lat, pol, agg));
   }
-  if (![...slo.latency.values()].some((l) => l.latency || l.ttft)) {
+  if (!quiet && ![...slo.latency.values()].some((l) => l.latency || l.ttft)) {
     box.append(h('p', { class: 'hint' }, 'No latency measured in the newest windows.'));
   }
   return box;
