@@ -11,14 +11,23 @@
 //!    over the reports it sent gives (cancel and client apart, never in the
 //!    fail rate; a window of only cancelled calls has no rate), and the
 //!    balances are the funded amounts minus what was charged;
-//! 2. `pipeline_matches_the_node`: once both windows' payments settled, the
+//! 2. `a_breach_is_explained`: a provider with objectives from a future
+//!    window (`tallyd tx slo propose`, passed by three validators) fails
+//!    and is slow in that window; once it closed, the node's verdict,
+//!    reputation and `/latency` equal the test's own arithmetic, and the
+//!    page shows the window breached in the verdict strip (the window before
+//!    it, without a policy, apart), the breach's reasons, failure classes
+//!    and routes (most failures first, the causes marked), the reputation
+//!    after the verdict, and each route's latency and TTFT percentiles as
+//!    `/latency` gives them (screenshot `explorer-slo.png`);
+//! 3. `pipeline_matches_the_node`: once both windows' payments settled, the
 //!    pipeline panel shows the node's `/sync/hub` and last batch, and the
 //!    batches paid exactly what the reports charged;
-//! 3. `bad_requests_are_refused`: the explorer forwards no other query
+//! 4. `bad_requests_are_refused`: the explorer forwards no other query
 //!    path, refuses bad arguments and methods with clear errors, answers
 //!    allowed paths with the node's own value, and a page whose node is
 //!    down says so;
-//! 4. `screenshot_is_saved`: a full-page PNG in
+//! 5. `screenshot_is_saved`: a full-page PNG in
 //!    `$CARGO_TARGET_DIR/test-artifacts/explorer.png`.
 //!
 //! SKIPPED without `cometbft`, `chromium` or `chromedriver` on PATH (failed
@@ -32,6 +41,7 @@ use anyhow::{bail, ensure, Context, Result};
 use serde_json::{json, Value};
 use tally_node::records::build_report;
 use tally_settlement::proto::{Outcome, UsageRecord};
+use tally_settlement::slo::latency::{bounds, bucket_of};
 use tally_tests::harness::{self, Test};
 use tally_tests::localnet::{free_port_base, tallyd_path, Localnet};
 use tally_tests::webdriver::{self, Browser, Group};
@@ -251,11 +261,19 @@ fn charged(user: &str) -> u64 {
         .sum()
 }
 
-const TESTS: [Test<Net>; 4] = [
+const TESTS: [Test<Net>; 5] = [
     Test {
         name: "page_shows_the_reported_sla",
         needs: &[],
         run: page_shows_the_reported_sla,
+    },
+    // Before the pipeline test: its windows settle while this one waits
+    // for its own window to close (it makes no hub call: the breach
+    // credits everything back).
+    Test {
+        name: "a_breach_is_explained",
+        needs: &[],
+        run: a_breach_is_explained,
     },
     Test {
         name: "pipeline_matches_the_node",
@@ -394,6 +412,12 @@ fn send(f: &Net, lines: &[Line]) -> Result<u64> {
             });
         }
     }
+    send_records(f, PROV_A, recs)
+}
+
+/// Sends one report of `recs`; the newest window of `provider`'s records
+/// once it landed (as node 1 lists them).
+fn send_records(f: &Net, provider: &str, recs: Vec<UsageRecord>) -> Result<u64> {
     let key = f.net.gateway_key()?;
     let chain_id = f.net.rpc(0).status()?.chain_id;
     let built = build_report(&key, &chain_id, recs, now() + 300);
@@ -404,12 +428,12 @@ fn send(f: &Net, lines: &[Line]) -> Result<u64> {
     let a = f
         .net
         .rpc(1)
-        .abci_query(&format!("/sla/provider/{PROV_A}"))?;
+        .abci_query(&format!("/sla/provider/{provider}"))?;
     let v: Value = serde_json::from_slice(&a.value)?;
     v["records"]
         .as_array()
         .and_then(|rs| rs.iter().filter_map(|r| r["window"].as_u64()).max())
-        .with_context(|| format!("no record of {PROV_A}: {v}"))
+        .with_context(|| format!("no record of {provider}: {v}"))
 }
 
 /// What the page shows, read from its DOM.
@@ -763,6 +787,14 @@ fn bad_requests_are_refused(f: &mut Net) -> Result<()> {
         ("POST", "/api/q/params", 405, "GET and HEAD only"),
         ("GET", "/secret", 404, "not found"),
         ("GET", "/api/q/batch/hub/999999", 404, "not_found"),
+        (
+            "GET",
+            "/api/q/slo/verdicts/exp-prov-a?limit=5",
+            400,
+            "unknown parameter \"limit\"",
+        ),
+        ("GET", "/api/q/latency/exp-prov-a/x", 400, "window must be"),
+        ("GET", "/api/q/slo/verdict/exp-prov-a/1", 404, "not_found"),
     ] {
         let (s, v) = http(method, &format!("{u}{path}"))?;
         let err = v["error"].as_str().unwrap_or("");
@@ -822,6 +854,514 @@ fn screenshot_is_saved(f: &mut Net) -> Result<()> {
         png.len()
     );
     let path = webdriver::artifacts_dir()?.join("explorer.png");
+    std::fs::write(&path, &png).with_context(|| format!("writing {}", path.display()))?;
+    println!("screenshot: {}", path.display());
+    Ok(())
+}
+
+/// The provider the SLO test makes breach (no other test reports for it).
+const PROV_SLO: &str = "exp-prov-slo";
+/// Its calls' user (funded in genesis; not in [`USERS`], whose balances
+/// and charges the other tests check).
+const SLO_USER: &str = "carol";
+const COMPLETE: &str = "/v1/complete";
+/// Its objectives: at most 10% failures of the judged calls from 5 judged
+/// calls on, p95 latency under 2048 ms and TTFT under 512 ms (bucket
+/// bounds), a breached window's charges all credited back (so the test
+/// makes no hub call and the pipeline test's sums stay exact).
+const SLO_POLICY: [(&str, u64); 5] = [
+    ("--max-fail-ppm", 100_000),
+    ("--min-requests", 5),
+    ("--p95-latency-ms", 2048),
+    ("--p95-ttft-ms", 512),
+    ("--credit-ppm", 1_000_000),
+];
+/// The reputation after a first judged window that breached:
+/// (15 * 1000000 + 0) / 16.
+const FIRST_BREACH_PPM: u64 = 937_500;
+
+/// `count` calls of one outcome on one route of [`PROV_SLO`], each
+/// charging `amount`, with a latency and a TTFT in ms (`None`: not
+/// measured).
+type SloLine = (
+    &'static str,
+    &'static str,
+    Outcome,
+    u64,
+    u64,
+    Option<u64>,
+    Option<u64>,
+);
+
+/// Before the policy: a window with calls and no verdict.
+const SLO_BEFORE: &[SloLine] = &[(M1, CHAT, Outcome::Ok, 2, 0, None, None)];
+
+/// The window the policy judges first: 5 failures of 22 judged calls
+/// (over 10%) and 4 of 23 measured calls at 2048 ms or more (over 5%):
+/// breached for the fail rate and the latency, not the TTFT. The chat
+/// route fails most, the completion route never.
+const SLO_BREACH: &[SloLine] = &[
+    (M1, CHAT, Outcome::Ok, 6, 2, Some(150), Some(40)),
+    (M1, CHAT, Outcome::Transient, 3, 0, Some(3000), None),
+    (M1, CHAT, Outcome::RateLimit, 1, 0, Some(5), None),
+    (M1, CHAT, Outcome::Cancel, 2, 0, None, None),
+    (M1, CHAT, Outcome::Client, 1, 0, Some(20), None),
+    (M2, EMBED, Outcome::Ok, 8, 1, Some(20), Some(10)),
+    (M2, EMBED, Outcome::Unknown, 1, 0, Some(30_000), None),
+    (M2, COMPLETE, Outcome::Ok, 3, 0, Some(100), Some(60)),
+];
+
+fn slo_records(lines: &[SloLine]) -> Vec<UsageRecord> {
+    let bucket = |ms: Option<u64>| ms.map_or(0, |ms| u32::from(bucket_of(ms)));
+    let mut recs = Vec::new();
+    for &(model, route, outcome, count, amount, lat, ttft) in lines {
+        for _ in 0..count {
+            recs.push(UsageRecord {
+                user: SLO_USER.into(),
+                provider: PROV_SLO.into(),
+                model: model.into(),
+                route: route.into(),
+                outcome: outcome as i32,
+                units: UNITS,
+                amount,
+                latency_bucket: bucket(lat),
+                ttft_bucket: bucket(ttft),
+            });
+        }
+    }
+    recs
+}
+
+/// Nearest-rank p50, p95 and p99 of `ms` as `/latency` gives them (the
+/// bounds of the bucket holding each), `null` when nothing was measured.
+fn percentiles(ms: &[u64]) -> Value {
+    let mut b: Vec<u8> = ms.iter().map(|&m| bucket_of(m)).collect();
+    b.sort_unstable();
+    if b.is_empty() {
+        return Value::Null;
+    }
+    let n = b.len() as u64;
+    let est = |p: u64| {
+        let at = b[((p * n).div_ceil(100).max(1) - 1) as usize];
+        let (lo, hi) = bounds(at).unwrap_or((0, None));
+        json!({"bucket": at, "lo_ms": lo, "hi_ms": hi})
+    };
+    json!({"measured": n, "p50": est(50), "p95": est(95), "p99": est(99)})
+}
+
+/// What `/latency/{PROV_SLO}/{window}` must answer for `lines`.
+fn want_latency(lines: &[SloLine], window: u64) -> Value {
+    // (model, route) -> (latencies, TTFTs) in ms.
+    type Measured = (Vec<u64>, Vec<u64>);
+    let mut routes: BTreeMap<(&str, &str), Measured> = BTreeMap::new();
+    let (mut all_lat, mut all_ttft) = (Vec::new(), Vec::new());
+    for &(model, route, _, count, _, lat, ttft) in lines {
+        let r = routes.entry((model, route)).or_default();
+        for _ in 0..count {
+            r.0.extend(lat);
+            r.1.extend(ttft);
+            all_lat.extend(lat);
+            all_ttft.extend(ttft);
+        }
+    }
+    let rows: Vec<Value> = routes
+        .iter()
+        .filter(|(_, (l, t))| !l.is_empty() || !t.is_empty())
+        .map(|((m, r), (l, t))| {
+            json!({"model": m, "route": r, "latency": percentiles(l), "ttft": percentiles(t)})
+        })
+        .collect();
+    json!({"provider": PROV_SLO, "window": window, "latency": percentiles(&all_lat),
+           "ttft": percentiles(&all_ttft), "routes": rows, "more": false})
+}
+
+/// The verdict's figures `lines` must give under [`SLO_POLICY`] (the
+/// policy and reputation checked apart).
+fn want_verdict(lines: &[SloLine], window: u64) -> Value {
+    let sum =
+        |f: &dyn Fn(&SloLine) -> bool| lines.iter().filter(|l| f(l)).map(|l| l.3).sum::<u64>();
+    let class = |o: Outcome| sum(&|l| l.2 == o);
+    let requests = sum(&|_| true);
+    let judged = requests - class(Outcome::Cancel) - class(Outcome::Client);
+    let fail = class(Outcome::RateLimit)
+        + class(Outcome::Auth)
+        + class(Outcome::Transient)
+        + class(Outcome::Unknown);
+    let ms = |l: &SloLine, ttft: bool| if ttft { l.6 } else { l.5 };
+    let measured = |ttft: bool| sum(&|l| ms(l, ttft).is_some());
+    let slow = |ttft: bool, ceiling: u64| sum(&|l| ms(l, ttft).is_some_and(|m| m >= ceiling));
+    let (lat_c, ttft_c) = (SLO_POLICY[2].1, SLO_POLICY[3].1);
+    let mut reasons = Vec::new();
+    if fail * 1_000_000 > SLO_POLICY[0].1 * judged {
+        reasons.push("fail_rate");
+    }
+    if slow(false, lat_c) * 20 > measured(false) {
+        reasons.push("latency");
+    }
+    if slow(true, ttft_c) * 20 > measured(true) {
+        reasons.push("ttft");
+    }
+    let charged: u64 = lines.iter().map(|l| l.3 * l.4).sum();
+    json!({
+        "provider": PROV_SLO, "window": window, "status": "breached", "reasons": reasons,
+        "requests": requests, "judged": judged, "fail_count": fail,
+        "rate_limit": class(Outcome::RateLimit), "auth": class(Outcome::Auth),
+        "transient": class(Outcome::Transient), "unknown": class(Outcome::Unknown),
+        "fail_ppm": fail * 1_000_000 / judged,
+        "measured_latency": measured(false), "slow_latency": slow(false, lat_c),
+        "measured_ttft": measured(true), "slow_ttft": slow(true, ttft_c),
+        "charged": charged, "credited": charged, "credited_users": 1,
+        "reputation_ppm": FIRST_BREACH_PPM,
+    })
+}
+
+/// `ppm` as the page prints it: a percentage with up to two decimals.
+fn ppm_pct(ppm: u64) -> String {
+    let hundredths = (ppm + 50) / 100;
+    let s = format!("{}.{:02}", hundredths / 100, hundredths % 100);
+    format!("{}%", s.trim_end_matches('0').trim_end_matches('.'))
+}
+
+/// A percentile estimate's cell as the page shows it.
+fn est_cell(e: &Value) -> Value {
+    if e.is_null() {
+        return json!({"text": "—", "bucket": null, "lo": null, "hi": null});
+    }
+    let text = match e["hi_ms"].as_u64() {
+        Some(hi) => format!("{}–{hi} ms", e["lo_ms"]),
+        None => format!("≥ {} ms", e["lo_ms"]),
+    };
+    json!({"text": text, "bucket": e["bucket"], "lo": e["lo_ms"], "hi": e["hi_ms"]})
+}
+
+/// A `/latency` row's latency and TTFT cells as the page shows them.
+fn latency_cells(row: &Value) -> Value {
+    let mut cells = serde_json::Map::new();
+    for kind in ["latency", "ttft"] {
+        let pc = &row[kind];
+        let measured = pc["measured"].as_u64().unwrap_or(0);
+        cells.insert(
+            format!("{kind}_measured"),
+            json!({"text": measured.to_string(), "bucket": null, "lo": null, "hi": null}),
+        );
+        for p in ["p50", "p95", "p99"] {
+            cells.insert(format!("{kind}_{p}"), est_cell(&pc[p]));
+        }
+    }
+    Value::Object(cells)
+}
+
+/// The SLO block of a provider's section, read from the DOM.
+const SLO_SNAPSHOT: &str = r#"
+const box = document.querySelector('section.provider[data-provider="' + arguments[0] + '"] div.slo');
+if (!box) return null;
+const num = (v) => v === undefined ? null : Number(v);
+const cell = (td) => ({text: td.textContent, bucket: num(td.dataset.bucket), lo: num(td.dataset.lo), hi: num(td.dataset.hi)});
+const out = {error: box.dataset.error || null, strip: {}, rep: {}, score: null, stats: {}, breaches: {}, latency: {}};
+for (const c of box.querySelectorAll('.strip .cell')) out.strip[c.dataset.window] = c.dataset.status;
+for (const g of box.querySelectorAll('svg[data-chart="reputation"] g.bar'))
+  out.rep[g.dataset.window] = {ppm: num(g.dataset.ppm), status: g.dataset.status,
+    label: g.querySelector('text.value').textContent, height: Number(g.querySelector('rect').getAttribute('height'))};
+for (const st of box.querySelectorAll('.stat')) out.stats[st.dataset.field] = st.querySelector('.value').textContent;
+const sc = box.querySelector('.stat[data-field="score_ppm"]');
+out.score = sc ? num(sc.dataset.ppm) : null;
+for (const b of box.querySelectorAll('.breach')) {
+  const x = {reasons: [...b.querySelectorAll('li[data-reason]')].map((li) => li.dataset.reason), classes: {}, routes: []};
+  for (const td of b.querySelectorAll('table.classes td[data-field]')) x.classes[td.dataset.field] = td.textContent;
+  for (const tr of b.querySelectorAll('table.breach-routes tbody tr')) {
+    const r = {model: tr.dataset.model, route: tr.dataset.route, fail: num(tr.dataset.fail), cause: tr.classList.contains('cause'), cells: {}};
+    for (const td of tr.querySelectorAll('td[data-field]')) r.cells[td.dataset.field] = cell(td);
+    x.routes.push(r);
+  }
+  out.breaches[b.dataset.window] = x;
+}
+for (const t of box.querySelectorAll('table.latency')) {
+  const rows = [];
+  for (const tr of t.querySelectorAll('tbody tr')) {
+    const r = {scope: tr.dataset.scope, model: tr.dataset.model || null, route: tr.dataset.route || null, cells: {}};
+    for (const td of tr.querySelectorAll('td[data-field]')) r.cells[td.dataset.field] = cell(td);
+    rows.push(r);
+  }
+  out.latency[t.dataset.window] = rows;
+}
+return out;
+"#;
+
+fn sleep_until(unix: u64) {
+    std::thread::sleep(Duration::from_secs(unix.saturating_sub(now())));
+}
+
+/// Validator 0's answer to `path` (JSON), or `None` for code 22.
+fn node_value(f: &Net, path: &str) -> Result<Option<Value>> {
+    let a = f.net.rpc(0).abci_query(path)?;
+    if a.code == 22 {
+        return Ok(None);
+    }
+    ensure!(a.code == 0, "{path}: code {} {}", a.code, a.log);
+    Ok(Some(serde_json::from_slice(&a.value)?))
+}
+
+/// Polls `path` on validator 0 until `ok` holds for its answer (at most
+/// `secs`); that answer.
+fn wait_value(f: &Net, path: &str, secs: u64, ok: impl Fn(&Value) -> bool) -> Result<Value> {
+    let start = Instant::now();
+    loop {
+        let v = node_value(f, path)?;
+        if let Some(v) = v.filter(|v| ok(v)) {
+            return Ok(v);
+        }
+        ensure!(
+            start.elapsed() < Duration::from_secs(secs),
+            "{path} not as expected after {secs} s: {}\n{}",
+            node_value(f, path)?.unwrap_or(Value::Null),
+            f.net.logs_tail()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// Sets [`SLO_POLICY`] for [`PROV_SLO`] from a future window, makes the
+/// provider breach it in that window, and checks the page explains it:
+/// the window's cell in the verdict strip says breached (the window before
+/// it, with calls and no policy, says so), the breach's failure classes
+/// and its routes (most failures first, the causing ones marked), the
+/// reputation (each verdict's `reputation_ppm` and the node's score), and
+/// the latency percentiles per route equal to `/latency`, itself checked
+/// against the test's own nearest-rank percentiles of what it sent.
+fn a_breach_is_explained(f: &mut Net) -> Result<()> {
+    let balance = f.net.balance(0, SLO_USER)?;
+    let before = send_records(f, PROV_SLO, slo_records(SLO_BEFORE))?;
+    // The policy from the next window, or the one after if this one ends
+    // before the proposal can pass (three transactions).
+    let w = if (before + 1) * WINDOW_SECS >= now() + 12 {
+        before + 1
+    } else {
+        before + 2
+    };
+    let ws = w.to_string();
+    let mut args = vec!["tx", "slo", "propose", "--from-window", &ws];
+    args.extend(["--provider", PROV_SLO]);
+    let values: Vec<(&str, String)> = SLO_POLICY
+        .iter()
+        .map(|(k, v)| (*k, v.to_string()))
+        .collect();
+    for (k, v) in &values {
+        args.extend([*k, v.as_str()]);
+    }
+    let proposal = f.net.pass_proposal(&args)?;
+    let path = format!("/slo/policy/{PROV_SLO}");
+    wait_value(f, &path, 10, |v| v["scheduled"]["from_window"] == w)
+        .with_context(|| format!("the proposal {proposal}"))?;
+    // In force from the first block of window w.
+    sleep_until(w * WINDOW_SECS + 1);
+    let policy = wait_value(f, &path, 15, |v| v["since_window"] == w)?;
+    let landed = send_records(f, PROV_SLO, slo_records(SLO_BREACH))?;
+    ensure!(landed == w, "the breach landed in window {landed}, not {w}");
+    // Judged in the first block of a later window; the conversion credits.
+    sleep_until((w + 1) * WINDOW_SECS + 1);
+    let want = want_verdict(SLO_BREACH, w);
+    let verdict = wait_value(f, &format!("/slo/verdict/{PROV_SLO}/{w}"), 30, |v| {
+        v["credited"] == want["credited"]
+    })?;
+    for (k, v) in want.as_object().context("want")? {
+        ensure!(
+            verdict[k] == *v,
+            "verdict {k}: {} want {v}\n{verdict}",
+            verdict[k]
+        );
+    }
+    ensure!(
+        verdict["policy"] == policy["policy"],
+        "{verdict} / {policy}"
+    );
+    let rep = node_value(f, &format!("/slo/reputation/{PROV_SLO}"))?.context("reputation")?;
+    ensure!(
+        rep == json!({"provider": PROV_SLO, "score_ppm": FIRST_BREACH_PPM, "judged": 1, "breached": 1, "last_window": w}),
+        "{rep}"
+    );
+    let latency = node_value(f, &format!("/latency/{PROV_SLO}/{w}"))?.context("latency")?;
+    ensure!(
+        latency == want_latency(SLO_BREACH, w),
+        "/latency {latency}\nwant {}",
+        want_latency(SLO_BREACH, w)
+    );
+    let after = f.net.balance(0, SLO_USER)?;
+    ensure!(
+        after == balance,
+        "{SLO_USER}: {after}, {balance} before the credited breach"
+    );
+
+    f.open(&format!("/?provider={PROV_SLO}"))?;
+    let page = f.browser.execute(SLO_SNAPSHOT, json!([PROV_SLO]))?;
+    ensure!(page["error"].is_null(), "the SLO block: {}", page["error"]);
+    check_slo_page(&page, before, w, &verdict, &rep, &latency)?;
+    slo_screenshot(f)
+}
+
+/// Compares the SLO block (`page`, [`SLO_SNAPSHOT`]) with the node's answers.
+fn check_slo_page(
+    page: &Value,
+    before: u64,
+    w: u64,
+    verdict: &Value,
+    rep: &Value,
+    latency: &Value,
+) -> Result<()> {
+    let (b, ws) = (before.to_string(), w.to_string());
+    ensure!(
+        page["strip"][&b] == "none" && page["strip"][&ws] == "breached",
+        "verdict strip {}",
+        page["strip"]
+    );
+    let bars = page["rep"].as_object().context("no reputation chart")?;
+    ensure!(bars.len() == 1, "reputation bars {bars:?}");
+    let bar = &page["rep"][&ws];
+    ensure!(
+        bar["ppm"] == verdict["reputation_ppm"]
+            && bar["status"] == "breached"
+            && text_is(&bar["label"], ppm_pct(FIRST_BREACH_PPM))
+            && close(bar["height"].as_f64().unwrap_or(-1.0), 140.0 * 0.9375, 0.01),
+        "reputation bar {bar}"
+    );
+    ensure!(page["score"] == rep["score_ppm"], "score {}", page["score"]);
+    let st = &page["stats"];
+    for (field, want) in [
+        ("score_ppm", ppm_pct(FIRST_BREACH_PPM)),
+        ("judged", "1".into()),
+        ("breached", "1".into()),
+        ("last_window", ws.clone()),
+        ("max_fail_ppm", ppm_pct(SLO_POLICY[0].1)),
+        ("min_requests", SLO_POLICY[1].1.to_string()),
+        ("p95_latency_ms", format!("under {} ms", SLO_POLICY[2].1)),
+        ("p95_ttft_ms", format!("under {} ms", SLO_POLICY[3].1)),
+        ("credit_ppm", ppm_pct(SLO_POLICY[4].1)),
+        ("since_window", ws.clone()),
+    ] {
+        ensure!(
+            st[field] == want.as_str(),
+            "{field}: {} want {want}",
+            st[field]
+        );
+    }
+    let breach = &page["breaches"][&ws];
+    ensure!(breach["reasons"] == verdict["reasons"], "reasons {breach}");
+    for field in [
+        "requests",
+        "judged",
+        "rate_limit",
+        "auth",
+        "transient",
+        "unknown",
+        "fail_count",
+        "charged",
+        "credited",
+        "credited_users",
+    ] {
+        ensure!(
+            text_is(&breach["classes"][field], &verdict[field]),
+            "breach {field}: {} want {}",
+            breach["classes"][field],
+            verdict[field]
+        );
+    }
+    let fail_ppm = verdict["fail_ppm"].as_u64().context("fail_ppm")?;
+    ensure!(
+        breach["classes"]["fail_ppm"] == ppm_pct(fail_ppm).as_str(),
+        "{breach}"
+    );
+    check_breach_routes(breach, latency)?;
+    // The latency table of the window equals /latency, row for row.
+    let mut want_rows = vec![json!({"scope": "provider", "model": null, "route": null,
+        "cells": latency_cells(latency)})];
+    for r in latency["routes"].as_array().context("routes")? {
+        want_rows.push(
+            json!({"scope": "route", "model": r["model"], "route": r["route"],
+            "cells": latency_cells(r)}),
+        );
+    }
+    ensure!(
+        page["latency"][&ws] == Value::Array(want_rows.clone()),
+        "latency table {}\nwant {}",
+        page["latency"][&ws],
+        Value::Array(want_rows)
+    );
+    // Nothing was measured before the policy: no table for that window.
+    ensure!(page["latency"][&b].is_null(), "{}", page["latency"]);
+    Ok(())
+}
+
+/// The breach's routes: every route of the window, most failures first,
+/// the ones with failures (the fail rate) or a p95 at or over the ceiling
+/// (the latency) marked as causes, with their p95s from `/latency`.
+fn check_breach_routes(breach: &Value, latency: &Value) -> Result<()> {
+    let mut want: Vec<(u64, &str, &str)> = Vec::new();
+    for &(model, route, outcome, count, ..) in SLO_BREACH {
+        let fails = u64::from(matches!(
+            outcome,
+            Outcome::RateLimit | Outcome::Auth | Outcome::Transient | Outcome::Unknown
+        )) * count;
+        match want.iter_mut().find(|x| (x.1, x.2) == (model, route)) {
+            Some(x) => x.0 += fails,
+            None => want.push((fails, model, route)),
+        }
+    }
+    want.sort_by(|a, b| b.0.cmp(&a.0).then((a.1, a.2).cmp(&(b.1, b.2))));
+    let rows = breach["routes"].as_array().context("no breach routes")?;
+    let shown: Vec<(u64, &str, &str)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["fail"].as_u64().unwrap_or(u64::MAX),
+                r["model"].as_str().unwrap_or(""),
+                r["route"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    ensure!(shown == want, "breach routes {shown:?}, want {want:?}");
+    for r in rows {
+        let lat = latency["routes"]
+            .as_array()
+            .and_then(|rs| {
+                rs.iter()
+                    .find(|x| x["model"] == r["model"] && x["route"] == r["route"])
+            })
+            .context("a route without latency")?;
+        let p95 = &lat["latency"]["p95"];
+        let slow = p95["lo_ms"]
+            .as_u64()
+            .is_some_and(|lo| lo >= SLO_POLICY[2].1);
+        let cause = r["fail"].as_u64() > Some(0) || slow;
+        ensure!(r["cause"] == cause, "route {r}: cause should be {cause}");
+        ensure!(
+            r["cells"]["latency_p95"] == est_cell(p95)
+                && r["cells"]["ttft_p95"] == est_cell(&lat["ttft"]["p95"]),
+            "route {r}: p95s {lat}"
+        );
+    }
+    ensure!(
+        rows.first()
+            .is_some_and(|r| r["route"] == CHAT && r["cause"] == true)
+            && rows
+                .last()
+                .is_some_and(|r| r["route"] == COMPLETE && r["cause"] == false),
+        "{rows:?}"
+    );
+    Ok(())
+}
+
+/// The SLO page, full height, in `$CARGO_TARGET_DIR/test-artifacts/explorer-slo.png`.
+fn slo_screenshot(f: &Net) -> Result<()> {
+    let height = f
+        .browser
+        .execute("return document.documentElement.scrollHeight;", json!([]))?
+        .as_u64()
+        .context("no page height")?;
+    f.browser
+        .set_window_size(1400, (height as u32 + 120).clamp(600, 8000))?;
+    let png = f.browser.screenshot();
+    f.browser.set_window_size(1400, 1000)?;
+    let png = png?;
+    let path = webdriver::artifacts_dir()?.join("explorer-slo.png");
     std::fs::write(&path, &png).with_context(|| format!("writing {}", path.display()))?;
     println!("screenshot: {}", path.display());
     Ok(())
