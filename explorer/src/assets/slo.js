@@ -7,8 +7,8 @@
 'use strict';
 
 const SLO_WINDOWS = 24;      // newest windows in the strip and the reputation chart
-const SLO_SPAN = 1000;       // verdicts are read from this many windows before the newest
-const VERDICT_PAGES = 10;    // /slo/verdicts pages read (100 verdicts each)
+const SLO_SPAN = 999;        // verdicts are read from this many windows before the newest on
+const VERDICT_PAGES = 10;    // /slo/verdicts pages read (100 verdicts each: the whole span)
 const BREACHES_SHOWN = 3;    // newest breached windows explained
 const LATENCY_WINDOWS = 3;   // newest windows with a latency table
 const PPM = 1000000;
