@@ -199,6 +199,29 @@ fn check_names(
     Ok(())
 }
 
+/// A group's bucket lists, checked: each empty or one byte per call, each
+/// byte a bucket (or 0), none before app version 4.
+fn check_group_buckets(g: usize, calls: &RouteCalls, version: u64) -> Result<(), ExecError> {
+    let n = calls.outcomes.len();
+    for (list, name) in [(&calls.latency, "latency"), (&calls.ttft, "ttft")] {
+        if !list.is_empty() && list.len() != n {
+            return Err(reject(
+                Code::BadLatency,
+                format!(
+                    "route_calls {g} has {n} calls and {} {name} buckets: one per call, or none",
+                    list.len()
+                ),
+            ));
+        }
+    }
+    for k in 0..n {
+        let at = || format!("route_calls {g} call {k}");
+        let bucket = |l: &[u8]| l.get(k).copied().map_or(0, u32::from);
+        check_buckets(&at, version, bucket(&calls.latency), bucket(&calls.ttft))?;
+    }
+    Ok(())
+}
+
 impl<'a> CallTotals<'a> {
     /// Checks and sums every call of `report`; `overflow` makes the error
     /// for a counter that would pass `u64::MAX`.
@@ -233,74 +256,71 @@ impl<'a> CallTotals<'a> {
             )?;
         }
         for (g, calls) in report.route_calls.iter().enumerate() {
-            let at = || format!("route_calls {g}");
-            check_names(
-                &at,
-                &calls.user,
-                &calls.provider,
-                &calls.model,
-                &calls.route,
-            )?;
-            let n = calls.outcomes.len();
-            if n == 0 {
-                return Err(reject(
-                    Code::EmptyReport,
-                    format!("route_calls {g} has no calls"),
-                ));
-            }
-            if calls.units.len() != n || calls.amounts.len() != n {
-                return Err(reject(
-                    Code::MalformedTx,
-                    format!(
-                        "route_calls {g} has {n} outcomes, {} units and {} amounts; \
-                         the three lists need one entry per call",
-                        calls.units.len(),
-                        calls.amounts.len()
-                    ),
-                ));
-            }
-            for (list, name) in [(&calls.latency, "latency"), (&calls.ttft, "ttft")] {
-                if !list.is_empty() && list.len() != n {
-                    return Err(reject(
-                        Code::BadLatency,
-                        format!(
-                            "route_calls {g} has {n} calls and {} {name} buckets: one per call, or none",
-                            list.len()
-                        ),
-                    ));
-                }
-            }
-            for k in 0..n {
-                let at = || format!("route_calls {g} call {k}");
-                let bucket = |l: &[u8]| l.get(k).copied().map_or(0, u32::from);
-                check_buckets(&at, version, bucket(&calls.latency), bucket(&calls.ttft))?;
-            }
-            t.measure(
-                (&calls.provider, &calls.model, &calls.route),
-                &calls.latency,
-                &calls.ttft,
-                overflow,
-            )?;
-            let mut add = Counters::default();
-            let mut amount = 0u64;
-            let lists = calls.outcomes.iter().zip(&calls.units).zip(&calls.amounts);
-            for (k, ((&outcome, &units), &paid)) in lists.enumerate() {
-                let at = || format!("route_calls {g} call {k}");
-                let class = check_call(&at, outcome, paid)?;
-                add.add_record(class, units, paid).map_err(|_| overflow())?;
-                amount = amount.checked_add(paid).ok_or_else(overflow)?;
-            }
-            t.add(
-                &calls.user,
-                &calls.provider,
-                &calls.model,
-                &calls.route,
-                &add,
-                amount,
-                overflow,
-            )?;
+            t.add_group(g, calls, version, overflow)?;
         }
         Ok(t)
+    }
+
+    /// Checks and sums group `g`'s calls.
+    fn add_group(
+        &mut self,
+        g: usize,
+        calls: &'a RouteCalls,
+        version: u64,
+        overflow: &dyn Fn() -> ExecError,
+    ) -> Result<(), ExecError> {
+        let at = || format!("route_calls {g}");
+        check_names(
+            &at,
+            &calls.user,
+            &calls.provider,
+            &calls.model,
+            &calls.route,
+        )?;
+        let n = calls.outcomes.len();
+        if n == 0 {
+            return Err(reject(
+                Code::EmptyReport,
+                format!("route_calls {g} has no calls"),
+            ));
+        }
+        if calls.units.len() != n || calls.amounts.len() != n {
+            return Err(reject(
+                Code::MalformedTx,
+                format!(
+                    "route_calls {g} has {n} outcomes, {} units and {} amounts; \
+                     the three lists need one entry per call",
+                    calls.units.len(),
+                    calls.amounts.len()
+                ),
+            ));
+        }
+        check_group_buckets(g, calls, version)?;
+        self.measure(
+            (&calls.provider, &calls.model, &calls.route),
+            &calls.latency,
+            &calls.ttft,
+            overflow,
+        )?;
+        let mut add = Counters::default();
+        let mut amount = 0u64;
+        let lists = calls.outcomes.iter().zip(&calls.units).zip(&calls.amounts);
+        for (k, ((&outcome, &units), &paid)) in lists.enumerate() {
+            let at = || format!("route_calls {g} call {k}");
+            let class = check_call(&at, outcome, paid)?;
+            add.add_record(class, units, paid).map_err(|_| overflow())?;
+            amount = amount.checked_add(paid).ok_or_else(overflow)?;
+        }
+        self.add(
+            &calls.user,
+            &calls.provider,
+            &calls.model,
+            &calls.route,
+            &add,
+            amount,
+            overflow,
+        )?;
+        Ok(())
     }
 
     /// Counts the measured buckets (nonzero bytes, checked) of one route.

@@ -437,9 +437,19 @@ impl Localnet {
                 &u,
             ])?;
         }
-        let r = self.rpc(0).abci_query(&format!("/proposals?from={id}"))?;
-        let v: serde_json::Value = serde_json::from_slice(&r.value)?;
-        Ok(v["proposals"][0].clone())
+        // The last approval is committed on validator 2, but its state may
+        // answer a moment later and validator 0 may be a block behind: ask
+        // validator 2 until the proposal is no longer open (at most 10 s).
+        let t = std::time::Instant::now();
+        loop {
+            let r = self.rpc(2).abci_query(&format!("/proposals?from={id}"))?;
+            let v: serde_json::Value = serde_json::from_slice(&r.value)?;
+            let p = v["proposals"][0].clone();
+            if p["status"] != "open" || t.elapsed() > Duration::from_secs(10) {
+                return Ok(p);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     /// Waits until validator 0's `/dkg` shows a threshold key (epoch 1 or
