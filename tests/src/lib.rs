@@ -17,6 +17,8 @@ pub mod localnet;
 pub mod metric_names;
 pub mod netbench;
 pub mod proxy;
+pub mod sdk;
+pub mod slobench;
 pub mod snapbench;
 pub mod tamper;
 pub mod traffic;

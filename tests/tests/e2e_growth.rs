@@ -29,11 +29,11 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context, Result};
 use ed25519_dalek::SigningKey;
 use serde_json::Value;
-use tally_client::{HttpTransport, ReportOutcome, Reporter, ReporterConfig};
 use tally_node::rpc::Rpc;
 use tally_settlement::proto::{Outcome, UsageRecord};
 use tally_tests::harness::{self, Test};
 use tally_tests::localnet::{free_port_base, hub_path, tallyd_ok, Localnet};
+use tally_tests::sdk::send_all;
 
 /// Ports from here (validator i: +10 i; hub +100), or the next free block.
 const PORT_BASE: u16 = 20656;
@@ -131,44 +131,19 @@ fn wait(
 /// Sends `n` records of `amount` for `user` through the SDK's reporter
 /// signed by `key`; every one must land.
 fn bill(f: &Net, key: SigningKey, user: &str, n: usize, amount: u64) -> Result<()> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let r = UsageRecord {
+        user: user.into(),
+        provider: PROVIDER.into(),
+        model: "org/growth".into(),
+        route: "/v1/chat".into(),
+        outcome: Outcome::Ok as i32,
+        units: 1,
+        amount,
+        ..Default::default()
+    };
     let endpoints = vec![f.url(0), f.url(1)];
-    let chain_id = f.chain_id.clone();
-    let outcomes = runtime.block_on(async move {
-        let mut cfg = ReporterConfig::new(endpoints, &chain_id);
-        cfg.flush_interval = Duration::from_millis(300);
-        let reporter = Reporter::start(cfg, key, HttpTransport::new(Duration::from_secs(5)))?;
-        for _ in 0..n {
-            reporter
-                .record(UsageRecord {
-                    user: user.into(),
-                    provider: PROVIDER.into(),
-                    model: "org/growth".into(),
-                    route: "/v1/chat".into(),
-                    outcome: Outcome::Ok as i32,
-                    units: 1,
-                    amount,
-                    ..Default::default()
-                })
-                .await?;
-        }
-        anyhow::Ok(
-            tokio::time::timeout(Duration::from_secs(120), reporter.shutdown())
-                .await
-                .context("the reporter did not finish in 120 s")?,
-        )
-    })?;
-    let landed: usize = outcomes
-        .iter()
-        .map(|o| match o {
-            ReportOutcome::Landed { records, .. } => *records,
-            _ => 0,
-        })
-        .sum();
-    ensure!(landed == n, "{landed} of {n} records landed: {outcomes:?}");
-    Ok(())
+    let (flush, within) = (Duration::from_millis(300), Duration::from_secs(120));
+    send_all(endpoints, &f.chain_id, key, vec![r; n], flush, within)
 }
 
 /// `tallyd tx allowance grant`: `user` (key file `from`) lets `gateway`

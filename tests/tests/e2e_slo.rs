@@ -28,12 +28,12 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context, Result};
 use serde_json::{json, Value};
 use tally_client::timing::CallTimer;
-use tally_client::{HttpTransport, ReportOutcome, Reporter, ReporterConfig};
 use tally_node::rpc::Rpc;
 use tally_settlement::proto::{Outcome, UsageRecord};
 use tally_settlement::slo::latency::{bounds, bucket_of};
 use tally_tests::harness::{self, Test};
 use tally_tests::localnet::{free_port_base, Localnet};
+use tally_tests::sdk::send_all;
 
 /// Ports from here (validator i: +10 i; hub +100), or the next free block.
 const PORT_BASE: u16 = 28656;
@@ -162,35 +162,16 @@ fn calls(user: &str, provider: &str, outcome: Outcome, n: usize, amount: u64) ->
 
 /// Sends `records` through the SDK's reporter; every one must land.
 fn send(f: &Net, records: Vec<UsageRecord>) -> Result<()> {
-    let n = records.len();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
     let endpoints = vec![f.net.rpc_url(0), f.net.rpc_url(1)];
-    let chain_id = f.chain_id.clone();
-    let key = f.net.gateway_key()?;
-    let outcomes = runtime.block_on(async move {
-        let mut cfg = ReporterConfig::new(endpoints, &chain_id);
-        cfg.flush_interval = Duration::from_millis(200);
-        let reporter = Reporter::start(cfg, key, HttpTransport::new(Duration::from_secs(5)))?;
-        for r in records {
-            reporter.record(r).await?;
-        }
-        anyhow::Ok(
-            tokio::time::timeout(Duration::from_secs(60), reporter.shutdown())
-                .await
-                .context("the reporter did not finish in 60 s")?,
-        )
-    })?;
-    let landed: usize = outcomes
-        .iter()
-        .map(|o| match o {
-            ReportOutcome::Landed { records, .. } => *records,
-            _ => 0,
-        })
-        .sum();
-    ensure!(landed == n, "{landed} of {n} records landed: {outcomes:?}");
-    Ok(())
+    let (flush, within) = (Duration::from_millis(200), Duration::from_secs(60));
+    send_all(
+        endpoints,
+        &f.chain_id,
+        f.net.gateway_key()?,
+        records,
+        flush,
+        within,
+    )
 }
 
 /// Ceil(a * ppm / 1e6), the users' rounding, written out by hand.

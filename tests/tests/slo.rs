@@ -120,7 +120,7 @@ fn until_window(net: &mut DkgNet, w: u64) -> Result<Vec<String>> {
 
 /// Ceil(a * ppm / 1e6), written out separately from the chain's.
 fn credit(a: u64, ppm: u64) -> u64 {
-    (a * ppm + 999_999) / 1_000_000
+    (a * ppm).div_ceil(1_000_000)
 }
 
 #[test]
@@ -197,7 +197,7 @@ fn a_breach_credits_its_users_and_the_hub_pays_only_the_rest() -> Result<()> {
     sorted.sort_unstable();
     let l = query(&net, 0, &format!("/latency/prov-slow/{w}"))?;
     for (p, key) in [(50, "p50"), (95, "p95"), (99, "p99")] {
-        let truth = sorted[((p * sorted.len()).div_ceil(100)) - 1] as u64;
+        let truth = sorted[(p * sorted.len()).div_ceil(100) - 1];
         let (lo, hi) = bounds(bucket_of(truth)).context("bucket")?;
         let e = &l["latency"][key];
         ensure!(

@@ -18,6 +18,11 @@
 //! `worst`: the worst ProcessProposal and FinalizeBlock a byzantine
 //! proposer can cause within the caps (ADR 0010) at `--validators N`
 //! (default 100): p50/p99/max over `--reps R` (default 30) runs.
+//! `finalize --app-version 4 [--latency]`: the same at app version 4, each
+//! call with a latency and a TTFT bucket with `--latency` (ADR 0021); also
+//! prints the report bytes per call.
+//! `slo-close [--policies N]`: the block that closes a window judging N
+//! service-level objectives (default 10,000; `tally_tests::slobench`).
 //! `upgrade [--keys N]`: app version 2's migration over N live report ids
 //! (default 1,000,000): time in the change set and to commit, per million
 //! (`tally_tests::upgradebench`).
@@ -60,7 +65,10 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
     sorted[i]
 }
 
-fn finalize(blocks: usize) -> Result<()> {
+fn finalize(blocks: usize, version: u64, latency: bool) -> Result<()> {
+    use rand::{Rng, SeedableRng};
+    anyhow::ensure!(!latency || version >= 4, "--latency needs --app-version 4");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     const CHAIN: &str = "tally-bench";
     const T0: i64 = 1_800_000_000;
     let dir = tempfile::tempdir()?;
@@ -77,16 +85,29 @@ fn finalize(blocks: usize) -> Result<()> {
         chain_id: CHAIN.into(),
         app_state_bytes: Bytes::from(app_state(&key, &traffic.users, u64::MAX / 16, 60)),
         initial_height: 1,
+        consensus_params: Some(tendermint_proto::v0_38::types::ConsensusParams {
+            version: Some(tendermint_proto::v0_38::types::VersionParams { app: version }),
+            ..Default::default()
+        }),
         ..Default::default()
     });
+    let mut tx_bytes = 0usize;
     eprintln!("generating {blocks} blocks of 100 reports x 100 records ...");
     let mut prepared = Vec::with_capacity(blocks);
     for b in 0..blocks {
         let now = (T0 + b as i64) as u64;
         let txs: Vec<Bytes> = (0..100)
             .map(|_| {
-                let recs = traffic.records(100, 10);
-                Bytes::from(traffic.report(recs, now, 300))
+                let mut recs = traffic.records(100, 10);
+                if latency {
+                    for r in &mut recs {
+                        r.latency_bucket = rng.gen_range(8..=22);
+                        r.ttft_bucket = rng.gen_range(4..=r.latency_bucket);
+                    }
+                }
+                let tx = traffic.report(recs, now, 300);
+                tx_bytes += tx.len();
+                Bytes::from(tx)
             })
             .collect();
         prepared.push(txs);
@@ -126,7 +147,11 @@ fn finalize(blocks: usize) -> Result<()> {
     for v in [&mut fin_ms, &mut commit_ms, &mut total_ms] {
         v.sort_by(|a, b| a.total_cmp(b));
     }
-    println!("finalize+commit on RocksDB: {blocks} blocks x 10,000 records over 1,000 routes");
+    println!(
+        "finalize+commit on RocksDB: {blocks} blocks x 10,000 records over 1,000 routes (app version {version}{})",
+        if latency { ", latency and TTFT on every call" } else { "" }
+    );
+    println!("  report bytes per call: {:.2}", tx_bytes as f64 / records);
     println!(
         "  throughput: {:.0} records/s ({records:.0} records in {elapsed:.2} s)",
         records / elapsed
@@ -481,6 +506,9 @@ fn main() -> Result<()> {
     let mut reps = 30usize;
     let mut minutes = 60u64;
     let mut keys = 1_000_000u64;
+    let mut version = 1u64;
+    let mut latency = false;
+    let mut policies = 10_000u64;
     let mut which = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -519,10 +547,27 @@ fn main() -> Result<()> {
                     .filter(|v| *v > 0)
                     .ok_or_else(|| anyhow::anyhow!("--keys needs a positive number"))?
             }
+            "--app-version" => {
+                version = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|v| (1..=tally_settlement::upgrade::LATEST_APP_VERSION).contains(v))
+                    .ok_or_else(|| {
+                        anyhow::anyhow!("--app-version needs a version this build carries")
+                    })?
+            }
+            "--latency" => latency = true,
+            "--policies" => {
+                policies = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|v| (1..=10_000).contains(v))
+                    .ok_or_else(|| anyhow::anyhow!("--policies needs a number 1..=10000"))?
+            }
             "finalize" | "bls" | "range" | "proposal" | "worst" | "chaos" | "snapshot"
-            | "upgrade" => which.push(a.clone()),
+            | "upgrade" | "slo-close" => which.push(a.clone()),
             other => {
-                bail!("unknown argument {other:?}; benches: finalize, bls, range, proposal, worst, chaos, snapshot, upgrade")
+                bail!("unknown argument {other:?}; benches: finalize, bls, range, proposal, worst, chaos, snapshot, upgrade, slo-close")
             }
         }
     }
@@ -536,7 +581,8 @@ fn main() -> Result<()> {
     }
     for w in which {
         match w.as_str() {
-            "finalize" => finalize(blocks)?,
+            "finalize" => finalize(blocks, version, latency)?,
+            "slo-close" => tally_tests::slobench::run(policies)?,
             "bls" => bls_bench()?,
             "range" => range_bench()?,
             "worst" => worst_bench(validators, reps)?,

@@ -98,14 +98,23 @@ impl Command for SloQuery {
         if !list {
             return super::show(opts, &path, Shape::Flat);
         }
-        let v = query_json(&Rpc::new(&opts.node.primary()), &path.to_string())?;
-        let mut out = std::io::stdout().lock();
-        match opts.format() {
-            Output::Json => writeln!(out, "{v}")?,
-            Output::Table => verdict_table(&mut out, &v)?,
-        }
-        Ok(())
+        print_with(opts, &path, verdict_table)
     }
+}
+
+/// Asks for `path` and prints the answer as JSON or through `table`.
+fn print_with(
+    opts: &QueryOpts,
+    path: &QueryPath,
+    table: fn(&mut std::io::StdoutLock<'static>, &Value) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let v = query_json(&Rpc::new(&opts.node.primary()), &path.to_string())?;
+    let mut out = std::io::stdout().lock();
+    match opts.format() {
+        Output::Json => writeln!(out, "{v}")?,
+        Output::Table => table(&mut out, &v)?,
+    }
+    Ok(())
 }
 
 /// One line per verdict: window, status, reasons, the fail rate against
@@ -172,13 +181,7 @@ pub struct LatencyQuery {
 impl Command for LatencyQuery {
     fn execute(self, _ctx: &Context) -> anyhow::Result<()> {
         let path = query_path::latency(&self.provider, self.window);
-        let v = query_json(&Rpc::new(&self.opts.node.primary()), &path.to_string())?;
-        let mut out = std::io::stdout().lock();
-        match self.opts.format() {
-            Output::Json => writeln!(out, "{v}")?,
-            Output::Table => latency_table(&mut out, &v)?,
-        }
-        Ok(())
+        print_with(&self.opts, &path, latency_table)
     }
 }
 
