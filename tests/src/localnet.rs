@@ -423,8 +423,11 @@ impl Localnet {
         all.extend_from_slice(&["--home", &h0, "--node", &u0]);
         let id = tallyd_ok(&all)?.trim().to_string();
         ensure!(id.parse::<u64>().is_ok(), "no proposal id: {id}");
+        // Approvals go through validator 0 too (each signed with its own
+        // home's key): a validator a block behind would not know the
+        // proposal yet.
         for i in 1..=2 {
-            let (h, u) = (home(i), self.rpc_url(i));
+            let (h, u) = (home(i), self.rpc_url(0));
             tallyd_ok(&[
                 "tx",
                 "validator",
@@ -437,12 +440,11 @@ impl Localnet {
                 &u,
             ])?;
         }
-        // The last approval is committed on validator 2, but its state may
-        // answer a moment later and validator 0 may be a block behind: ask
-        // validator 2 until the proposal is no longer open (at most 10 s).
+        // The last approval is committed, but the state may answer it a
+        // moment later: ask until the proposal is no longer open (10 s).
         let t = std::time::Instant::now();
         loop {
-            let r = self.rpc(2).abci_query(&format!("/proposals?from={id}"))?;
+            let r = self.rpc(0).abci_query(&format!("/proposals?from={id}"))?;
             let v: serde_json::Value = serde_json::from_slice(&r.value)?;
             let p = v["proposals"][0].clone();
             if p["status"] != "open" || t.elapsed() > Duration::from_secs(10) {
