@@ -325,7 +325,25 @@ fn validator_tx(net: &Localnet, i: usize, args: &[&str]) -> Result<String> {
     let mut all = vec!["tx", "validator"];
     all.extend_from_slice(args);
     all.extend_from_slice(&["--home", &home, "--node", &url]);
-    tallyd_ok(&all)
+    tallyd_settled(&all)
+}
+
+/// [`tallyd_ok`], again for up to 5 s while the node answers "no
+/// proposal": an approval sent to a node a block behind the one that
+/// committed the proposal.
+fn tallyd_settled(args: &[&str]) -> Result<String> {
+    let t = Instant::now();
+    loop {
+        match tallyd_ok(args) {
+            Err(e)
+                if e.to_string().contains("no proposal")
+                    && t.elapsed() < Duration::from_secs(5) =>
+            {
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            other => return other,
+        }
+    }
 }
 
 /// Runs a command line node.sh printed (`tallyd tx validator ...`).
@@ -335,7 +353,7 @@ fn run_printed(line: &str) -> Result<String> {
         words.len() > 2 && words[0].ends_with("tallyd"),
         "not a tallyd command: {line}"
     );
-    tallyd_ok(&words[1..])
+    tallyd_settled(&words[1..])
 }
 
 /// Waits until CometBFT on node 0 lists `n` validators and `/dkg` shows
