@@ -3,7 +3,9 @@
 //! all, [`crate::upgrade`]), forget
 //! report ids that can no longer be replayed, apply the parameter changes
 //! due in the block's window ([`crate::gov::params`]), close the settlement window
-//! the block time has left (its totals freeze), turn a bounded number of
+//! the block time has left (its totals freeze), judge it by the
+//! service-level objectives it was open under and put in force those due
+//! now ([`crate::slo`], app version 4), turn a bounded number of
 //! closed windows' debts into escrowed hub calls (see [`crate::sync::close`]),
 //! record the block's window and time, expire partial signatures that
 //! never reached the threshold, prune the kept calls of batches settled

@@ -5,7 +5,11 @@
 //! user, provider, amount, window}` with the next id from
 //! `meta/next_call_id`, pending for the hub chain named by `hub_chain`. The
 //! credits already left the user's balance when the report was accepted,
-//! so they are escrowed: nothing later on Tally can spend them.
+//! so they are escrowed: nothing later on Tally can spend them. From app
+//! version 4 an entry owed to a provider whose verdict for the window is a
+//! breach (ADR 0021) first gives the user back the credit
+//! ([`crate::slo::judge::credit_on`]); the call carries the rest, and an
+//! entry credited in full makes no call.
 //!
 //! A window that closes joins the closing queue (`closing/<window>`, oldest
 //! window first) unless the block converts all of it at once. Every block
@@ -29,7 +33,7 @@ use tally_store::{Kv, KvRead};
 use crate::error::Fatal;
 use crate::genesis::Params;
 use crate::proto::HubCall;
-use crate::slo::judge::{credit_on, put_verdict, verdict, Verdict};
+use crate::slo::judge::{credit_on, put_verdict, verdict, Status, Verdict};
 use crate::state::chain::{
     balance, clear_owed, clear_owed_through, delete_closing, oldest_closing, owed_page, params_at,
     put_balance, put_closing, Closing, Owed,
@@ -180,7 +184,8 @@ impl Credits {
             if let Some((_, Some(v))) = self.current.take() {
                 self.done.push(v);
             }
-            let v = verdict(kv, &o.provider, window)?.filter(|v| credit_on(Some(v), 1) > 0);
+            let v = verdict(kv, &o.provider, window)?
+                .filter(|v| v.status == Status::Breached && v.policy.credit_ppm > 0);
             self.current = Some((o.provider.clone(), v));
         }
         let Some((_, Some(v))) = self.current.as_mut() else {
