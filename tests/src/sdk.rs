@@ -9,14 +9,14 @@ use tally_client::{HttpTransport, ReportOutcome, Reporter, ReporterConfig};
 use tally_settlement::proto::UsageRecord;
 
 /// Sends `records` through a reporter on `endpoints` signed by `key`
-/// (flushing every `flush`), waits at most `within` for it to finish, and
-/// fails unless every record landed.
+/// (flushing every `flush`, the SDK's default with `None`), waits at most
+/// `within` for it to finish, and fails unless every record landed.
 pub fn send_all(
     endpoints: Vec<String>,
     chain_id: &str,
     key: SigningKey,
     records: Vec<UsageRecord>,
-    flush: Duration,
+    flush: Option<Duration>,
     within: Duration,
 ) -> Result<()> {
     let n = records.len();
@@ -25,7 +25,9 @@ pub fn send_all(
         .build()?;
     let outcomes = runtime.block_on(async move {
         let mut cfg = ReporterConfig::new(endpoints, chain_id);
-        cfg.flush_interval = flush;
+        if let Some(flush) = flush {
+            cfg.flush_interval = flush;
+        }
         let reporter = Reporter::start(cfg, key, HttpTransport::new(Duration::from_secs(5)))?;
         for r in records {
             reporter.record(r).await?;
@@ -36,13 +38,18 @@ pub fn send_all(
                 .with_context(|| format!("the reporter did not finish in {within:?}"))?,
         )
     })?;
-    let landed: usize = outcomes
+    let landed = landed(&outcomes);
+    ensure!(landed == n, "{landed} of {n} records landed: {outcomes:?}");
+    Ok(())
+}
+
+/// The records that landed, over a reporter's outcomes.
+pub fn landed(outcomes: &[ReportOutcome]) -> usize {
+    outcomes
         .iter()
         .map(|o| match o {
             ReportOutcome::Landed { records, .. } => *records,
             _ => 0,
         })
-        .sum();
-    ensure!(landed == n, "{landed} of {n} records landed: {outcomes:?}");
-    Ok(())
+        .sum()
 }

@@ -352,32 +352,9 @@ fn rec(user: &str, provider: &str, amount: u64) -> UsageRecord {
 /// Sends `records` through the gateway SDK's reporter (every validator's
 /// RPC, the byzantine one first); all must land.
 fn send(f: &Net, records: Vec<UsageRecord>) -> Result<()> {
-    use tally_client::{HttpTransport, ReportOutcome, Reporter, ReporterConfig};
-    let n = records.len();
     let endpoints = [BYZ, 0, 1, 2].map(|i| f.net.rpc_url(i)).to_vec();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let outcomes = runtime.block_on(async {
-        let reporter = Reporter::start(
-            ReporterConfig::new(endpoints, &f.chain_id),
-            f.key.clone(),
-            HttpTransport::new(Duration::from_secs(10)),
-        )?;
-        for r in records {
-            reporter.record(r).await?;
-        }
-        Ok::<_, anyhow::Error>(reporter.shutdown().await)
-    })?;
-    let landed: usize = outcomes
-        .iter()
-        .map(|o| match o {
-            ReportOutcome::Landed { records, .. } => *records,
-            _ => 0,
-        })
-        .sum();
-    ensure!(landed == n, "landed {landed} of {n}: {outcomes:?}");
-    Ok(())
+    let within = Duration::from_secs(300);
+    tally_tests::sdk::send_all(endpoints, &f.chain_id, f.key.clone(), records, None, within)
 }
 
 /// Waits until every batch the chain formed is settled and the hub paid

@@ -142,7 +142,7 @@ fn bill(f: &Net, key: SigningKey, user: &str, n: usize, amount: u64) -> Result<(
         ..Default::default()
     };
     let endpoints = vec![f.url(0), f.url(1)];
-    let (flush, within) = (Duration::from_millis(300), Duration::from_secs(120));
+    let (flush, within) = (Some(Duration::from_millis(300)), Duration::from_secs(120));
     send_all(endpoints, &f.chain_id, key, vec![r; n], flush, within)
 }
 

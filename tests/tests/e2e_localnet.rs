@@ -1165,13 +1165,7 @@ fn reporter_exactly_once_with_a_killed_validator(f: &mut Net) -> Result<()> {
         }
         Ok::<_, anyhow::Error>((reporter.shutdown().await, killed_at, restarted_at))
     })?;
-    let landed: usize = outcomes
-        .iter()
-        .map(|o| match o {
-            ReportOutcome::Landed { records, .. } => *records,
-            _ => 0,
-        })
-        .sum();
+    let landed = tally_tests::sdk::landed(&outcomes);
     ensure!(
         landed == N,
         "landed {landed} of {N}: {:?}",

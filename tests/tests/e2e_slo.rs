@@ -163,7 +163,7 @@ fn calls(user: &str, provider: &str, outcome: Outcome, n: usize, amount: u64) ->
 /// Sends `records` through the SDK's reporter; every one must land.
 fn send(f: &Net, records: Vec<UsageRecord>) -> Result<()> {
     let endpoints = vec![f.net.rpc_url(0), f.net.rpc_url(1)];
-    let (flush, within) = (Duration::from_millis(200), Duration::from_secs(60));
+    let (flush, within) = (Some(Duration::from_millis(200)), Duration::from_secs(60));
     send_all(
         endpoints,
         &f.chain_id,

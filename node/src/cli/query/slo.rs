@@ -167,21 +167,15 @@ pub fn verdict_table(out: &mut impl Write, v: &Value) -> anyhow::Result<()> {
 /// `query latency --provider P --window W`.
 #[derive(Args, Debug, PartialEq, Eq)]
 pub struct LatencyQuery {
-    /// The provider.
-    #[arg(long)]
-    pub provider: String,
-    /// The window.
-    #[arg(long)]
-    pub window: u64,
-    /// Node and output format.
+    /// The provider and window.
     #[command(flatten)]
-    pub opts: QueryOpts,
+    pub at: WindowArgs,
 }
 
 impl Command for LatencyQuery {
     fn execute(self, _ctx: &Context) -> anyhow::Result<()> {
-        let path = query_path::latency(&self.provider, self.window);
-        print_with(&self.opts, &path, latency_table)
+        let path = query_path::latency(&self.at.provider, self.at.window);
+        print_with(&self.at.opts, &path, latency_table)
     }
 }
 
