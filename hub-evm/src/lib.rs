@@ -1,0 +1,1 @@
+//! Tally's EVM hub (work in progress).
