@@ -14,11 +14,40 @@ SNAPSHOT_INTERVAL="${TALLY_SNAPSHOT_INTERVAL:-50}"       # validators' state-syn
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tally-target}"
 TALLYD="${TALLYD:-$CARGO_TARGET_DIR/release/tallyd}"
 TALLY_HUB_BIN="${TALLY_HUB_BIN:-$(dirname "$TALLYD")/tally-hub}"
-HUB="${TALLY_HUB:-1}"                      # 1: also run the 1-validator hub chain
+# TALLY_HUB: 1 (default) runs the reference hub chain (tally-hub on its own
+# 1-validator CometBFT), evm runs an EVM chain (anvil) with Tally's hub
+# contract (ADR 0022), 0 runs no hub.
+case "${TALLY_HUB:-1}" in
+  1|tally) HUB=1; HUB_KIND=tally ;;
+  evm) HUB=1; HUB_KIND=evm ;;
+  0) HUB=0; HUB_KIND=none ;;
+  *) printf 'TALLY_HUB must be 1 (the reference hub), evm or 0, got %s\n' "$TALLY_HUB" >&2; exit 2 ;;
+esac
 DEALER="${TALLY_DEALER:-0}"                # 1 (tests only): a trusted dealer makes the threshold key, no on-chain DKG
 HUB_DIR="$LOCALNET_DIR/hub"
 HUB_PORT_BASE=$((PORT_BASE + 100))        # hub: p2p +0, rpc +1, abci +2, pprof +3, prometheus +4
 hub_rpc_url() { echo "http://127.0.0.1:$((HUB_PORT_BASE + 1))"; }
+# A localnet remembers which hub it runs (node.sh, down.sh and later
+# scripts read it; TALLY_HUB only chooses at up.sh).
+[ -f "$HUB_DIR/kind" ] && HUB_KIND="$(cat "$HUB_DIR/kind")" && HUB=1
+
+# The EVM hub (TALLY_HUB=evm): anvil and solc-js from the npm packages
+# pinned in hub-evm/contract, the operator tool tally-evm, anvil's chain id
+# and two of its well-known development accounts (the mnemonic "test test
+# ... junk"; a devnet only): 0 deploys the contract, 1 makes the demo
+# deposits; 2 to 4 are the hub's governors.
+EVM_CONTRACT_DIR="$TALLY_REPO/hub-evm/contract"
+ANVIL="${TALLY_ANVIL:-$EVM_CONTRACT_DIR/node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil}"
+TALLY_EVM_BIN="${TALLY_EVM_BIN:-$(dirname "$TALLYD")/tally-evm}"
+EVM_CHAIN_ID="${TALLY_EVM_CHAIN_ID:-31337}"
+EVM_BLOCK_TIME="${TALLY_EVM_BLOCK_TIME:-1}"
+EVM_DEV_KEYS=(
+  ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80
+  59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d
+  5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a
+  7c852118294e51e653712a81e05800f419141751be58f605c371e15141b007a6
+  47e179ec197488593b187f8a64eb2d1f9f8d4cf61ee1d63b4a3f0b53ba8f7a05
+)
 export PATH="$PATH:$(go env GOPATH 2>/dev/null || echo "$HOME/go")/bin:/usr/local/go/bin"
 
 node_home() { echo "$LOCALNET_DIR/node$1"; }
@@ -80,6 +109,7 @@ start_node() {
 
 # start_hub: start the hub chain's app and CometBFT.
 start_hub() {
+  [ "$HUB_KIND" = evm ] && { start_anvil; return; }
   pid_alive "$HUB_DIR/tally-hub.pid" || {
     nohup "$TALLY_HUB_BIN" start --home "$HUB_DIR" --abci-listen "127.0.0.1:$((HUB_PORT_BASE + 2))" >>"$HUB_DIR/tally-hub.log" 2>&1 &
     echo $! >"$HUB_DIR/tally-hub.pid"
@@ -99,6 +129,34 @@ start_hub() {
 stop_hub() {
   stop_pid "$HUB_DIR/cometbft.pid" "${1:-TERM}"
   stop_pid "$HUB_DIR/tally-hub.pid" "${1:-TERM}"
+  stop_pid "$HUB_DIR/anvil.pid" "${1:-TERM}"
+}
+
+# evm_rpc METHOD PARAMS_JSON: one JSON-RPC call to the EVM hub; its result.
+evm_rpc() {
+  curl -s --max-time 5 -H 'content-type: application/json' \
+    --data "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"$1\",\"params\":$2}" "$(hub_rpc_url)" |
+    python3 -c 'import json,sys; r=json.load(sys.stdin); sys.exit("error: %s" % r["error"]) if "error" in r else print(r["result"] if isinstance(r["result"], str) else json.dumps(r["result"]))'
+}
+
+# start_anvil: the EVM hub chain, from its state file if it has one (the
+# state is dumped every second and on exit, with the historical states the
+# relay's reads at past blocks need), mining a block every EVM_BLOCK_TIME s.
+start_anvil() {
+  [ -x "$ANVIL" ] || die "no anvil at $ANVIL (run: npm ci --prefix $EVM_CONTRACT_DIR)"
+  pid_alive "$HUB_DIR/anvil.pid" || {
+    nohup "$ANVIL" --host 127.0.0.1 --port $((HUB_PORT_BASE + 1)) --chain-id "$EVM_CHAIN_ID" \
+      --block-time "$EVM_BLOCK_TIME" --state "$HUB_DIR/anvil-state.json" --state-interval 1 \
+      --preserve-historical-states >>"$HUB_DIR/anvil.log" 2>&1 &
+    echo $! >"$HUB_DIR/anvil.pid"
+  }
+  local t
+  for t in $(seq 1 100); do
+    evm_rpc eth_blockNumber '[]' >/dev/null 2>&1 && return 0
+    pid_alive "$HUB_DIR/anvil.pid" || die "anvil exited; see $HUB_DIR/anvil.log"
+    sleep 0.1
+  done
+  die "anvil does not answer on $(hub_rpc_url); see $HUB_DIR/anvil.log"
 }
 
 # configure_cometbft CONFIG BASE PEERS: ports from BASE, loopback, devnet settings.
@@ -168,6 +226,14 @@ v = json.load(sys.stdin).get(sys.argv[1])
 print("" if v is None else v)' "$1" 2>/dev/null || true
 }
 
+# last_rotation: the newest key rotation validator 0's chain made (0: none;
+# a contract deployed with the current key continues from there).
+last_rotation() {
+  "$TALLYD" query raw /rotations --node "$(rpc_url 0)" 2>/dev/null |
+    python3 -c 'import json, sys
+print(max([r.get("nonce", 0) for r in json.load(sys.stdin).get("rotations", [])] or [0]))' 2>/dev/null || echo 0
+}
+
 # configure_app I: validator I's app.toml: snapshots, its metrics port and,
 # with a hub, its relay's hub endpoints (TALLY_HUB_ENDPOINTS_<I>, else
 # TALLY_HUB_ENDPOINTS, comma-separated, replaces the list: tests put fault
@@ -183,6 +249,9 @@ configure_app() {
   override_var="TALLY_HUB_ENDPOINTS_$i"
   override="${!override_var:-${TALLY_HUB_ENDPOINTS:-}}"
   [ -n "$override" ] && hub_list="\"${override//,/\", \"}\""
+  # The EVM hub: the relay speaks the contract's protocol and pays gas
+  # from the key tallyd init made (funded by up.sh).
+  [ "$HUB_KIND" = evm ] && sed -i -e "s|^hub_kind = .*|hub_kind = \"evm\"|" "$h/config/app.toml"
   sed -i -e "s|^hub_endpoints = .*|hub_endpoints = [$hub_list]|" \
     ${TALLY_HUB_CONFIRMATIONS:+-e "s|^hub_confirmations = .*|hub_confirmations = $TALLY_HUB_CONFIRMATIONS|"} \
     ${TALLY_RELAY_STAGGER_SECS:+-e "s|^relay_stagger_secs = .*|relay_stagger_secs = $TALLY_RELAY_STAGGER_SECS|"} \

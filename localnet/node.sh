@@ -13,7 +13,8 @@
 #                                block-syncs from genesis, gets a DKG
 #                                encryption key, and prints the proposal and
 #                                approval commands that make it a validator
-#   I = hub: the hub chain's node
+#   I = hub: the hub chain's node (with TALLY_HUB=evm, anvil: kill is a SIGKILL,
+#                                start restarts it from its state file)
 # Removing a validator is a proposal too:
 #   tallyd tx validator propose --remove --pubkey K ..., then approve.
 set -euo pipefail

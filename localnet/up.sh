@@ -52,7 +52,26 @@ for i in $(seq 0 $((NVAL - 1))); do
   done
 done
 
-if [ "$HUB" = 1 ]; then
+# The hub this network settles on: a fresh localnet chooses by TALLY_HUB
+# (a previous run's choice, remembered in $HUB_DIR/kind, does not count).
+case "${TALLY_HUB:-1}" in evm) HUB=1; HUB_KIND=evm ;; 0) HUB=0; HUB_KIND=none ;; *) HUB=1; HUB_KIND=tally ;; esac
+HUB_NAME=hub
+if [ "$HUB_KIND" = evm ]; then
+  [ -x "$TALLY_EVM_BIN" ] || die "no tally-evm binary at $TALLY_EVM_BIN (run localnet/build.sh)"
+  if [ ! -x "$ANVIL" ]; then
+    log "installing anvil and solc-js (npm ci in $EVM_CONTRACT_DIR)"
+    npm ci --prefix "$EVM_CONTRACT_DIR" --no-audit --no-fund --loglevel=error >&2 || die "npm ci failed in $EVM_CONTRACT_DIR"
+  fi
+  [ -x "$ANVIL" ] || die "no anvil at $ANVIL after npm ci"
+  # The contract's address is that of the deployer's first CREATE, known
+  # before deploying: genesis names the hub after it (ADR 0022).
+  evm_keys="$(mktemp -d)"
+  printf '%s\n' "${EVM_DEV_KEYS[0]}" >"$evm_keys/deployer.key"; chmod 600 "$evm_keys/deployer.key"
+  HUB_NAME="$("$TALLY_EVM_BIN" hub-name --chain-id "$EVM_CHAIN_ID" --deployer-key "$evm_keys/deployer.key" --nonce 0)" ||
+    die "tally-evm hub-name failed"
+  rm -rf "$evm_keys"
+fi
+if [ "$HUB_KIND" = tally ]; then
   [ -x "$TALLY_HUB_BIN" ] || die "no tally-hub binary at $TALLY_HUB_BIN (run localnet/build.sh)"
   for off in 0 1 2; do
     (exec 3<>"/dev/tcp/127.0.0.1/$((HUB_PORT_BASE + off))") 2>/dev/null && die "hub port $((HUB_PORT_BASE + off)) is in use"
@@ -100,6 +119,7 @@ if [ "$HUB" != 1 ]; then
   for u in alice bob carol; do "$TALLYD" --home "$g0" genesis fund --user "$u" --amount 1000000; done
 fi
 "$TALLYD" --home "$g0" genesis set-param settlement_window_secs "$WINDOW_SECS"
+[ "$HUB_KIND" = evm ] && "$TALLYD" --home "$g0" genesis set-param hub_chain "$HUB_NAME" >/dev/null
 # The app version the chain starts at: the newest this tallyd carries
 # unless TALLY_APP_VERSION names an older one (the upgrade test's).
 "$TALLYD" --home "$g0" genesis set-app-version ${TALLY_APP_VERSION:+"$TALLY_APP_VERSION"}
@@ -109,7 +129,7 @@ sed -i "s/\"chain_id\": *\"[^\"]*\"/\"chain_id\": \"$CHAIN_ID\"/" "$g0/config/ge
 if [ "$DEALER" = 1 ]; then
   # Tests only: a trusted dealer writes the key into genesis and each
   # validator's share into its home.
-  [ "$HUB" != 1 ] || "$TALLYD" dkg dealer --validators "$NVAL" --threshold "$THRESHOLD" --testnet-dir "$LOCALNET_DIR" >/dev/null
+  [ "$HUB_KIND" != tally ] || "$TALLYD" dkg dealer --validators "$NVAL" --threshold "$THRESHOLD" --testnet-dir "$LOCALNET_DIR" >/dev/null
 fi
 "$TALLYD" --home "$g0" genesis validate >/dev/null
 
@@ -141,7 +161,32 @@ if [ "$DEALER" != 1 ]; then
   done
   echo "threshold key ready: $group_key (epoch $(e=$(dkg_field epoch); echo "${e:-?}")) after $(( $(date +%s) - t_up )) s"
 fi
-if [ "$HUB" = 1 ]; then
+if [ "$HUB_KIND" = evm ]; then
+  [ -n "${group_key:-}" ] || group_key=$(dkg_field group_key)
+  [ -n "$group_key" ] || die "no group key to deploy the EVM hub with"
+  log "starting the EVM hub (anvil, chain id $EVM_CHAIN_ID, RPC $(hub_rpc_url)) and deploying $HUB_NAME"
+  mkdir -p "$HUB_DIR/keys" "$HUB_DIR/governors"
+  echo evm >"$HUB_DIR/kind"
+  for n in 0 1 2 3 4; do
+    f="$HUB_DIR/keys/dev$n.key"
+    [ "$n" -ge 2 ] && f="$HUB_DIR/governors/gov$((n - 1)).key"
+    printf '%s\n' "${EVM_DEV_KEYS[$n]}" >"$f"; chmod 600 "$f"
+  done
+  start_anvil
+  governors=()
+  for g in 1 2 3; do governors+=(--governor "$("$TALLY_EVM_BIN" address --key "$HUB_DIR/governors/gov$g.key")"); done
+  deployed="$("$TALLY_EVM_BIN" deploy --rpc "$(hub_rpc_url)" --key "$HUB_DIR/keys/dev0.key" --tally-chain-id "$CHAIN_ID" \
+    --group-key "$group_key" --last-rotation "$(last_rotation)" \
+    --registration-fee "${TALLY_REGISTRATION_FEE:-100}" "${governors[@]}" --governor-threshold 2)" || die "deploying the hub contract failed"
+  printf '%s\n' "$deployed" | grep -q "$HUB_NAME" || die "the contract was deployed as $deployed, not $HUB_NAME (was anvil's state fresh?)"
+  # Each validator's relay pays its own gas from the key tallyd init made.
+  for i in $(seq 0 $((NVAL - 1))); do
+    a="$("$TALLYD" keys relay-address --home "$(node_home "$i")")" || die "no relay key for node$i"
+    evm_rpc anvil_setBalance "[\"$a\", \"0x56bc75e2d63100000\"]" >/dev/null || die "funding node$i's relay account $a failed"
+  done
+  log "deployed $HUB_NAME; relay accounts funded with 100 ETH each"
+fi
+if [ "$HUB_KIND" = tally ]; then
   log "creating the hub chain in $HUB_DIR (RPC $(hub_rpc_url)) with the group key"
   cometbft init --home "$HUB_DIR" >/dev/null 2>&1
   sed -i "s/\"chain_id\": *\"[^\"]*\"/\"chain_id\": \"tally-hub\"/" "$HUB_DIR/config/genesis.json"
@@ -163,7 +208,20 @@ if [ "$HUB" = 1 ]; then
   start_hub
 fi
 
-if [ "$HUB" = 1 ]; then
+if [ "$HUB_KIND" = evm ]; then
+  log "depositing on the EVM hub: escrow for alice, bob and carol"
+  for u in alice bob carol; do
+    "$TALLY_EVM_BIN" deposit --rpc "$(hub_rpc_url)" --key "$HUB_DIR/keys/dev1.key" --contract "$HUB_NAME" --user "$u" --amount 1000000 >/dev/null ||
+      die "depositing for $u failed"
+  done
+  log "waiting for the deposits to be credited on the chain (signed hub blocks, after confirmations)"
+  start_wait=$(date +%s)
+  until "$TALLYD" query raw /balance/carol --node "$(rpc_url 0)" 2>/dev/null | grep -q '"balance":1000000'; do
+    [ $(( $(date +%s) - start_wait )) -gt 120 ] && die "deposits not credited after 120 s; see $(node_home 0)/tallyd.log"
+    sleep 1
+  done
+fi
+if [ "$HUB_KIND" = tally ]; then
   wait_hub=0
   until curl -s --max-time 1 "$(hub_rpc_url)/status" | grep -q '"latest_block_height":"[1-9]'; do
     wait_hub=$((wait_hub + 1)); [ "$wait_hub" -gt 60 ] && die "hub made no blocks; see $HUB_DIR/*.log"; sleep 1
@@ -203,7 +261,7 @@ if [ "$demo" = 1 ]; then
     echo
     log "waiting for the ${WINDOW_SECS}s settlement window to close and its batch to settle on the hub"
     start_wait=$(date +%s)
-    until "$TALLYD" query raw /sync/hub --node "$(rpc_url 0)" 2>/dev/null | grep -q '"settled_batches":[1-9]'; do
+    until "$TALLYD" query raw "/sync/$HUB_NAME" --node "$(rpc_url 0)" 2>/dev/null | grep -q '"settled_batches":[1-9]'; do
       waited=$(( $(date +%s) - start_wait ))
       [ "$waited" -gt $((WINDOW_SECS * 2 + 90)) ] && die "no batch settled after ${waited}s; see $(node_home 0)/tallyd.log"
       [ $((waited % 10)) -eq 0 ] && log "still waiting (${waited}s)"
@@ -213,10 +271,18 @@ if [ "$demo" = 1 ]; then
     echo "Settlement chain: batch 1 (threshold-signed, settled):"
     "$TALLYD" query batch --nonce 1 --node "$(rpc_url 0)"
     echo
-    echo "Hub chain: batch 1 result, provider payouts, alice's escrow:"
-    "$TALLY_HUB_BIN" query /batch/hub/1 --node "$(hub_rpc_url)"
-    "$TALLY_HUB_BIN" query /payout/acme-ai --node "$(hub_rpc_url)"
-    "$TALLY_HUB_BIN" query /escrow/alice --node "$(hub_rpc_url)"
+    if [ "$HUB_KIND" = evm ]; then
+      echo "EVM hub $HUB_NAME: batch 1's block, provider payouts, alice's escrow:"
+      for q in "settled 1" "payout acme-ai" "escrow alice"; do
+        # shellcheck disable=SC2086
+        "$TALLY_EVM_BIN" query --rpc "$(hub_rpc_url)" --contract "$HUB_NAME" $q
+      done
+    else
+      echo "Hub chain: batch 1 result, provider payouts, alice's escrow:"
+      "$TALLY_HUB_BIN" query /batch/hub/1 --node "$(hub_rpc_url)"
+      "$TALLY_HUB_BIN" query /payout/acme-ai --node "$(hub_rpc_url)"
+      "$TALLY_HUB_BIN" query /escrow/alice --node "$(hub_rpc_url)"
+    fi
   fi
 fi
 echo
