@@ -34,10 +34,6 @@ contract TallyHub is ITallyHub {
     /// Most governors a hub may list (as the reference hub).
     uint256 private constant MAX_GOVERNORS = 32;
 
-    /// Bit `b` is set exactly when byte `b` may appear in an identifier:
-    /// `A-Z a-z 0-9 . _ : / -`.
-    uint256 private constant IDENT_CHARS = 0x07fffffe87fffffe07ffe00000000000;
-
     bytes16 private constant HEX_DIGITS = "0123456789abcdef";
 
     uint8 private constant KIND_BATCH = 1;
@@ -236,46 +232,97 @@ contract TallyHub is ITallyHub {
         if (n == 0) revert BadBatch(0, "a batch needs at least one call");
         if (n > MAX_CALLS) revert BadBatch(0, "a batch has at most 1000 calls");
 
-        bytes32 digest = _batchDigest(nonce, calls);
+        // One pass checks the calls, writes the digest's input and pays;
+        // an escrow that falls short is reported after the signature
+        // check (the transaction reverts either way).
+        (bytes32 digest, uint256 sums, uint256 short) = _scan(nonce, calls, true);
         _verify(KIND_BATCH, digest, signature);
-        (uint64 paid, uint64 returned) = _pay(calls);
+        if (short != 0) _overdraft(calls, (short >> 64) - 1, uint64(short));
 
         _settledAt[nonce] = uint64(block.number);
         _lastNonce = nonce;
-        emit BatchSettled(nonce, uint64(n), paid, returned);
+        emit BatchSettled(nonce, uint64(n), _cap64(uint128(sums)), _cap64(sums >> 128));
     }
 
-    /// Checks the calls (see BadBatch) and returns their batch digest
-    /// (docs/signing.md 3.1), version 2 exactly when a call is not a
-    /// payment.
-    function _batchDigest(uint64 nonce, Call[] calldata calls) internal view returns (bytes32 digest) {
+    /// One pass over `calls`: checks each (see BadBatch), builds the batch
+    /// digest (docs/signing.md 3.1; version 2 exactly when a call is not a
+    /// payment) and, if `pay`, pays each call from its user's escrow until
+    /// one falls short. `sums`: credits paid to providers (low 128 bits)
+    /// and returned to users (high 128 bits). `short`: 0, or the first call
+    /// its user's escrow could not cover, as (index + 1) << 64 | escrow
+    /// left.
+    function _scan(uint64 nonce, Call[] calldata calls, bool pay)
+        internal
+        returns (bytes32 digest, uint256 sums, uint256 short)
+    {
         uint256 n = calls.length;
-        bool v2 = false;
-        for (uint256 i = 0; i < n; ++i) {
-            if (calls[i].kind != 0) {
-                v2 = true;
-                break;
-            }
-        }
-        // The digest's input is written from the free memory pointer on.
-        // Nothing below allocates memory before it is hashed (only a
-        // revert does, and then the buffer no longer matters).
+        // The digest's input is written from the free memory pointer on,
+        // and nothing allocates memory until it is hashed (a revert does,
+        // but then the buffer no longer matters); temporary memory goes
+        // past its end.
+        bool v2 = _anyWithdrawal(calls);
         (uint256 start, uint256 p) = _batchHeader(v2, nonce, n);
         uint64 prev = 0;
         for (uint256 i = 0; i < n; ++i) {
+            Call calldata c = calls[i];
             uint64 id;
-            (p, id) = _writeCall(p, calls[i], v2);
+            (p, id) = _writeCall(p, c, v2);
             if (i > 0 && id <= prev) revert BadBatch(id, "call ids must be strictly ascending");
             prev = id;
+            if (pay && short == 0) {
+                uint256 r = _payCall(c, p + 32);
+                if (r >> 255 != 0) short = ((i + 1) << 64) | uint64(r);
+                else sums += r;
+            }
         }
-
         bool ok;
         assembly ("memory-safe") {
-            ok := and(staticcall(gas(), 0x02, start, sub(p, start), 0x00, 0x20), eq(returndatasize(), 0x20))
+            ok := staticcall(gas(), 0x02, start, sub(p, start), 0x00, 0x20)
+            ok := and(ok, eq(returndatasize(), 0x20))
             digest := mload(0x00)
         }
         // SHA-256 only fails by running out of gas.
         if (!ok) revert LowGas(VERIFY_GAS, gasleft());
+    }
+
+    /// Whether a call is not a payment (kind != 0), read straight from the
+    /// calldata (each call's kind is the sixth word of its tuple; the
+    /// checked read in _writeCall refuses a malformed encoding).
+    function _anyWithdrawal(Call[] calldata calls) private pure returns (bool any) {
+        assembly ("memory-safe") {
+            let base := calls.offset
+            for { let i := 0 } lt(i, calls.length) { i := add(i, 1) } {
+                if calldataload(add(add(base, calldataload(add(base, shl(5, i)))), 160)) {
+                    any := 1
+                    break
+                }
+            }
+        }
+    }
+
+    /// Takes call `c`'s amount from its user's escrow and pays it (kind 0
+    /// to the provider, kind 1 back to the user); `scratch` is free memory.
+    /// Returns the amount (kind 0) or the amount << 128 (kind 1), or, if
+    /// the escrow cannot cover it, 1 << 255 | the escrow (nothing taken).
+    function _payCall(Call calldata c, uint256 scratch) private returns (uint256) {
+        uint64 amount = c.amount;
+        uint256 slot = _nameSlot(c.user, _usersSlot(), scratch);
+        User storage u;
+        assembly ("memory-safe") {
+            u.slot := slot
+        }
+        uint64 have = u.escrow;
+        if (have < amount) return (1 << 255) | have;
+        unchecked {
+            u.escrow = have - amount;
+        }
+        if (c.kind == 0) {
+            _addCapped(_nameSlot(c.provider, _payoutSlot(), scratch), amount);
+            return amount;
+        }
+        _addCapped(_nameSlot(c.user, _withdrawnSlot(), scratch), amount);
+        _withdrawable[u.addr] += uint256(amount) * _weiPerCredit;
+        return uint256(amount) << 128;
     }
 
     /// `put_str(hubName)` in three words (zero past its end) and its
@@ -338,35 +385,6 @@ contract TallyHub is ITallyHub {
             }
         }
         return (p, id);
-    }
-
-    /// Takes every call's amount from its user's escrow and pays it; the
-    /// credits paid to providers and returned to users.
-    function _pay(Call[] calldata calls) private returns (uint64 paid, uint64 returned) {
-        uint256 paidSum = 0;
-        uint256 returnedSum = 0;
-        uint256 wpc = _weiPerCredit;
-        uint256 n = calls.length;
-        for (uint256 i = 0; i < n; ++i) {
-            Call calldata c = calls[i];
-            uint64 amount = c.amount;
-            User storage u = _userAt(c.user);
-            uint64 have = u.escrow;
-            if (have < amount) _overdraft(calls, i, have);
-            unchecked {
-                u.escrow = have - amount;
-            }
-            if (c.kind == 0) {
-                _addCapped(_nameSlot(c.provider, _payoutSlot()), amount);
-                paidSum += amount;
-            } else {
-                _addCapped(_nameSlot(c.user, _withdrawnSlot()), amount);
-                _withdrawable[u.addr] += uint256(amount) * wpc;
-                returnedSum += amount;
-            }
-        }
-        paid = _cap64(paidSum);
-        returned = _cap64(returnedSum);
     }
 
     /// Call `i` takes more than what is left of its user's escrow (`left`):
@@ -458,7 +476,8 @@ contract TallyHub is ITallyHub {
             p := add(p, 24)
             mcopy(p, add(key, 32), 48)
             p := add(p, 48)
-            ok := and(staticcall(gas(), 0x02, start, sub(p, start), 0x00, 0x20), eq(returndatasize(), 0x20))
+            ok := staticcall(gas(), 0x02, start, sub(p, start), 0x00, 0x20)
+            ok := and(ok, eq(returndatasize(), 0x20))
             digest := mload(0x00)
         }
         if (!ok) revert LowGas(VERIFY_GAS, gasleft());
@@ -729,7 +748,8 @@ contract TallyHub is ITallyHub {
             mstore(add(f, 96), w)
             mstore(add(f, 128), ED_HALF)
             mstore(add(f, 160), ED_P)
-            ok := and(staticcall(gas(), 0x05, f, 192, 0x00, 32), eq(returndatasize(), 32))
+            ok := staticcall(gas(), 0x05, f, 192, 0x00, 32)
+            ok := and(ok, eq(returndatasize(), 32))
             r := mload(0x00)
         }
         if (!ok) revert LowGas(0, gasleft());
@@ -818,43 +838,51 @@ contract TallyHub is ITallyHub {
     // ------------------------------------------------------------------
 
     /// Whether `s` is a Tally identifier: 1 to 64 bytes of
-    /// `[A-Za-z0-9._:/-]`.
+    /// `[A-Za-z0-9._:/-]`. A word (32 bytes) at a time: for bytes below
+    /// 0x80, adding 0x80 - lo to each sets its top bit exactly when it is
+    /// at least lo, and adding 0x7f - hi leaves it clear exactly when it is
+    /// at most hi, with no carry between bytes.
     function _isIdent(string calldata s) private pure returns (bool ok) {
         assembly ("memory-safe") {
-            let len := s.length
-            ok := and(gt(len, 0), lt(len, add(MAX_IDENT, 1)))
-            let bad := 0
-            for { let i := 0 } and(ok, lt(i, len)) { i := add(i, 32) } {
-                let w := calldataload(add(s.offset, i))
-                let end := sub(len, i)
-                if gt(end, 32) { end := 32 }
-                for { let j := 0 } lt(j, end) { j := add(j, 1) } {
-                    bad := or(bad, iszero(and(shr(byte(j, w), IDENT_CHARS), 1)))
+            // Whether the first n (1..32) bytes of w are identifier bytes.
+            function identWord(w, n) -> valid {
+                let ones := 0x0101010101010101010101010101010101010101010101010101010101010101
+                let tops := 0x8080808080808080808080808080808080808080808080808080808080808080
+                if lt(n, 32) {
+                    // The bytes past n read as 'a'.
+                    let keep := not(shr(shl(3, n), not(0)))
+                    w := or(and(w, keep), and(mul(ones, 0x61), not(keep)))
                 }
+                // 0x2d..0x3a (- . / 0-9 :), 0x41..0x5a (A-Z), 0x5f (_), 0x61..0x7a (a-z)
+                let r := and(add(w, mul(ones, 0x53)), not(add(w, mul(ones, 0x45))))
+                r := or(r, and(add(w, mul(ones, 0x3f)), not(add(w, mul(ones, 0x25)))))
+                r := or(r, and(add(w, mul(ones, 0x21)), not(add(w, mul(ones, 0x20)))))
+                r := or(r, and(add(w, mul(ones, 0x1f)), not(add(w, mul(ones, 0x05)))))
+                valid := and(iszero(and(w, tops)), eq(and(r, tops), tops))
             }
-            ok := and(ok, iszero(bad))
+            let len := s.length
+            switch gt(len, 32)
+            case 0 { ok := and(gt(len, 0), identWord(calldataload(s.offset), len)) }
+            default {
+                ok := and(lt(len, add(MAX_IDENT, 1)), identWord(calldataload(s.offset), 32))
+                ok := and(ok, identWord(calldataload(add(s.offset, 32)), sub(len, 32)))
+            }
         }
     }
 
     /// The storage slot Solidity gives `name` in the string-keyed mapping
-    /// at slot `base`: keccak256(name || base).
-    function _nameSlot(string calldata name, uint256 base) private pure returns (uint256 slot) {
+    /// at slot `base`: keccak256(name || base), hashed at `scratch`.
+    function _nameSlot(string calldata name, uint256 base, uint256 scratch) private pure returns (uint256 slot) {
         assembly ("memory-safe") {
-            let f := mload(0x40)
-            calldatacopy(f, name.offset, name.length)
-            mstore(add(f, name.length), base)
-            slot := keccak256(f, add(name.length, 32))
+            calldatacopy(scratch, name.offset, name.length)
+            mstore(add(scratch, name.length), base)
+            slot := keccak256(scratch, add(name.length, 32))
         }
     }
 
-    function _userAt(string calldata name) private pure returns (User storage u) {
-        uint256 base;
+    function _usersSlot() private pure returns (uint256 base) {
         assembly ("memory-safe") {
             base := _users.slot
-        }
-        uint256 slot = _nameSlot(name, base);
-        assembly ("memory-safe") {
-            u.slot := slot
         }
     }
 
