@@ -29,6 +29,18 @@ if ! command -v promtool >/dev/null; then
 fi
 command -v cargo >/dev/null || { echo "install-deps: Rust (cargo) is required: https://rustup.rs" >&2; exit 1; }
 "$here/install-cometbft.sh"
+# The EVM hub (hub-evm/contract): anvil and solc-js, the versions pinned in
+# its package-lock.json, for its build check, its tests and TALLY_HUB=evm.
+evm_dir="$here/../hub-evm/contract"
+if [ ! -x "$evm_dir/node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil" ] || [ ! -d "$evm_dir/node_modules/solc" ]; then
+  if command -v npm >/dev/null; then
+    echo "installing anvil and solc-js (npm ci in hub-evm/contract)" >&2
+    npm ci --prefix "$evm_dir" --no-audit --no-fund --loglevel=error >&2 ||
+      echo "install-deps: npm ci failed in hub-evm/contract; the EVM hub's tests will fail" >&2
+  else
+    echo "install-deps: no npm: the EVM hub's tests will be SKIPPED (Debian: apt-get install npm)" >&2
+  fi
+fi
 # The interop test verifies batch signatures with py_ecc, the Ethereum
 # reference BLS library.
 if command -v python3 >/dev/null && ! python3 -c 'import py_ecc' 2>/dev/null; then
