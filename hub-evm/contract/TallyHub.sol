@@ -98,6 +98,12 @@ contract TallyHub is ITallyHub {
     /// storage reads, 9 SHA-256 and 4 MODEXP calls, 2 MAP_FP2_TO_G2
     /// (23,800 each), a G2ADD (600) and the pairing, with margin.
     uint256 private constant VERIFY_GAS = 180_000;
+    /// The most one call of a batch takes: its checks, its digest bytes,
+    /// the escrow write and, for a withdrawal, two new slots (what the user
+    /// was returned and what its address may withdraw).
+    uint256 private constant CALL_GAS = 60_000;
+    /// What follows the signature check: settledAt, lastNonce, the event.
+    uint256 private constant SETTLE_GAS = 40_000;
 
     // ------------------------------------------------------------------
     // Configuration (fixed at deployment)
@@ -264,6 +270,15 @@ contract TallyHub is ITallyHub {
         (uint256 start, uint256 p) = _batchHeader(v2, nonce, n);
         uint64 prev = 0;
         for (uint256 i = 0; i < n; ++i) {
+            // Gas for one more call, the digest, the signature check and
+            // what follows it: so a gas limit too small for a batch fails
+            // as LowGas, not as a plain out-of-gas, up to the signature
+            // check.
+            uint256 need;
+            assembly ("memory-safe") {
+                need := add(add(add(CALL_GAS, VERIFY_GAS), add(SETTLE_GAS, 200)), mul(12, shr(5, sub(p, start))))
+            }
+            if (gasleft() < need) revert LowGas(need, gasleft());
             Call calldata c = calls[i];
             uint64 id;
             (p, id) = _writeCall(p, c, v2);

@@ -5,6 +5,7 @@
 // docs/signing.md), an oracle independent of the contract.
 //
 //   node test/smoke.js          (after npm ci; needs python3 with py_ecc)
+//   ANVIL_HARDFORK=prague node test/smoke.js   (another hardfork than anvil's latest)
 //
 // Anvil and the oracle are killed on exit, also on failure.
 "use strict";
@@ -71,7 +72,10 @@ async function startAnvil() {
   for (let k = 0; k < 100; k++) {
     const port = 28700 + ((first - 28700 + k) % 100);
     if (!(await portFree(port))) continue;
-    const child = spawn(findAnvil(), ["--host", "127.0.0.1", "--port", String(port), "--quiet"], {
+    const args = ["--host", "127.0.0.1", "--port", String(port), "--quiet"];
+    // ANVIL_HARDFORK=prague runs the test on Prague rules (default: anvil's latest).
+    if (process.env.ANVIL_HARDFORK) args.push("--hardfork", process.env.ANVIL_HARDFORK);
+    const child = spawn(findAnvil(), args, {
       stdio: ["ignore", "ignore", "pipe"],
     });
     children.push(child);
@@ -344,7 +348,8 @@ async function main() {
 
   startOracle();
   const port = await startAnvil();
-  process.stdout.write(`anvil on 127.0.0.1:${port}\n`);
+  const info = await rpc("anvil_nodeInfo", []).catch(() => ({}));
+  process.stdout.write(`anvil on 127.0.0.1:${port} (hardfork ${info.hardFork || "?"})\n`);
   const accounts = await rpc("eth_accounts", []);
   const [relay, aliceAddr, bobAddr, gov1, gov2, gov3, carolAddr, stranger] = accounts;
 
@@ -729,6 +734,16 @@ async function main() {
     const calls = [];
     for (let i = 0; i < n; i++) calls.push(call(++id, "whale", `provider-${nonce}-${i}`, 3));
     const sig = await signBatch(HUB, Number(nonce), calls, SK3);
+    if (n === 100) {
+      // Any gas limit below what the batch needs fails as LowGas, never
+      // as a plain out-of-gas or a bad signature.
+      const need = BigInt(await rpc("eth_estimateGas", [{ from: relay, to: hub.address, data: hub.data("submitBatch", [nonce, calls, sig]) }]));
+      for (const g of [need / 3n, need / 2n, (need * 9n) / 10n, need - 100_000n, need - 1_000n, need - 1n]) {
+        const [want, left] = await hub.reverts("submitBatch", [nonce, calls, sig], { from: relay, gas: g }, "LowGas");
+        ok(left < want, `LowGas at a gas limit of ${g}`);
+      }
+      process.stdout.write(`   100 calls: estimate ${need}; every limit below it tried fails as LowGas\n`);
+    }
     r = await hub.send("submitBatch", [nonce, calls, sig], { from: relay, gas: 16_000_000n });
     eq(r.status, "0x1", `batch of ${n} settles`);
     eq(await hub.call("payout", [`provider-${nonce}-${n - 1}`]), 3n, `last provider of ${n} paid`);
