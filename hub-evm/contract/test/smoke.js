@@ -37,6 +37,21 @@ function cleanup() {
     }
   }
 }
+// Kills what the test started and waits until each is gone (reaped), so
+// nothing is left behind, not even a zombie.
+async function shutdown() {
+  cleanup();
+  await Promise.all(
+    children.map(
+      (c) =>
+        new Promise((resolve) => {
+          if (c.exitCode !== null || c.signalCode !== null) return resolve();
+          c.once("exit", resolve);
+          setTimeout(resolve, 5000);
+        })
+    )
+  );
+}
 process.on("exit", cleanup);
 for (const sig of ["SIGINT", "SIGTERM"]) {
   process.on(sig, () => {
@@ -772,12 +787,12 @@ async function main() {
 }
 
 main()
-  .then(() => {
-    cleanup();
+  .then(async () => {
+    await shutdown();
     process.exit(0);
   })
-  .catch((e) => {
+  .catch(async (e) => {
     process.stderr.write(`smoke: FAILED: ${e.stack || e}\n`);
-    cleanup();
+    await shutdown();
     process.exit(1);
   });
