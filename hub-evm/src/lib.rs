@@ -1,1 +1,12 @@
-//! Tally's EVM hub (work in progress).
+//! Tally's EVM hub, the Rust side (in progress): EIP-2537 point encoding,
+//! hub names and `CREATE` addresses, the relay's key file and EIP-1559
+//! signing.
+
+pub mod key;
+pub mod name;
+pub mod points;
+pub mod tx;
+
+pub use alloy_primitives::{Address, B256, U256};
+pub use key::{KeyError, RelayKey};
+pub use name::{create_address, HubName, NameError};
