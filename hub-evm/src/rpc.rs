@@ -1,0 +1,545 @@
+//! Blocking Ethereum JSON-RPC for the hub: the few `eth_*` methods the
+//! relay and the operator tool need, over the workspace's one JSON-RPC
+//! client ([`tally_client::rpc::RpcClient`], ADR 0008), on ONE endpoint.
+//! Failover and circuit breakers stay with the caller (the relay).
+//!
+//! Errors keep three things apart ([`EthError`]):
+//!
+//! - [`EthError::Unreachable`]: no answer (transport failure, an HTTP
+//!   status that is not a JSON-RPC answer, an oversized answer): another
+//!   endpoint or a later try may do better;
+//! - [`EthError::Node`]: the node answered with a JSON-RPC error that is
+//!   not a revert (a nonce too low, a method it does not serve, a block it
+//!   does not have);
+//! - [`EthError::Reverted`]: the contract reverted, decoded
+//!   ([`crate::abi::Revert`]). Only methods that execute code (`eth_call`,
+//!   `eth_estimateGas`) report reverts; nodes put the revert data, hex, in
+//!   the JSON-RPC error's `data` member (anvil and geth: code 3,
+//!   `"execution reverted..."`). An execution error without data (out of
+//!   gas: anvil answers `eth_call` with -32603 `"EVM error OutOfGas"`,
+//!   `eth_estimateGas` with -32003 `"Out of gas: ..."`) is
+//!   [`crate::abi::Revert::Empty`].
+//!
+//! A well-formed answer of the wrong shape is [`EthError::Answer`].
+//! Quantities travel as `0x`-prefixed hex (the Ethereum JSON-RPC
+//! convention) and are parsed strictly.
+//!
+//! [`EthRpc::deposits`] reads the hub's `Deposited` events of a block
+//! range with `eth_getLogs` as Tally's [`HubDeposit`]s: `seq`, `user`,
+//! `amount` (the credits the deposit credited, the event's `amount`, the
+//! registration fee already taken off) and `pubkey` (the key the deposit
+//! bound, empty when it bound none).
+
+use std::fmt;
+
+use alloy_primitives::{Address, B256, U256};
+use alloy_sol_types::{SolCall, SolEvent};
+use serde_json::{json, Value};
+use tally_client::rpc::{RpcClient, RpcError};
+use tally_settlement::proto::HubDeposit;
+
+use crate::abi::{ITallyHub, Revert};
+
+mod views;
+
+/// A block to read state at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum At {
+    /// The newest block.
+    Latest,
+    /// The newest block the node considers safe from reorgs.
+    Safe,
+    /// The newest finalized block.
+    Finalized,
+    /// The pending state (with the node's own pending transactions).
+    Pending,
+    /// Block number `n`.
+    Number(u64),
+}
+
+impl At {
+    fn param(self) -> Value {
+        match self {
+            At::Latest => json!("latest"),
+            At::Safe => json!("safe"),
+            At::Finalized => json!("finalized"),
+            At::Pending => json!("pending"),
+            At::Number(n) => json!(quantity(n)),
+        }
+    }
+}
+
+impl fmt::Display for At {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            At::Number(n) => write!(f, "block {n}"),
+            other => write!(f, "{}", other.param().as_str().unwrap_or("?")),
+        }
+    }
+}
+
+/// Why an Ethereum JSON-RPC call failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EthError {
+    /// No JSON-RPC answer from the endpoint.
+    #[error("EVM node unreachable: {}", unreachable_text(.0))]
+    Unreachable(RpcError),
+    /// The node answered with an error that is not a revert.
+    #[error("EVM node refused {method} ({code}): {message}{}", if .data.is_empty() { String::new() } else { format!(" [{}]", .data) })]
+    Node {
+        /// The method called.
+        method: String,
+        /// JSON-RPC error code.
+        code: i64,
+        /// Its message.
+        message: String,
+        /// Its `data`, if a string.
+        data: String,
+    },
+    /// The contract reverted.
+    #[error("{0}")]
+    Reverted(Revert),
+    /// The answer does not have the shape the method promises.
+    #[error("unexpected answer to {method}: {msg}")]
+    Answer {
+        /// The method called.
+        method: String,
+        /// What was wrong.
+        msg: String,
+    },
+}
+
+impl EthError {
+    /// The revert, if the contract reverted.
+    pub fn revert(&self) -> Option<&Revert> {
+        match self {
+            EthError::Reverted(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
+fn unreachable_text(e: &RpcError) -> String {
+    match e {
+        RpcError::Transport { url, msg } => format!("{url}: {msg}"),
+        RpcError::Http {
+            url, status, body, ..
+        } => format!(
+            "{url} answered HTTP {status}: {}",
+            body.chars().take(200).collect::<String>()
+        ),
+        RpcError::TooLarge { url, limit } => format!("{url}: answer larger than {limit} bytes"),
+        other => other.to_string(),
+    }
+}
+
+fn answer(method: &str, msg: impl Into<String>) -> EthError {
+    EthError::Answer {
+        method: method.to_string(),
+        msg: msg.into(),
+    }
+}
+
+/// `0x`-prefixed minimal hex of `n`.
+fn quantity(n: impl fmt::LowerHex) -> String {
+    format!("{n:#x}")
+}
+
+fn hex_data(b: &[u8]) -> String {
+    format!("0x{}", hex::encode(b))
+}
+
+/// Parses a JSON-RPC quantity (`"0x0"`, `"0x1a"`; no empty digits).
+fn parse_u256(method: &str, what: &str, v: &Value) -> Result<U256, EthError> {
+    let s = v
+        .as_str()
+        .ok_or_else(|| answer(method, format!("{what} is not a hex string: {v}")))?;
+    let digits = s
+        .strip_prefix("0x")
+        .filter(|d| !d.is_empty() && d.len() <= 64)
+        .ok_or_else(|| answer(method, format!("{what} is not a 0x quantity: {s:?}")))?;
+    U256::from_str_radix(digits, 16)
+        .map_err(|_| answer(method, format!("{what} is not a 0x quantity: {s:?}")))
+}
+
+fn parse_u64(method: &str, what: &str, v: &Value) -> Result<u64, EthError> {
+    let n = parse_u256(method, what, v)?;
+    u64::try_from(n).map_err(|_| answer(method, format!("{what} {n} does not fit 64 bits")))
+}
+
+fn parse_u128(method: &str, what: &str, v: &Value) -> Result<u128, EthError> {
+    let n = parse_u256(method, what, v)?;
+    u128::try_from(n).map_err(|_| answer(method, format!("{what} {n} does not fit 128 bits")))
+}
+
+/// Parses `0x`-prefixed hex bytes (`"0x"` is empty).
+fn parse_bytes(method: &str, what: &str, v: &Value) -> Result<Vec<u8>, EthError> {
+    let s = v
+        .as_str()
+        .and_then(|s| s.strip_prefix("0x"))
+        .ok_or_else(|| answer(method, format!("{what} is not 0x hex: {v}")))?;
+    hex::decode(s).map_err(|e| answer(method, format!("{what} is not hex: {e}")))
+}
+
+fn parse_b256(method: &str, what: &str, v: &Value) -> Result<B256, EthError> {
+    let b = parse_bytes(method, what, v)?;
+    if b.len() != 32 {
+        return Err(answer(
+            method,
+            format!("{what} has {} bytes, not 32", b.len()),
+        ));
+    }
+    Ok(B256::from_slice(&b))
+}
+
+fn parse_address(method: &str, what: &str, v: &Value) -> Result<Address, EthError> {
+    let b = parse_bytes(method, what, v)?;
+    if b.len() != 20 {
+        return Err(answer(
+            method,
+            format!("{what} has {} bytes, not 20", b.len()),
+        ));
+    }
+    Ok(Address::from_slice(&b))
+}
+
+/// A block's number and hash (and its base fee, for fee estimates).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockRef {
+    /// Block number.
+    pub number: u64,
+    /// Block hash.
+    pub hash: B256,
+    /// `baseFeePerGas` (absent before London).
+    pub base_fee: Option<u128>,
+}
+
+/// EIP-1559 fees to offer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fees {
+    /// `maxFeePerGas` (wei).
+    pub max_fee_per_gas: u128,
+    /// `maxPriorityFeePerGas` (wei).
+    pub max_priority_fee_per_gas: u128,
+}
+
+/// A mined transaction's receipt.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Receipt {
+    /// The transaction.
+    pub tx_hash: B256,
+    /// The block it is in.
+    pub block_number: u64,
+    /// The block's hash.
+    pub block_hash: B256,
+    /// Whether it succeeded (`status` 1).
+    pub success: bool,
+    /// Gas it used.
+    pub gas_used: u64,
+    /// The contract it created, if any.
+    pub contract_address: Option<Address>,
+}
+
+/// A message call to simulate or estimate (`eth_call`, `eth_estimateGas`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CallRequest {
+    /// Sender (`msg.sender`); the node's default when `None`.
+    pub from: Option<Address>,
+    /// The contract; `None` simulates a deployment.
+    pub to: Option<Address>,
+    /// Wei sent along.
+    pub value: U256,
+    /// Calldata (or creation code).
+    pub data: Vec<u8>,
+    /// Gas limit; the node's default when `None`.
+    pub gas: Option<u64>,
+}
+
+impl CallRequest {
+    fn to_json(&self) -> Value {
+        let mut o = serde_json::Map::new();
+        if let Some(f) = self.from {
+            o.insert("from".into(), json!(f.to_string()));
+        }
+        if let Some(t) = self.to {
+            o.insert("to".into(), json!(t.to_string()));
+        }
+        if !self.value.is_zero() {
+            o.insert("value".into(), json!(quantity(self.value)));
+        }
+        if let Some(g) = self.gas {
+            o.insert("gas".into(), json!(quantity(g)));
+        }
+        o.insert("data".into(), json!(hex_data(&self.data)));
+        Value::Object(o)
+    }
+}
+
+/// A hub deposit with where its event is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DepositLog {
+    /// The deposit as Tally credits it.
+    pub deposit: HubDeposit,
+    /// Credits the deposit paid as registration fee (not credited).
+    pub fee: u64,
+    /// Who sent it.
+    pub from: Address,
+    /// The block it is in.
+    pub block_number: u64,
+    /// The transaction that made it.
+    pub tx_hash: B256,
+}
+
+/// One endpoint's Ethereum JSON-RPC (cheap to clone).
+#[derive(Clone, Debug)]
+pub struct EthRpc {
+    rpc: RpcClient,
+}
+
+impl EthRpc {
+    /// Ethereum calls over `rpc` (e.g. `Connector::client(url)`).
+    pub fn new(rpc: RpcClient) -> Self {
+        Self { rpc }
+    }
+
+    /// The underlying client.
+    pub fn client(&self) -> &RpcClient {
+        &self.rpc
+    }
+
+    /// Calls `method`; execution errors become reverts only when
+    /// `executes` (the method runs contract code).
+    fn call(&self, method: &str, params: Value, executes: bool) -> Result<Value, EthError> {
+        self.rpc
+            .call(method, params)
+            .map_err(|e| classify(method, e, executes))
+    }
+
+    /// `eth_chainId`.
+    pub fn chain_id(&self) -> Result<u64, EthError> {
+        let m = "eth_chainId";
+        parse_u64(m, "chain id", &self.call(m, json!([]), false)?)
+    }
+
+    /// `eth_blockNumber`.
+    pub fn block_number(&self) -> Result<u64, EthError> {
+        let m = "eth_blockNumber";
+        parse_u64(m, "block number", &self.call(m, json!([]), false)?)
+    }
+
+    /// `eth_getBlockByNumber(at, false)`: `None` if the node has no such
+    /// block (a number above its tip).
+    pub fn block(&self, at: At) -> Result<Option<BlockRef>, EthError> {
+        let m = "eth_getBlockByNumber";
+        let b = self.call(m, json!([at.param(), false]), false)?;
+        if b.is_null() {
+            return Ok(None);
+        }
+        let base_fee = match b.get("baseFeePerGas") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(parse_u128(m, "baseFeePerGas", v)?),
+        };
+        Ok(Some(BlockRef {
+            number: parse_u64(m, "number", &b["number"])?,
+            hash: parse_b256(m, "hash", &b["hash"])?,
+            base_fee,
+        }))
+    }
+
+    /// `eth_call` of `req` at `at`: the return data, or the decoded
+    /// revert ([`EthError::Reverted`]).
+    pub fn eth_call(&self, req: &CallRequest, at: At) -> Result<Vec<u8>, EthError> {
+        let m = "eth_call";
+        let r = self.call(m, json!([req.to_json(), at.param()]), true)?;
+        parse_bytes(m, "result", &r)
+    }
+
+    /// `eth_estimateGas` of `req` on the state at `at`: the gas the node
+    /// found enough, or the decoded revert.
+    pub fn estimate_gas(&self, req: &CallRequest, at: At) -> Result<u64, EthError> {
+        let m = "eth_estimateGas";
+        let r = self.call(m, json!([req.to_json(), at.param()]), true)?;
+        parse_u64(m, "gas", &r)
+    }
+
+    /// `eth_getTransactionCount(address, "pending")`: the nonce of the
+    /// account's next transaction.
+    pub fn next_nonce(&self, address: Address) -> Result<u64, EthError> {
+        let m = "eth_getTransactionCount";
+        let r = self.call(m, json!([address.to_string(), "pending"]), false)?;
+        parse_u64(m, "nonce", &r)
+    }
+
+    /// `eth_getBalance(address, at)` in wei.
+    pub fn balance(&self, address: Address, at: At) -> Result<U256, EthError> {
+        let m = "eth_getBalance";
+        let r = self.call(m, json!([address.to_string(), at.param()]), false)?;
+        parse_u256(m, "balance", &r)
+    }
+
+    /// Fees to offer: the priority fee the node suggests
+    /// (`eth_maxPriorityFeePerGas`) and a max fee of twice the latest
+    /// base fee plus that (room for six full blocks of base-fee rises).
+    /// Before London (no base fee) both are `eth_gasPrice`.
+    pub fn fees(&self) -> Result<Fees, EthError> {
+        let latest = self
+            .block(At::Latest)?
+            .ok_or_else(|| answer("eth_getBlockByNumber", "no latest block"))?;
+        let Some(base) = latest.base_fee else {
+            let m = "eth_gasPrice";
+            let p = parse_u128(m, "gas price", &self.call(m, json!([]), false)?)?;
+            return Ok(Fees {
+                max_fee_per_gas: p,
+                max_priority_fee_per_gas: p,
+            });
+        };
+        let m = "eth_maxPriorityFeePerGas";
+        let tip = parse_u128(m, "priority fee", &self.call(m, json!([]), false)?)?;
+        Ok(Fees {
+            max_fee_per_gas: base.saturating_mul(2).saturating_add(tip),
+            max_priority_fee_per_gas: tip,
+        })
+    }
+
+    /// `eth_sendRawTransaction`: the hash the node gives the transaction.
+    pub fn send_raw(&self, raw: &[u8]) -> Result<B256, EthError> {
+        let m = "eth_sendRawTransaction";
+        let r = self.call(m, json!([hex_data(raw)]), false)?;
+        parse_b256(m, "transaction hash", &r)
+    }
+
+    /// `eth_getTransactionReceipt`: `None` while the transaction is not
+    /// mined (or unknown).
+    pub fn receipt(&self, tx: B256) -> Result<Option<Receipt>, EthError> {
+        let m = "eth_getTransactionReceipt";
+        let r = self.call(m, json!([tx.to_string()]), false)?;
+        if r.is_null() {
+            return Ok(None);
+        }
+        let contract_address = match r.get("contractAddress") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(parse_address(m, "contractAddress", v)?),
+        };
+        Ok(Some(Receipt {
+            tx_hash: parse_b256(m, "transactionHash", &r["transactionHash"])?,
+            block_number: parse_u64(m, "blockNumber", &r["blockNumber"])?,
+            block_hash: parse_b256(m, "blockHash", &r["blockHash"])?,
+            success: parse_u64(m, "status", &r["status"])? == 1,
+            gas_used: parse_u64(m, "gasUsed", &r["gasUsed"])?,
+            contract_address,
+        }))
+    }
+
+    /// The hub's `Deposited` events in blocks `from..=to` (`eth_getLogs`),
+    /// ordered by `seq`. Only logs of `contract` whose first topic is the
+    /// event's signature are asked for; one that does not decode, or that
+    /// the node marks `removed` (reorged out), fails the whole read. Gaps
+    /// in `seq` are the caller's to check.
+    pub fn deposits(
+        &self,
+        contract: Address,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<DepositLog>, EthError> {
+        let m = "eth_getLogs";
+        let filter = json!({
+            "address": contract.to_string(),
+            "fromBlock": quantity(from),
+            "toBlock": quantity(to),
+            "topics": [ITallyHub::Deposited::SIGNATURE_HASH.to_string()],
+        });
+        let r = self.call(m, json!([filter]), false)?;
+        let logs = r
+            .as_array()
+            .ok_or_else(|| answer(m, "result is not a list"))?;
+        let mut out = Vec::with_capacity(logs.len());
+        for log in logs {
+            if log.get("removed").and_then(Value::as_bool) == Some(true) {
+                return Err(answer(m, "a log was removed (reorg): read the range again"));
+            }
+            let topics = log["topics"]
+                .as_array()
+                .ok_or_else(|| answer(m, "log without topics"))?
+                .iter()
+                .map(|t| parse_b256(m, "topic", t))
+                .collect::<Result<Vec<_>, _>>()?;
+            let data = parse_bytes(m, "log data", &log["data"])?;
+            let ev = ITallyHub::Deposited::decode_raw_log(topics, &data)
+                .map_err(|e| answer(m, format!("not a Deposited event: {e}")))?;
+            out.push(DepositLog {
+                deposit: HubDeposit {
+                    seq: ev.seq,
+                    user: ev.user,
+                    amount: ev.amount,
+                    pubkey: ev.pubkey.to_vec(),
+                },
+                fee: ev.fee,
+                from: ev.from,
+                block_number: parse_u64(m, "blockNumber", &log["blockNumber"])?,
+                tx_hash: parse_b256(m, "transactionHash", &log["transactionHash"])?,
+            });
+        }
+        out.sort_by_key(|d| d.deposit.seq);
+        Ok(out)
+    }
+
+    /// Calls view `call` of `contract` at `at` and decodes its return.
+    pub fn view<C: SolCall>(
+        &self,
+        contract: Address,
+        call: &C,
+        at: At,
+    ) -> Result<C::Return, EthError> {
+        let req = CallRequest {
+            to: Some(contract),
+            data: call.abi_encode(),
+            ..CallRequest::default()
+        };
+        let out = self.eth_call(&req, at)?;
+        C::abi_decode_returns(&out).map_err(|e| {
+            answer(
+                "eth_call",
+                format!(
+                    "{} at {contract} returned {} bytes that do not decode: {e}",
+                    C::SIGNATURE,
+                    out.len()
+                ),
+            )
+        })
+    }
+}
+
+/// Sorts a failed call: no answer, a revert (only for methods that run
+/// code), a node's error, or a malformed answer.
+fn classify(method: &str, e: RpcError, executes: bool) -> EthError {
+    match e {
+        RpcError::Rpc {
+            code,
+            message,
+            data,
+            ..
+        } => {
+            if executes {
+                if let Some(bytes) = data.strip_prefix("0x").and_then(|h| hex::decode(h).ok()) {
+                    return EthError::Reverted(Revert::decode(&bytes));
+                }
+                let lower = message.to_ascii_lowercase();
+                let out_of_gas = lower.contains("out of gas") || lower.contains("outofgas");
+                if code == 3 || lower.contains("execution reverted") || out_of_gas {
+                    return EthError::Reverted(Revert::Empty);
+                }
+            }
+            EthError::Node {
+                method: method.to_string(),
+                code,
+                message,
+                data,
+            }
+        }
+        RpcError::Decode { method, msg } => EthError::Answer { method, msg },
+        other => EthError::Unreachable(other),
+    }
+}
+
+#[cfg(test)]
+mod tests;
