@@ -1,0 +1,37 @@
+//! `tally-evm withdraw`: sends the key's account what withdrawals
+//! credited to it (`withdraw()`), printing the wei taken.
+
+use tally_hub_evm::At;
+
+use super::common::{Contract, Endpoint, Key, Sending};
+
+/// Arguments of `withdraw`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    endpoint: Endpoint,
+    #[command(flatten)]
+    key: Key,
+    #[command(flatten)]
+    contract: Contract,
+    #[command(flatten)]
+    sending: Sending,
+}
+
+impl Args {
+    pub fn run(self) -> anyhow::Result<()> {
+        let key = self.key.load()?;
+        let hub = self.contract.hub(&self.endpoint)?;
+        let wei = hub
+            .eth()
+            .withdrawable(hub.address(), key.address(), At::Latest)?;
+        let sent = hub.withdraw(&key, &self.sending.options())?;
+        println!(
+            "withdrew {wei} wei to {} in block {} (tx {})",
+            key.address(),
+            sent.receipt.block_number,
+            sent.receipt.tx_hash
+        );
+        Ok(())
+    }
+}
