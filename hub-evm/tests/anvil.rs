@@ -969,3 +969,152 @@ fn not_ed25519_point() -> Vec<u8> {
     b[0] = 2;
     b
 }
+
+/// Runs `tally-evm` with `args`: (success, stdout, stderr).
+fn tally_evm(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tally-evm"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The operator tool end to end: keygen, deploy, deposit, queries, and
+/// its errors for a key file open to others and an endpoint that is down.
+#[test]
+fn the_tally_evm_tool_deploys_deposits_and_queries() {
+    let Some(w) = world("the_tally_evm_tool") else {
+        return;
+    };
+    let url = w._anvil.url.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("op.key");
+    let key = key.to_str().unwrap();
+    let (ok, out, err) = tally_evm(&["keygen", "--out", key]);
+    assert!(ok, "{err}");
+    let address: Address = out.trim().parse().unwrap();
+    w.fund(address);
+    let (_, out2, _) = tally_evm(&["address", "--key", key]);
+    assert_eq!(out2, out);
+
+    let g = Group::dealt(1, 1, 15);
+    let gk = hex::encode(g.key());
+    let (ok, out, err) = tally_evm(&[
+        "deploy",
+        "--rpc",
+        &url,
+        "--key",
+        key,
+        "--tally-chain-id",
+        TALLY_CHAIN,
+        "--group-key",
+        &gk,
+        "--registration-fee",
+        "2",
+    ]);
+    assert!(ok, "{err}");
+    let line = |prefix: &str| -> String {
+        out.lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .unwrap_or_else(|| panic!("no {prefix:?} in {out}"))
+            .to_string()
+    };
+    let contract = line("contract ");
+    let want_addr = tally_hub_evm::create_address(address, 0);
+    assert_eq!(contract.parse::<Address>().unwrap(), want_addr);
+    assert_eq!(
+        line("hub_name "),
+        HubName::new(31337, want_addr).to_string()
+    );
+
+    let pk = hex::encode(ed25519_point(1));
+    let (ok, out, err) = tally_evm(&[
+        "deposit",
+        "--rpc",
+        &url,
+        "--key",
+        key,
+        "--contract",
+        &contract,
+        "--user",
+        "alice",
+        "--amount",
+        "12",
+        "--pubkey",
+        &pk,
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("alice now holds 10 credits"), "{out}");
+    let q = |what: &[&str]| -> String {
+        let mut args = vec!["query", "--rpc", &url, "--contract", &contract];
+        args.extend_from_slice(what);
+        let (ok, out, err) = tally_evm(&args);
+        assert!(ok, "{what:?}: {err}");
+        out.trim().to_string()
+    };
+    assert_eq!(q(&["escrow", "alice"]), "10");
+    assert_eq!(q(&["deposit-count"]), "1");
+    assert_eq!(q(&["last-nonce"]), "0");
+    assert_eq!(q(&["group-key"]), gk);
+    assert_eq!(q(&["hub-name"]), HubName::new(31337, want_addr).to_string());
+    let dep: serde_json::Value = serde_json::from_str(&q(&["deposits", "0", "100"])).unwrap();
+    assert_eq!(
+        (
+            dep["seq"].as_u64(),
+            dep["user"].as_str(),
+            dep["amount"].as_u64(),
+            dep["fee"].as_u64()
+        ),
+        (Some(1), Some("alice"), Some(10), Some(2))
+    );
+    assert_eq!(dep["pubkey"], pk);
+
+    // Errors: a deposit the hub refuses, a key open to others, a node
+    // that is down.
+    let (ok, _, err) = tally_evm(&[
+        "deposit",
+        "--rpc",
+        &url,
+        "--key",
+        key,
+        "--contract",
+        &contract,
+        "--user",
+        "bad user",
+        "--amount",
+        "1",
+    ]);
+    assert!(!ok);
+    assert!(err.contains("bad deposit"), "{err}");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (ok, _, err) = tally_evm(&[
+        "deposit",
+        "--rpc",
+        &url,
+        "--key",
+        key,
+        "--contract",
+        &contract,
+        "--user",
+        "alice",
+        "--amount",
+        "1",
+    ]);
+    assert!(!ok);
+    assert!(err.contains("too open"), "{err}");
+    let (ok, _, err) = tally_evm(&[
+        "query",
+        "--rpc",
+        "http://127.0.0.1:28899",
+        "--contract",
+        &contract,
+        "last-nonce",
+    ]);
+    assert!(!ok);
+    assert!(err.contains("unreachable"), "{err}");
+}
