@@ -2,6 +2,7 @@
 //! `app.toml`. The defaults here are the values the relay ran with before
 //! they became settings; `tallyd` checks the ranges when it loads the file.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use tally_client::{Breaker, RetryPolicy};
@@ -54,13 +55,59 @@ impl Default for HubTimeouts {
     }
 }
 
+/// Which height of an EVM hub counts as its tip.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum EvmTip {
+    /// The `latest` block (the chain's `hub_confirmations` still delay
+    /// deposit ranges and settlements).
+    #[default]
+    Latest,
+    /// The `finalized` block.
+    Finalized,
+}
+
+impl EvmTip {
+    /// The block tag asked for.
+    pub fn tag(self) -> &'static str {
+        match self {
+            EvmTip::Latest => "latest",
+            EvmTip::Finalized => "finalized",
+        }
+    }
+}
+
+/// The EVM hub's relay settings. The contract and its chain id are not
+/// here: they come from the chain's `hub_chain` parameter
+/// (`evm:<chain id>:0x<address>`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EvmConfig {
+    /// Which block is the hub's tip.
+    pub tip: EvmTip,
+    /// This validator's secp256k1 relay key (hex, mode 0600): it signs and
+    /// pays for this relay's transactions.
+    pub key_file: PathBuf,
+}
+
+/// The kind of hub the relay talks to.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum HubKind {
+    /// `tally-hub`, the reference hub chain (CometBFT).
+    #[default]
+    Tally,
+    /// The `ITallyHub` contract on an Ethereum-compatible chain.
+    Evm(EvmConfig),
+}
+
 /// The default interval between reads of the chain and the hub.
 pub const DEFAULT_POLL: Duration = Duration::from_millis(500);
 
 /// How the relay behaves.
 #[derive(Clone, Debug)]
 pub struct RelayConfig {
-    /// Hub CometBFT RPC endpoints, in failover order.
+    /// The kind of hub (and its own settings).
+    pub hub: HubKind,
+    /// Hub RPC endpoints (CometBFT's, or an EVM chain's JSON-RPC), in
+    /// failover order.
     pub hub_endpoints: Vec<String>,
     /// Hub blocks a result must be under before it is reported.
     pub confirmations: u64,
@@ -94,12 +141,13 @@ impl RelayConfig {
             .collect()
     }
 
-    /// A relay of `hub_endpoints` with every other setting at its default:
-    /// one confirmation, no key share (observes, never submits), 2 s
+    /// A relay of the reference hub at `hub_endpoints` with every other
+    /// setting at its default: one confirmation, no key share (observes, never submits), 2 s
     /// stagger, [`DEFAULT_POLL`], the SDK's retry policy, default breakers
     /// and hub timeouts.
     pub fn new(hub_endpoints: Vec<String>) -> Self {
         Self {
+            hub: HubKind::Tally,
             hub_endpoints,
             confirmations: 1,
             rank: None,

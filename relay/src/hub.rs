@@ -1,8 +1,9 @@
 //! The relay's view of the hub: its endpoints in failover order, each with
-//! a circuit breaker shared by reads and submissions, and the reads the
-//! poll loop needs (tip, deposits, settlement, last nonce) over the
-//! workspace's JSON-RPC client. Every call is blocking; the loop runs them
-//! on tokio's blocking pool.
+//! a circuit breaker shared by reads and submissions, and what is asked of
+//! them through the hub kind's [`HubProtocol`] (`protocol.rs`; the
+//! reference hub in `reference.rs`). Every call
+//! is blocking; the loop and the submissions run them on tokio's blocking
+//! pool.
 //!
 //! The tip and a range's deposits are one poll step on ONE endpoint: the
 //! tip is read with failover ([`Hub::tip`] says which endpoint answered),
@@ -16,12 +17,16 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use serde_json::Value;
-use tally_client::rpc::{Connector, QueryAnswer, RpcClient, RpcError};
-use tally_client::{Breaker, BreakerState};
-use tally_settlement::proto::HubDeposit;
+use tally_client::rpc::{Connector, RpcClient, RpcError};
+use tally_client::{Breaker, BreakerState, Broadcast};
 
-use crate::config::{BreakerConfig, HubTimeouts};
+use crate::config::{HubKind, RelayConfig};
+
+pub(crate) mod protocol;
+pub(crate) mod reference;
+
+pub(crate) use protocol::{Deposits, Payload, TryFailure, TryLimits};
+use protocol::{Endpoint, HubProtocol};
 
 /// Why a hub read failed.
 #[derive(Debug, thiserror::Error)]
@@ -32,20 +37,24 @@ pub enum HubError {
     /// An endpoint answered with a JSON-RPC error.
     #[error("hub: {0}")]
     Rpc(RpcError),
-    /// The answer was not what the hub's query path promises.
+    /// The answer was not what the hub's protocol promises.
     #[error("hub: {0}")]
     Answer(String),
     /// The endpoint answered from a height below the one the read needs
     /// (a lagging node): the answer could miss deposits and is refused.
     #[error("hub: {path} answered from height {height}, below the range end {want}")]
     Stale {
-        /// The query path.
+        /// What was read.
         path: String,
         /// The height the answer says it is from.
         height: u64,
         /// The least height an answer may come from.
         want: u64,
     },
+    /// The chain's `hub_chain` parameter does not name a hub of the kind
+    /// this relay is set up for.
+    #[error("hub: {0}")]
+    Config(String),
 }
 
 /// The hub's tip as one endpoint answered it.
@@ -57,21 +66,15 @@ pub(crate) struct Tip {
     pub(crate) height: u64,
 }
 
-/// The hub's `/deposits/{from}/{to}` answer.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Deposits {
-    /// Deposits in the range, by sequence number.
-    pub(crate) deposits: Vec<HubDeposit>,
-    /// The hub's cumulative deposit count through `to`.
-    pub(crate) count: u64,
-    /// The height the answer is from (at least `to`).
-    pub(crate) height: u64,
-}
-
-/// The hub's endpoints and their breakers (cheap to clone).
+/// The hub's endpoints, their breakers and the hub kind's protocol (cheap
+/// to clone).
 #[derive(Clone, Debug)]
 pub(crate) struct Hub {
+    protocol: Arc<dyn HubProtocol>,
+    /// Clients for reads (the read timeouts).
     clients: Arc<Vec<RpcClient>>,
+    /// Clients for submission tries (the per-try timeout).
+    submit_clients: Arc<Vec<RpcClient>>,
     breakers: Arc<Vec<Breaker>>,
     /// The endpoint the next tip read tries first, once (after a failed
     /// deposit read on one endpoint, the one after it; else 0).
@@ -93,12 +96,27 @@ pub(crate) fn usable(breakers: &[Breaker]) -> Vec<usize> {
 }
 
 impl Hub {
-    /// Clients of `endpoints` with `timeouts`, each behind a breaker.
-    pub(crate) fn new(endpoints: &[String], timeouts: HubTimeouts, breaker: BreakerConfig) -> Self {
-        let http = Connector::new(timeouts.connect, timeouts.read);
+    /// The hub `cfg` describes: its endpoints with their timeouts, each
+    /// behind a breaker, spoken to in the configured hub kind's protocol.
+    /// Fails when the EVM hub's relay key cannot be used.
+    pub(crate) fn new(cfg: &RelayConfig) -> Result<Self, String> {
+        let protocol: Arc<dyn HubProtocol> = match &cfg.hub {
+            HubKind::Tally => Arc::new(reference::ReferenceHub),
+            HubKind::Evm(_) => return Err("this build has no EVM hub protocol yet".into()),
+        };
+        Ok(Self::with_protocol(cfg, protocol))
+    }
+
+    fn with_protocol(cfg: &RelayConfig, protocol: Arc<dyn HubProtocol>) -> Self {
+        let t = cfg.hub_timeouts;
+        let read = Connector::new(t.connect, t.read);
+        let submit = Connector::new(t.connect, cfg.policy.per_try_timeout);
+        let endpoints = &cfg.hub_endpoints;
         Self {
-            clients: Arc::new(endpoints.iter().map(|e| http.client(e)).collect()),
-            breakers: Arc::new(endpoints.iter().map(|_| breaker.breaker()).collect()),
+            protocol,
+            clients: Arc::new(endpoints.iter().map(|e| read.client(e)).collect()),
+            submit_clients: Arc::new(endpoints.iter().map(|e| submit.client(e)).collect()),
+            breakers: Arc::new(endpoints.iter().map(|_| cfg.breaker.breaker()).collect()),
             first: Arc::new(AtomicUsize::new(0)),
         }
     }
@@ -113,14 +131,19 @@ impl Hub {
         &self.breakers
     }
 
+    /// The operator command that hands the hub a governed rotation.
+    pub(crate) fn govern_command(&self) -> &'static str {
+        self.protocol.govern_command()
+    }
+
     /// Runs `read` on endpoint `i` only, through its breaker. An endpoint
     /// that could not be reached (or answered garbage) counts against its
-    /// breaker and is [`HubError::Unreachable`]; a JSON-RPC error is an
+    /// breaker and is [`HubError::Unreachable`]; any other error is an
     /// answer: the endpoint is alive and the error is returned.
     fn on<T>(
         &self,
         i: usize,
-        read: impl FnOnce(&RpcClient) -> Result<T, RpcError>,
+        read: impl FnOnce(&dyn HubProtocol, Endpoint<'_>) -> Result<T, HubError>,
     ) -> Result<T, HubError> {
         let (Some(client), Some(b)) = (self.clients.get(i), self.breakers.get(i)) else {
             return Err(HubError::Unreachable(format!("no endpoint {i}")));
@@ -131,20 +154,9 @@ impl Hub {
                 client.shown_url()
             )));
         }
-        match read(client) {
-            Ok(v) => {
-                b.record(true);
-                Ok(v)
-            }
-            Err(e @ RpcError::Rpc { .. }) => {
-                b.record(true);
-                Err(HubError::Rpc(e))
-            }
-            Err(e) => {
-                b.record(false);
-                Err(HubError::Unreachable(e.to_string()))
-            }
-        }
+        let r = read(self.protocol.as_ref(), Endpoint { index: i, client });
+        b.record(!matches!(r, Err(HubError::Unreachable(_))));
+        r
     }
 
     /// Runs `read` on the usable endpoints in failover order, starting
@@ -152,7 +164,7 @@ impl Hub {
     fn read_from<T>(
         &self,
         first: usize,
-        read: impl Fn(&RpcClient) -> Result<T, RpcError>,
+        read: impl Fn(&dyn HubProtocol, Endpoint<'_>) -> Result<T, HubError>,
     ) -> Result<(usize, T), HubError> {
         let mut order = usable(&self.breakers);
         let start = order.iter().position(|i| *i >= first).unwrap_or(0);
@@ -169,36 +181,18 @@ impl Hub {
     }
 
     /// Runs `read` on the first usable endpoint that answers.
-    fn read<T>(&self, read: impl Fn(&RpcClient) -> Result<T, RpcError>) -> Result<T, HubError> {
+    fn read<T>(
+        &self,
+        read: impl Fn(&dyn HubProtocol, Endpoint<'_>) -> Result<T, HubError>,
+    ) -> Result<T, HubError> {
         self.read_from(0, read).map(|(_, v)| v)
     }
 
-    /// The hub's latest height, and which endpoint said so.
-    pub(crate) fn tip(&self) -> Result<Tip, HubError> {
+    /// The hub's latest usable height, and which endpoint said so.
+    pub(crate) fn tip(&self, hub: &str) -> Result<Tip, HubError> {
         let first = self.first.swap(0, Ordering::Relaxed);
-        let (endpoint, s) = self.read_from(first, RpcClient::status)?;
-        Ok(Tip {
-            endpoint,
-            height: s.height,
-        })
-    }
-
-    /// The JSON value of a query answer; `None` if the hub answered with
-    /// an error code (logged at debug level).
-    fn value(path: &str, a: &QueryAnswer) -> Result<Option<Value>, HubError> {
-        if a.code != 0 {
-            tracing::debug!(path, code = a.code, log = %a.log, "hub query refused");
-            return Ok(None);
-        }
-        serde_json::from_slice(&a.value)
-            .map(Some)
-            .map_err(|e| HubError::Answer(format!("{path}: {e}")))
-    }
-
-    /// The JSON value of the hub's query `path`, from any endpoint.
-    fn query(&self, path: &str) -> Result<Option<Value>, HubError> {
-        let a = self.read(|c| c.abci_query(path))?;
-        Self::value(path, &a)
+        let (endpoint, height) = self.read_from(first, |p, ep| p.tip(ep, hub))?;
+        Ok(Tip { endpoint, height })
     }
 
     /// Deposits in hub heights `from..=to`, by sequence number, with the
@@ -206,8 +200,16 @@ impl Hub {
     /// `tip`'s height, and refused unless the answer is from a height of
     /// at least `to`. A failed read makes the next tip read start at the
     /// following endpoint.
-    pub(crate) fn deposits(&self, tip: Tip, from: u64, to: u64) -> Result<Deposits, HubError> {
-        let r = self.deposits_on(tip, from, to);
+    pub(crate) fn deposits(
+        &self,
+        hub: &str,
+        tip: Tip,
+        from: u64,
+        to: u64,
+    ) -> Result<Deposits, HubError> {
+        let r = self.on(tip.endpoint, |p, ep| {
+            p.deposits(ep, hub, tip.height, (from, to))
+        });
         if r.is_err() {
             let n = self.clients.len().max(1);
             self.first.store((tip.endpoint + 1) % n, Ordering::Relaxed);
@@ -215,80 +217,37 @@ impl Hub {
         r
     }
 
-    fn deposits_on(&self, tip: Tip, from: u64, to: u64) -> Result<Deposits, HubError> {
-        let path = format!("/deposits/{from}/{to}");
-        let a = self.on(tip.endpoint, |c| c.abci_query_at(&path, tip.height))?;
-        if a.height < to {
-            return Err(HubError::Stale {
-                path,
-                height: a.height,
-                want: to,
-            });
-        }
-        let v =
-            Self::value(&path, &a)?.ok_or_else(|| HubError::Answer(format!("{path} refused")))?;
-        let count = v["deposit_count"]
-            .as_u64()
-            .ok_or_else(|| HubError::Answer(format!("{path}: no deposit_count")))?;
-        let mut deposits: Vec<HubDeposit> = v["deposits"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|d| HubDeposit {
-                        seq: d["seq"].as_u64().unwrap_or(0),
-                        user: d["user"].as_str().unwrap_or("").to_string(),
-                        amount: d["amount"].as_u64().unwrap_or(0),
-                        // A key that is not hex becomes bytes the chain
-                        // refuses, so the answer is refused, not stripped.
-                        pubkey: d["pubkey"]
-                            .as_str()
-                            .map(|h| unhex(h).unwrap_or_else(|| vec![0]))
-                            .unwrap_or_default(),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        deposits.sort_by_key(|d| d.seq);
-        Ok(Deposits {
-            deposits,
-            count,
-            height: a.height,
-        })
+    /// The height at which `nonce` settled on the hub, if it did.
+    pub(crate) fn settled_at(&self, hub: &str, nonce: u64) -> Result<Option<u64>, HubError> {
+        self.read(|p, ep| p.settled_at(ep, hub, nonce))
     }
 
-    /// The height at which `nonce` of `chain` settled on the hub, if it did.
-    pub(crate) fn settled_at(&self, chain: &str, nonce: u64) -> Result<Option<u64>, HubError> {
-        Ok(self
-            .query(&format!("/batch/{chain}/{nonce}"))?
-            .and_then(|v| v["height"].as_u64()))
+    /// The last key rotation the hub applied (0: none yet).
+    pub(crate) fn last_rotation(&self, hub: &str) -> Result<u64, HubError> {
+        self.read(|p, ep| p.last_rotation(ep, hub))
     }
 
-    /// The last key rotation of `chain` the hub applied (0: none yet).
-    pub(crate) fn last_rotation(&self, chain: &str) -> Result<u64, HubError> {
-        let path = format!("/keys/{chain}");
-        self.query(&path)?
-            .and_then(|v| v["last_rotation"].as_u64())
-            .ok_or_else(|| HubError::Answer(format!("{path}: no last_rotation")))
+    /// The last nonce the hub settled (0: none yet).
+    pub(crate) fn last_nonce(&self, hub: &str) -> Result<u64, HubError> {
+        self.read(|p, ep| p.last_nonce(ep, hub))
     }
 
-    /// The last nonce of `chain` the hub settled (0: none yet).
-    pub(crate) fn last_nonce(&self, chain: &str) -> Result<u64, HubError> {
-        let path = format!("/last_nonce/{chain}");
-        self.query(&path)?
-            .and_then(|v| v["last_nonce"].as_u64())
-            .ok_or_else(|| HubError::Answer(format!("{path}: no last_nonce")))
+    /// One submission try of `payload` on endpoint `i` (its breaker is the
+    /// caller's to consult and update).
+    pub(crate) fn submit_on(
+        &self,
+        i: usize,
+        payload: &Payload,
+        limits: TryLimits,
+    ) -> Result<Broadcast, TryFailure> {
+        let Some(client) = self.submit_clients.get(i) else {
+            return Err(TryFailure::endpoint(tally_client::Failure::Transport(
+                format!("no endpoint {i}"),
+            )));
+        };
+        self.protocol
+            .submit(Endpoint { index: i, client }, payload, limits)
     }
-}
-
-/// The bytes of hex string `s` (`None` if it is not hex).
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| s.get(i..i + 2).and_then(|b| u8::from_str_radix(b, 16).ok()))
-        .collect()
 }
 
 #[cfg(test)]
@@ -296,6 +255,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::config::BreakerConfig;
 
     #[test]
     fn open_breakers_are_skipped_unless_all_are_open() {
@@ -319,17 +279,15 @@ mod tests {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
         };
-        let hub = Hub::new(
-            &[format!("http://127.0.0.1:{port}")],
-            HubTimeouts::default(),
-            BreakerConfig {
-                failure_threshold: 2,
-                ..BreakerConfig::default()
-            },
-        );
-        assert!(matches!(hub.tip(), Err(HubError::Unreachable(_))));
+        let mut cfg = RelayConfig::new(vec![format!("http://127.0.0.1:{port}")]);
+        cfg.breaker = BreakerConfig {
+            failure_threshold: 2,
+            ..BreakerConfig::default()
+        };
+        let hub = Hub::new(&cfg).unwrap();
+        assert!(matches!(hub.tip("hub"), Err(HubError::Unreachable(_))));
         assert_eq!(hub.breakers()[0].state(), BreakerState::Closed);
-        assert!(matches!(hub.tip(), Err(HubError::Unreachable(_))));
+        assert!(matches!(hub.tip("hub"), Err(HubError::Unreachable(_))));
         assert_eq!(hub.breakers()[0].state(), BreakerState::Open);
         // Every breaker open: the endpoint is still tried, but the breaker
         // refuses until its open time has passed.

@@ -16,8 +16,10 @@
 //! - `poll`: the loop, I/O only; its decisions are [`decide`]'s pure
 //!   functions.
 //! - `submission`: one submission as a task (retry policy, breakers).
-//! - `hub`: reads from the hub over `tally_client::rpc`, behind the
-//!   endpoints' circuit breakers.
+//! - `hub`: the hub's endpoints behind their circuit breakers, and the
+//!   per-endpoint protocol of each kind of hub (`hub::protocol`): the
+//!   reference hub chain (`hub::reference`), chosen by
+//!   [`RelayConfig::hub`].
 //! - [`metrics`]: the relay's metric families ([`RelayMetrics`]), which
 //!   it registers in the registry the node owns and serves
 //!   (`tally_node::metrics`).
@@ -33,18 +35,32 @@ mod poll;
 mod submission;
 
 pub use chain::{Chain, SharedChain};
-pub use config::{BreakerConfig, HubTimeouts, RelayConfig};
+pub use config::{BreakerConfig, EvmConfig, EvmTip, HubKind, HubTimeouts, RelayConfig};
 pub use hub::HubError;
 pub use metrics::RelayMetrics;
 
+/// Why the relay did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The hub cannot be used as configured (the EVM hub's relay key file
+    /// is missing, unreadable or readable by others).
+    #[error("relay not started: {0}")]
+    Hub(String),
+    /// The relay's thread could not be spawned.
+    #[error("relay thread: {0}")]
+    Thread(#[from] std::io::Error),
+}
+
 /// Starts the relay on its own thread, reading and handing in through
 /// `app` and updating `metrics` (families the node registered in the
-/// registry it serves); returns the sender that stops it.
+/// registry it serves); returns the sender that stops it. The hub is set
+/// up first, so a relay that cannot work as configured fails here.
 pub fn spawn(
     app: SharedChain,
     cfg: RelayConfig,
     metrics: RelayMetrics,
-) -> std::io::Result<watch::Sender<bool>> {
+) -> Result<watch::Sender<bool>, StartError> {
+    let hub = hub::Hub::new(&cfg).map_err(StartError::Hub)?;
     let (stop, rx) = watch::channel(false);
     std::thread::Builder::new()
         .name("tally-relay".into())
@@ -59,7 +75,7 @@ pub fn spawn(
                     return;
                 }
             };
-            rt.block_on(poll::run(app, cfg, metrics, rx));
+            rt.block_on(poll::run(app, hub, cfg, metrics, rx));
         })?;
     Ok(stop)
 }

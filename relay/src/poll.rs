@@ -6,7 +6,6 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tally_client::HttpTransport;
 use tally_settlement::proto::{BatchRecord, HubResult, SyncState};
 use tally_settlement::sync;
 use tokio::sync::watch;
@@ -15,10 +14,10 @@ use tokio::time::Instant;
 use crate::chain::SharedChain;
 use crate::config::RelayConfig;
 use crate::decide;
-use crate::hub::{Hub, HubError, Tip};
+use crate::hub::{Hub, HubError, Payload, Tip};
 use crate::metrics::{Refusal, RelayMetrics};
 use crate::submission::{
-    batch_tx, governed_rotation, newest_signed_rotation, InFlight, Submission,
+    batch_payload, governed_rotation, newest_signed_rotation, InFlight, Submission,
 };
 
 fn unix_now() -> u64 {
@@ -55,7 +54,6 @@ struct Relay {
     cfg: RelayConfig,
     hub: Hub,
     metrics: RelayMetrics,
-    transport: HttpTransport,
     /// (nonce, attempt) whose submission already started here.
     done: Option<(u64, u32)>,
     /// When this relay first saw (nonce, attempt) signed: ranks are
@@ -68,6 +66,20 @@ struct Relay {
 }
 
 impl Relay {
+    /// The loop over `app` and `hub`, before its first poll.
+    pub(crate) fn new(app: SharedChain, hub: Hub, cfg: RelayConfig, metrics: RelayMetrics) -> Self {
+        Self {
+            app,
+            cfg,
+            hub,
+            metrics,
+            done: None,
+            signed_seen: None,
+            in_flight: None,
+            hub_rotation: 0,
+        }
+    }
+
     /// This relay's signer rank now: from the active key when the
     /// validator's address is known (on-chain DKG), else the configured one.
     fn rank(&self, kv: &impl tally_store::KvRead) -> Option<u32> {
@@ -83,9 +95,10 @@ impl Relay {
     }
 }
 
-/// Polls until `stop` turns true.
+/// Polls `hub` until `stop` turns true.
 pub(crate) async fn run(
     app: SharedChain,
+    hub: Hub,
     cfg: RelayConfig,
     metrics: RelayMetrics,
     mut stop: watch::Receiver<bool>,
@@ -104,17 +117,7 @@ pub(crate) async fn run(
             "relay started without a key share: observes the hub, never submits"
         ),
     }
-    let mut relay = Relay {
-        hub: Hub::new(&cfg.hub_endpoints, cfg.hub_timeouts, cfg.breaker),
-        transport: HttpTransport::new(cfg.policy.per_try_timeout),
-        app,
-        cfg,
-        metrics,
-        done: None,
-        signed_seen: None,
-        in_flight: None,
-        hub_rotation: 0,
-    };
+    let mut relay = Relay::new(app, hub, cfg, metrics);
     // Every endpoint's breaker state is exposed from the start.
     for (e, b) in relay.cfg.hub_endpoints.iter().zip(relay.hub.breakers()) {
         relay.metrics.set_circuit_state(e, b.state().gauge());
@@ -158,7 +161,8 @@ impl Relay {
         };
         // The hub's tip, read once per poll for deposits and settlement;
         // the deposits are read on the endpoint that answered it.
-        let tip = read_hub("tip", &self.hub, Hub::tip).await;
+        let c = p.hub_chain.clone();
+        let tip = read_hub("tip", &self.hub, move |h| h.tip(&c)).await;
         if let Some(tip) = tip {
             self.deposits(kv, &p, tip).await;
         }
@@ -284,8 +288,9 @@ impl Relay {
         else {
             return;
         };
-        let h = self.hub.clone();
-        let answer = match tokio::task::spawn_blocking(move || h.deposits(tip, from, to)).await {
+        let (h, c) = (self.hub.clone(), chain.to_string());
+        let read = move || h.deposits(&c, tip, from, to);
+        let answer = match tokio::task::spawn_blocking(read).await {
             Ok(Ok(a)) => a,
             Ok(Err(e @ HubError::Stale { .. })) => {
                 self.metrics.refused_answer(Refusal::Stale);
@@ -387,7 +392,7 @@ impl Relay {
         batch: &BatchRecord,
     ) {
         let (nonce, attempt) = key;
-        let Some(tx) = batch_tx(kv, &chain, nonce, batch) else {
+        let Some(payload) = batch_payload(kv, &chain, nonce, batch) else {
             return;
         };
         self.done = Some(key);
@@ -397,24 +402,23 @@ impl Relay {
             rank = self.cfg.rank.unwrap_or_default(),
             "submitting the signed batch to the hub"
         );
-        self.spawn_submission(chain, key, Some(tx));
+        self.spawn_submission(chain, key, Some(payload));
     }
 
-    /// Starts a submission of `tx` for (nonce, attempt) `key` (`None`: key
-    /// rotations only) as the one in flight.
-    fn spawn_submission(&mut self, chain: String, key: (u64, u32), tx: Option<Vec<u8>>) {
+    /// Starts a submission of `payload` for (nonce, attempt) `key` (`None`:
+    /// key rotations only) as the one in flight.
+    fn spawn_submission(&mut self, chain: String, key: (u64, u32), payload: Option<Payload>) {
         let (cancel, cancel_rx) = watch::channel(false);
         let sub = Submission {
             app: self.app.clone(),
             hub: self.hub.clone(),
             metrics: self.metrics.clone(),
-            transport: self.transport.clone(),
             policy: self.cfg.policy.clone(),
             shutdown: cancel_rx,
             chain,
             nonce: key.0,
             attempt: key.1,
-            tx,
+            payload,
         };
         self.in_flight = Some(InFlight::spawn(sub, cancel));
     }

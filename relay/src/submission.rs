@@ -1,9 +1,10 @@
 //! One submission of a signed batch to the hub, run as its own task so the
 //! poll loop keeps observing the hub meanwhile (and can cancel it once the
-//! nonce settled or the attempt ended). Tries go through the SDK's retry
-//! policy over the hub's endpoints, each try gated by that endpoint's
-//! breaker; a refusal or spent retries are handed to the signer as
-//! `failed`.
+//! nonce settled or the attempt ended). It carries a hub-neutral
+//! [`Payload`] that the hub kind's protocol encodes in each try. Tries go
+//! through the SDK's retry policy over the hub's endpoints, each try gated
+//! by that endpoint's breaker; a refusal or spent retries are handed to the
+//! signer as `failed`.
 //!
 //! **Recovery when the hub forgot nonces.** A hub restored from a backup can
 //! be behind Tally: its last settled nonce below batches Tally already
@@ -25,29 +26,30 @@
 //! rotations-only submission when the chain has signed a rotation the hub
 //! lacks and nothing is in flight. A *governed* rotation (a recovery, ADR
 //! 0018) has no signature to hand over: the hub takes it only from its
-//! governors (`tally-hub govern-key`), and until they act the relay
-//! stops at it and says so.
+//! governors (`tally-hub govern-key`, or `tally-evm govern-key` for the
+//! EVM hub), and until they act the relay stops at it and says so.
 
-use prost::Message;
+use std::sync::Arc;
+
 use rand::SeedableRng;
-use tally_client::{Broadcast, Failure, HttpTransport, RetryError, RetryPolicy, Transport};
-use tally_hub_types::{hub_tx, HubCode, HubTx, RotateKey, SubmitBatch};
+use tally_client::{Broadcast, Failure, RetryError, RetryPolicy};
+use tally_hub_types::HubCode;
 use tally_settlement::proto::{BatchRecord, HubResult};
 use tally_settlement::sync;
 use tokio::sync::watch;
 
 use crate::chain::SharedChain;
-use crate::hub::{usable, Hub};
+use crate::hub::{usable, Hub, Payload, TryFailure, TryLimits};
 use crate::metrics::{Outcome, RelayMetrics};
 
-/// The hub transaction of `batch` (nonce `nonce` on `chain`) from the calls
-/// in `kv`; `None` when a call is missing (pruned) or it is not signed.
-pub(crate) fn batch_tx(
+/// The payload of `batch` (nonce `nonce` on `chain`) from the calls in
+/// `kv`; `None` when a call is missing (pruned) or it is not signed.
+pub(crate) fn batch_payload(
     kv: &impl tally_store::KvRead,
     chain: &str,
     nonce: u64,
     batch: &BatchRecord,
-) -> Option<Vec<u8>> {
+) -> Option<Payload> {
     if batch.signature.is_empty() {
         return None;
     }
@@ -56,16 +58,11 @@ pub(crate) fn batch_tx(
         .iter()
         .filter_map(|id| sync::hub_call(kv, *id).ok().flatten())
         .collect();
-    (calls.len() == batch.call_ids.len()).then(|| {
-        HubTx {
-            sum: Some(hub_tx::Sum::SubmitBatch(SubmitBatch {
-                chain: chain.to_string(),
-                nonce,
-                calls,
-                signature: batch.signature.clone(),
-            })),
-        }
-        .encode_to_vec()
+    (calls.len() == batch.call_ids.len()).then(|| Payload::Batch {
+        chain: chain.to_string(),
+        nonce,
+        calls,
+        signature: batch.signature.clone(),
     })
 }
 
@@ -96,24 +93,19 @@ impl InFlight {
     }
 }
 
-/// The hub transaction of rotation `nonce`, if the chain has it signed.
-pub(crate) fn rotation_tx(kv: &impl tally_store::KvRead, nonce: u64) -> Option<Vec<u8>> {
+/// The payload of rotation `nonce`, if the chain has it signed.
+pub(crate) fn rotation_payload(kv: &impl tally_store::KvRead, nonce: u64) -> Option<Payload> {
     let r = tally_settlement::dkg::state::rotation(kv, nonce).ok()??;
     if r.signature.is_empty() {
         return None;
     }
-    Some(
-        HubTx {
-            sum: Some(hub_tx::Sum::RotateKey(RotateKey {
-                chain: r.hub,
-                nonce: r.nonce,
-                epoch: r.epoch,
-                group_key: r.group_key,
-                signature: r.signature,
-            })),
-        }
-        .encode_to_vec(),
-    )
+    Some(Payload::Rotation {
+        chain: r.hub,
+        nonce: r.nonce,
+        epoch: r.epoch,
+        group_key: r.group_key,
+        signature: r.signature,
+    })
 }
 
 /// Whether rotation `nonce` is a governed recovery (no signature to hand
@@ -131,7 +123,7 @@ pub(crate) fn newest_signed_rotation(kv: &impl tally_store::KvRead) -> u64 {
     let last = tally_settlement::dkg::state::last_rotation(kv).unwrap_or(0);
     (last.saturating_sub(1)..=last)
         .rev()
-        .find(|&n| n > 0 && rotation_tx(kv, n).is_some())
+        .find(|&n| n > 0 && rotation_payload(kv, n).is_some())
         .unwrap_or(0)
 }
 
@@ -141,21 +133,20 @@ pub(crate) struct Submission {
     /// Its endpoints and breakers are the submission's too.
     pub(crate) hub: Hub,
     pub(crate) metrics: RelayMetrics,
-    pub(crate) transport: HttpTransport,
     pub(crate) policy: RetryPolicy,
     /// Turns true when the loop cancels this submission.
     pub(crate) shutdown: watch::Receiver<bool>,
     pub(crate) chain: String,
     pub(crate) nonce: u64,
     pub(crate) attempt: u32,
-    /// The encoded hub transaction; `None`: hand over key rotations only.
-    pub(crate) tx: Option<Vec<u8>>,
+    /// The batch to submit; `None`: hand over key rotations only.
+    pub(crate) payload: Option<Payload>,
 }
 
 impl Submission {
     async fn run(mut self) {
         let handed_over = self.hand_over_keys().await;
-        let Some(tx) = self.tx.clone() else {
+        let Some(payload) = self.payload.clone() else {
             return;
         };
         if !handed_over {
@@ -190,7 +181,7 @@ impl Submission {
             }
             _ => {}
         }
-        let r = self.broadcast(tx).await;
+        let r = self.broadcast(payload).await;
         self.conclude(r);
     }
 
@@ -208,16 +199,17 @@ impl Submission {
             _ => return false,
         };
         for n in last.saturating_add(1)..=newest {
-            let Some(tx) = rotation_tx(&kv, n) else {
+            let Some(payload) = rotation_payload(&kv, n) else {
                 if governed_rotation(&kv, n) {
+                    let command = self.hub.govern_command();
                     tracing::warn!(
                         rotation = n,
-                        "the hub needs governed rotation {n} from its governors (tally-hub govern-key) before any later key or batch"
+                        "the hub needs governed rotation {n} from its governors ({command}) before any later key or batch"
                     );
                 }
                 return false;
             };
-            match self.broadcast(tx).await {
+            match self.broadcast(payload).await {
                 Ok(Broadcast::Result { code, .. })
                     if code == HubCode::Ok.value() || code == HubCode::AlreadySettled.value() =>
                 {
@@ -248,11 +240,11 @@ impl Submission {
     async fn recover(&mut self, from: u64, until: u64) {
         for n in from..until {
             let kv = self.app.committed_state().clone();
-            let tx = match sync::batch(&kv, &self.chain, n) {
-                Ok(Some(b)) => batch_tx(&kv, &self.chain, n, &b),
+            let payload = match sync::batch(&kv, &self.chain, n) {
+                Ok(Some(b)) => batch_payload(&kv, &self.chain, n, &b),
                 _ => None,
             };
-            let Some(tx) = tx else {
+            let Some(payload) = payload else {
                 self.metrics.submitted(Outcome::Refused);
                 tracing::error!(
                     nonce = n,
@@ -261,7 +253,7 @@ impl Submission {
                 );
                 return;
             };
-            match self.broadcast(tx).await {
+            match self.broadcast(payload).await {
                 Ok(Broadcast::Result { code, .. })
                     if code == HubCode::Ok.value() || code == HubCode::AlreadySettled.value() =>
                 {
@@ -280,36 +272,48 @@ impl Submission {
         }
     }
 
-    /// The tries of `tx`, through the retry policy.
-    async fn broadcast(&mut self, tx: Vec<u8>) -> Result<Broadcast, RetryError> {
+    /// The tries of `payload`, through the retry policy: each on one
+    /// endpoint whose breaker lets it through, run on tokio's blocking
+    /// pool, its outcome recorded on that breaker (a try the hub answered
+    /// counts as the endpoint working, even when the try failed).
+    async fn broadcast(&mut self, payload: Payload) -> Result<Broadcast, RetryError> {
         let (nonce, attempt) = (self.nonce, self.attempt);
-        let breakers = self.hub.breakers();
-        let usable = usable(breakers);
-        let endpoints = self.hub.endpoints();
+        let hub = self.hub.clone();
+        let usable = usable(hub.breakers());
+        let endpoints = hub.endpoints();
+        let per_try = self.policy.per_try_timeout;
         let mut rng = rand::rngs::StdRng::from_entropy();
-        let (metrics, transport, tx) = (&self.metrics, &self.transport, &tx);
+        let (metrics, payload) = (&self.metrics, Arc::new(payload));
         self.policy
             .run(&usable, &mut self.shutdown, &mut rng, |i: &usize, n| {
                 let i = *i;
                 if n > 1 {
                     metrics.transport_retry();
                 }
-                let endpoint = endpoints.get(i).cloned().unwrap_or_default();
-                let breaker = breakers.get(i);
-                // A half-open breaker takes a probe only when it is tried.
-                let allowed = breaker.is_some_and(|b| b.allow());
-                let fut = transport.broadcast_commit(endpoint.clone(), tx.clone());
                 // Logs and errors show the URL without its credentials.
-                let endpoint = tally_client::redact_url(&endpoint);
+                let endpoint =
+                    tally_client::redact_url(&endpoints.get(i).cloned().unwrap_or_default());
+                // A half-open breaker takes a probe only when it is tried.
+                let allowed = hub.breakers().get(i).is_some_and(|b| b.allow());
+                let (hub, payload) = (hub.clone(), payload.clone());
                 async move {
                     if !allowed {
                         return Err(Failure::Transport(format!("{endpoint}: circuit open")));
                     }
                     tracing::debug!(nonce, attempt, endpoint, try_no = n, "submitting to the hub");
-                    let r = fut.await;
-                    if let Some(b) = breaker {
-                        b.record(r.is_ok());
+                    let limits = TryLimits {
+                        deadline: std::time::Instant::now() + per_try - per_try / 10,
+                    };
+                    let h = hub.clone();
+                    let r = tokio::task::spawn_blocking(move || h.submit_on(i, &payload, limits))
+                        .await
+                        .unwrap_or_else(|e| {
+                            Err(TryFailure::endpoint(Failure::Transport(e.to_string())))
+                        });
+                    if let Some(b) = hub.breakers().get(i) {
+                        b.record(r.as_ref().map_or_else(|f| f.endpoint_ok, |_| true));
                     }
+                    let r = r.map_err(|f| f.failure);
                     if let Err(e) = &r {
                         tracing::info!(nonce, attempt, endpoint, try_no = n, error = %e, "hub submission try failed");
                     }

@@ -372,17 +372,8 @@ impl Metrics {
 
 /// The relay's loop over `app` (through [`crate::Chain`]).
 fn relay(app: TallyApp, cfg: RelayConfig, metrics: &Metrics) -> Relay {
-    Relay {
-        hub: Hub::new(&cfg.hub_endpoints, cfg.hub_timeouts, cfg.breaker),
-        transport: HttpTransport::new(cfg.policy.per_try_timeout),
-        app: std::sync::Arc::new(app),
-        cfg,
-        metrics: metrics.relay().clone(),
-        done: None,
-        signed_seen: None,
-        in_flight: None,
-        hub_rotation: 0,
-    }
+    let hub = Hub::new(&cfg).unwrap();
+    Relay::new(Arc::new(app), hub, cfg, metrics.relay().clone())
 }
 
 /// Waits for the submission in flight (if any) to end.
