@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tally_client::RetryPolicy;
-use tally_relay::{BreakerConfig, HubTimeouts, RelayConfig};
+use tally_relay::{BreakerConfig, EvmConfig, EvmTip, HubKind, HubTimeouts, RelayConfig};
 
 use crate::fs::{FsOp, FsPathError};
 
@@ -25,6 +25,9 @@ pub enum ConfigError {
     },
 }
 
+/// Where `tallyd init` puts the EVM relay key, under the home.
+pub const DEFAULT_EVM_KEY_FILE: &str = "config/relay_evm_key.hex";
+
 /// The contents of `config/app.toml`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -40,8 +43,19 @@ pub struct AppConfig {
     /// This validator's threshold key share, relative to the home dir
     /// unless absolute; a node without it does not sign.
     pub bls_share: String,
-    /// Hub CometBFT RPC endpoints for the relay (empty: no relay).
+    /// Hub RPC endpoints for the relay (empty: no relay): CometBFT RPC
+    /// for the reference hub, an EVM chain's JSON-RPC for the EVM hub.
     pub hub_endpoints: Vec<String>,
+    /// The kind of hub the relay talks to: `tally` (the reference hub
+    /// chain) or `evm` (the hub contract on an EVM chain, named by the
+    /// chain's `hub_chain` parameter).
+    pub hub_kind: String,
+    /// The EVM hub's tip: `latest` or `finalized`.
+    pub evm_tip: String,
+    /// The EVM relay's secp256k1 key (hex, 0600), relative to the home
+    /// dir unless absolute: it signs and pays for this relay's
+    /// transactions to the EVM hub.
+    pub evm_key_file: String,
     /// Hub blocks a settlement must be under before the relay reports it.
     pub hub_confirmations: u64,
     /// Seconds between signer ranks when submitting a batch.
@@ -166,6 +180,9 @@ impl Default for AppConfig {
             log_level: "info".into(),
             bls_share: "config/bls_share.json".into(),
             hub_endpoints: Vec::new(),
+            hub_kind: "tally".into(),
+            evm_tip: "latest".into(),
+            evm_key_file: DEFAULT_EVM_KEY_FILE.into(),
             hub_confirmations: 1,
             relay_stagger_secs: 2,
             metrics_listen: String::new(),
@@ -207,6 +224,9 @@ impl AppConfig {
                 ),
             });
         }
+        if let Err(msg) = cfg.check_hub() {
+            return Err(ConfigError::Invalid { path, msg });
+        }
         if !(1..=100).contains(&cfg.snapshot_keep_recent) {
             return Err(ConfigError::Invalid {
                 path,
@@ -238,8 +258,16 @@ impl AppConfig {
              log_level = {:?}\n\
              # This validator's threshold BLS key share (from `tallyd dkg dealer`).\n\
              bls_share = {:?}\n\
-             # Relay: hub CometBFT RPC endpoints (failover order); empty disables the relay.\n\
+             # Relay: hub RPC endpoints (failover order); empty disables the relay.\n\
              hub_endpoints = {:?}\n\
+             # The hub: \"tally\" (the reference hub chain; CometBFT RPC endpoints) or \"evm\"\n\
+             # (the hub contract the chain's hub_chain names; EVM JSON-RPC endpoints).\n\
+             hub_kind = {:?}\n\
+             # EVM hub: the block that is its tip, \"latest\" or \"finalized\".\n\
+             evm_tip = {:?}\n\
+             # EVM hub: this relay's secp256k1 key (hex, mode 0600; `tallyd init` makes it);\n\
+             # fund its address (`tallyd keys relay-address`): the relay pays its own gas.\n\
+             evm_key_file = {:?}\n\
              # Hub blocks a settlement must be under before it is reported.\n\
              hub_confirmations = {}\n\
              # Seconds between signer ranks when submitting a batch to the hub.\n\
@@ -284,6 +312,9 @@ impl AppConfig {
             self.log_level,
             self.bls_share,
             self.hub_endpoints,
+            self.hub_kind,
+            self.evm_tip,
+            self.evm_key_file,
             self.hub_confirmations,
             self.relay_stagger_secs,
             self.metrics_listen,
@@ -312,6 +343,36 @@ impl AppConfig {
             .map_err(|source| FsPathError::new(FsOp::Write, path, source).into())
     }
 
+    /// Checks `hub_kind` and `evm_tip`; the message names the key.
+    fn check_hub(&self) -> Result<(), String> {
+        if !matches!(self.hub_kind.as_str(), "tally" | "evm") {
+            return Err(format!(
+                "hub_kind must be \"tally\" or \"evm\", got {:?}",
+                self.hub_kind
+            ));
+        }
+        if !matches!(self.evm_tip.as_str(), "latest" | "finalized") {
+            return Err(format!(
+                "evm_tip must be \"latest\" or \"finalized\", got {:?}",
+                self.evm_tip
+            ));
+        }
+        if self.evm_key_file.is_empty() {
+            return Err("evm_key_file must name a file".into());
+        }
+        Ok(())
+    }
+
+    /// The EVM relay key file, resolved against `home`.
+    pub fn evm_key_path(&self, home: &Path) -> PathBuf {
+        let p = Path::new(&self.evm_key_file);
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            home.join(p)
+        }
+    }
+
     /// The share file, resolved against `home`.
     pub fn share_path(&self, home: &Path) -> PathBuf {
         let p = Path::new(&self.bls_share);
@@ -323,10 +384,19 @@ impl AppConfig {
     }
 
     /// The relay's configuration for a validator of signer `rank` (`None`:
-    /// no key share, never submits).
-    pub fn relay_config(&self, rank: Option<u32>) -> RelayConfig {
+    /// no key share, never submits) whose home is `home`.
+    pub fn relay_config(&self, home: &Path, rank: Option<u32>) -> RelayConfig {
         let r = &self.relay;
         let mut c = RelayConfig::new(self.hub_endpoints.clone());
+        if self.hub_kind == "evm" {
+            c.hub = HubKind::Evm(EvmConfig {
+                tip: match self.evm_tip.as_str() {
+                    "finalized" => EvmTip::Finalized,
+                    _ => EvmTip::Latest,
+                },
+                key_file: self.evm_key_path(home),
+            });
+        }
         c.confirmations = self.hub_confirmations;
         c.rank = rank;
         c.stagger = Duration::from_secs(self.relay_stagger_secs);

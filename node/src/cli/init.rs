@@ -1,4 +1,5 @@
-//! `tallyd init`: write `config/app.toml` and create `data/`.
+//! `tallyd init`: write `config/app.toml`, create `data/`, and make the
+//! EVM relay key (`config/relay_evm_key.hex`, 0600) unless one is there.
 
 use crate::config::AppConfig;
 use anyhow::{bail, Context as _};
@@ -32,8 +33,29 @@ impl Command for InitCommand {
         let data = home.join("data");
         std::fs::create_dir_all(&data).with_context(|| format!("creating {}", data.display()))?;
         println!("wrote {}", path.display());
+        let (key_path, made) = relay_key(&cfg.evm_key_path(home))?;
+        println!(
+            "{} {} (EVM relay account {}; fund it to settle on an EVM hub)",
+            if made { "wrote" } else { "kept" },
+            key_path.display(),
+            super::keys::relay_address(&key_path)?
+        );
         Ok(())
     }
+}
+
+/// Makes the EVM relay key at `path` (mode 0600) unless a file is there
+/// already (an existing key is never replaced, not even with `--force`);
+/// whether it was made.
+fn relay_key(path: &std::path::Path) -> anyhow::Result<(std::path::PathBuf, bool)> {
+    if path.symlink_metadata().is_ok() {
+        return Ok((path.to_path_buf(), false));
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    tally_hub_evm::key::RelayKey::create(path)?;
+    Ok((path.to_path_buf(), true))
 }
 
 #[cfg(test)]
@@ -84,5 +106,25 @@ mod tests {
         let e = cmd().execute(&ctx).unwrap_err().to_string();
         assert!(e.contains("pass --force"), "{e}");
         init(&["init", "--force"]).unwrap().execute(&ctx).unwrap();
+    }
+
+    #[test]
+    fn makes_the_evm_relay_key_once_and_never_replaces_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = Context {
+            home: dir.path().to_path_buf(),
+        };
+        init(&["init"]).unwrap().execute(&ctx).unwrap();
+        let path = dir.path().join("config/relay_evm_key.hex");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let first = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(first.trim().len(), 64, "one line of hex");
+        // --force rewrites app.toml, not the key (its account may hold funds).
+        init(&["init", "--force"]).unwrap().execute(&ctx).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), first);
+        let a = crate::cli::keys::relay_address(&path).unwrap();
+        assert_eq!((a.len(), &a[..2]), (42, "0x"));
     }
 }

@@ -1,4 +1,6 @@
-//! `tallyd keys add|show`: gateway signing keys in `<home>/keys/`.
+//! `tallyd keys add|show`: gateway signing keys in `<home>/keys/`;
+//! `tallyd keys relay-address`: the EVM account this validator's relay
+//! pays its hub transactions from (`evm_key_file` of app.toml).
 
 use std::path::{Path, PathBuf};
 
@@ -15,6 +17,8 @@ pub enum KeysCommand {
     Add(AddCommand),
     /// Show a key's public key. Takes a key name or a key file path.
     Show(ShowCommand),
+    /// Print the address of this node's EVM relay key (fund it: the relay pays its own gas).
+    RelayAddress(RelayAddressCommand),
 }
 
 impl Command for KeysCommand {
@@ -22,6 +26,7 @@ impl Command for KeysCommand {
         match self {
             Self::Add(c) => c.execute(ctx),
             Self::Show(c) => c.execute(ctx),
+            Self::RelayAddress(c) => c.execute(ctx),
         }
     }
 }
@@ -80,6 +85,32 @@ impl Command for ShowCommand {
         );
         Ok(())
     }
+}
+
+/// `keys relay-address [--key-file FILE]`.
+#[derive(Args, Debug, PartialEq, Eq)]
+pub struct RelayAddressCommand {
+    /// The key file (default: `evm_key_file` of app.toml).
+    #[arg(long)]
+    pub key_file: Option<PathBuf>,
+}
+
+impl Command for RelayAddressCommand {
+    fn execute(self, ctx: &Context) -> anyhow::Result<()> {
+        let path = match self.key_file {
+            Some(p) => p,
+            None => crate::config::AppConfig::load(ctx.home())?.evm_key_path(ctx.home()),
+        };
+        println!("{}", relay_address(&path)?);
+        Ok(())
+    }
+}
+
+/// The address of the EVM relay key at `path` (`0x` and 40 lowercase hex
+/// digits); the key file must be one only its owner can read.
+pub fn relay_address(path: &Path) -> anyhow::Result<String> {
+    let key = tally_hub_evm::key::RelayKey::load(path)?;
+    Ok(format!("0x{}", hex::encode(key.address().as_slice())))
 }
 
 fn print_key(name: &str, pubkey: &str, path: &Path, output: Output) {
@@ -146,9 +177,47 @@ mod tests {
                 clap::error::ErrorKind::InvalidValue,
             ),
             (&["keys", "list"], clap::error::ErrorKind::InvalidSubcommand),
+            (
+                &["keys", "relay-address", "x"],
+                clap::error::ErrorKind::UnknownArgument,
+            ),
         ] {
             assert_eq!(keys(bad).unwrap_err().kind(), kind, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn relay_address_reads_the_configured_key_file() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = Context {
+            home: dir.path().to_path_buf(),
+        };
+        assert_eq!(
+            keys(&["keys", "relay-address"]).unwrap(),
+            KeysCommand::RelayAddress(RelayAddressCommand { key_file: None })
+        );
+        // anvil's first development account, a well-known address.
+        let path = dir.path().join("config/relay_evm_key.hex");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(
+            &path,
+            "ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(
+            relay_address(&path).unwrap(),
+            "0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266"
+        );
+        keys(&["keys", "relay-address"])
+            .unwrap()
+            .execute(&ctx)
+            .unwrap();
+        // A key others can read is refused.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = relay_address(&path).unwrap_err().to_string();
+        assert!(e.contains("too open"), "{e}");
     }
 
     #[test]

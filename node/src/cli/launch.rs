@@ -221,7 +221,7 @@ fn start_relay(
     let Some(metrics) = metrics else {
         return Ok(None);
     };
-    let mut rc = cfg.relay_config(rank);
+    let mut rc = cfg.relay_config(home, rank);
     // The node's shares come from the chain's ceremonies (maybe none yet,
     // and every re-key may move its index): the relay reads its rank from
     // the active key's signers by this validator's address.

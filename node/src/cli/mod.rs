@@ -13,7 +13,7 @@
 //!   init.rs      tallyd init
 //!   start.rs     tallyd start (its steps in launch.rs)
 //!   launch.rs    the launch of tallyd start, one fn per step
-//!   keys.rs      tallyd keys add|show
+//!   keys.rs      tallyd keys add|show|relay-address
 //!   allowance.rs tallyd tx allowance grant|revoke
 //!   genesis.rs   tallyd genesis add-gateway|fund|set-param|validate
 //!   dkg.rs       tallyd dkg dealer (tests only)

@@ -39,7 +39,7 @@ fn the_relay_section_roundtrips_and_defaults_to_the_old_constants() {
     .unwrap();
     let cfg = AppConfig::load(dir.path()).unwrap();
     assert_eq!(cfg.relay, RelaySettings::default());
-    let rc = cfg.relay_config(Some(2));
+    let rc = cfg.relay_config(dir.path(), Some(2));
     assert_eq!(rc.hub_endpoints, ["http://127.0.0.1:26757"]);
     assert_eq!((rc.rank, rc.confirmations), (Some(2), 1));
     assert_eq!(rc.stagger, Duration::from_secs(3));
@@ -78,7 +78,7 @@ fn the_relay_section_roundtrips_and_defaults_to_the_old_constants() {
     let text = std::fs::read_to_string(AppConfig::path(dir.path())).unwrap();
     assert!(text.contains("\n[relay]\n"), "{text}");
     assert_eq!(AppConfig::load(dir.path()).unwrap(), cfg);
-    let rc = cfg.relay_config(None);
+    let rc = cfg.relay_config(dir.path(), None);
     assert_eq!(rc.poll, Duration::from_millis(250));
     assert_eq!(
         rc.breaker,
@@ -146,4 +146,59 @@ fn each_relay_key_is_checked_against_its_range_at_load() {
     )
     .unwrap();
     assert!(AppConfig::load(dir.path()).is_err());
+}
+
+#[test]
+fn the_hub_kind_and_the_evm_keys_roundtrip_are_checked_and_reach_the_relay() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path();
+    // Defaults: the reference hub, the latest block, the key under config/.
+    let cfg = AppConfig::default();
+    assert_eq!(
+        (cfg.hub_kind.as_str(), cfg.evm_tip.as_str()),
+        ("tally", "latest")
+    );
+    assert_eq!(cfg.evm_key_file, "config/relay_evm_key.hex");
+    assert_eq!(cfg.relay_config(home, None).hub, HubKind::Tally);
+    // Written by save(), read back, and given to the relay.
+    let cfg = AppConfig {
+        hub_kind: "evm".into(),
+        evm_tip: "finalized".into(),
+        ..AppConfig::default()
+    };
+    cfg.save(home).unwrap();
+    let text = std::fs::read_to_string(AppConfig::path(home)).unwrap();
+    for key in [
+        "hub_kind = \"evm\"",
+        "evm_tip = \"finalized\"",
+        "evm_key_file = ",
+    ] {
+        assert!(text.contains(key), "{key}: {text}");
+    }
+    assert_eq!(AppConfig::load(home).unwrap(), cfg);
+    assert_eq!(
+        cfg.relay_config(home, Some(0)).hub,
+        HubKind::Evm(EvmConfig {
+            tip: EvmTip::Finalized,
+            key_file: home.join("config/relay_evm_key.hex"),
+        })
+    );
+    let abs = AppConfig {
+        evm_key_file: "/etc/tally/relay.hex".into(),
+        ..cfg.clone()
+    };
+    assert_eq!(
+        abs.evm_key_path(home),
+        std::path::PathBuf::from("/etc/tally/relay.hex")
+    );
+    // Anything else is refused at load, naming the key.
+    for (line, key) in [
+        ("hub_kind = \"ethereum\"", "hub_kind"),
+        ("evm_tip = \"safe\"", "evm_tip"),
+        ("evm_key_file = \"\"", "evm_key_file"),
+    ] {
+        std::fs::write(AppConfig::path(home), format!("{line}\n")).unwrap();
+        let e = AppConfig::load(home).unwrap_err().to_string();
+        assert!(e.contains(key) && e.contains("app.toml"), "{line}: {e}");
+    }
 }
