@@ -15,7 +15,7 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -61,8 +61,14 @@ fn find_anvil() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// anvil, running `npm ci` in `contract/` first when it is not installed.
+/// anvil, running `npm ci` in `contract/` first when it is not installed
+/// (once per test process: the tests run in parallel).
 fn anvil_binary() -> Result<PathBuf, String> {
+    static FOUND: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    FOUND.get_or_init(install_anvil).clone()
+}
+
+fn install_anvil() -> Result<PathBuf, String> {
     if let Some(p) = find_anvil() {
         return Ok(p);
     }
@@ -1117,4 +1123,67 @@ fn the_tally_evm_tool_deploys_deposits_and_queries() {
     ]);
     assert!(!ok);
     assert!(err.contains("unreachable"), "{err}");
+}
+
+/// Blocks by tag and number, a future block, an unknown receipt, state
+/// read above the tip (a node error, not a revert), and a transaction
+/// that is not mined in time.
+#[test]
+fn blocks_receipts_and_a_transaction_not_mined_in_time() {
+    let Some(w) = world("blocks_receipts_and_a_transaction_not_mined_in_time") else {
+        return;
+    };
+    let g = Group::dealt(1, 1, 16);
+    let hub = w.deploy(&g, |_| {});
+    let sent = hub.deposit(&w.key, "alice", 3, &[], &opts()).unwrap();
+    let eth = &w.eth;
+    assert_eq!(eth.chain_id().unwrap(), 31337);
+    let tip = eth.block_number().unwrap();
+    let latest = eth.block(At::Latest).unwrap().unwrap();
+    assert_eq!(latest.number, tip);
+    assert_eq!(latest.number, sent.receipt.block_number);
+    assert_eq!(latest.hash, sent.receipt.block_hash);
+    assert!(latest.base_fee.is_some());
+    let by_number = eth.block(At::Number(tip)).unwrap().unwrap();
+    assert_eq!(by_number, latest);
+    let finalized = eth.block(At::Finalized).unwrap().unwrap();
+    assert!(finalized.number <= tip);
+    assert_eq!(eth.block(At::Number(tip + 100)).unwrap(), None);
+    let fees = eth.fees().unwrap();
+    assert!(fees.max_fee_per_gas >= fees.max_priority_fee_per_gas);
+    assert_eq!(
+        eth.receipt(tally_hub_evm::B256::repeat_byte(7)).unwrap(),
+        None
+    );
+    // State above the tip: the node refuses; it is no revert.
+    let e = eth
+        .escrow(hub.address(), "alice", At::Number(tip + 100))
+        .unwrap_err();
+    assert!(matches!(e, tally_hub_evm::EthError::Node { .. }), "{e:?}");
+    assert_eq!(
+        eth.escrow(hub.address(), "alice", At::Number(tip)).unwrap(),
+        3
+    );
+    assert_eq!(
+        eth.escrow(hub.address(), "alice", At::Number(tip - 1))
+            .unwrap(),
+        0
+    );
+
+    // Not mined within the timeout: NoReceipt (with the hash to look for).
+    eth.client()
+        .call("evm_setAutomine", json!([false]))
+        .unwrap();
+    let quick = SendOptions {
+        receipt_timeout: Duration::from_millis(500),
+        ..opts()
+    };
+    let e = hub.deposit(&w.key, "alice", 1, &[], &quick).unwrap_err();
+    let HubError::NoReceipt { tx_hash, .. } = e else {
+        panic!("{e:?}");
+    };
+    eth.client().call("evm_mine", json!([])).unwrap();
+    let r = eth.receipt(tx_hash).unwrap().expect("mined now");
+    assert!(r.success);
+    assert_eq!(eth.escrow(hub.address(), "alice", At::Latest).unwrap(), 4);
 }
