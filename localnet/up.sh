@@ -211,7 +211,7 @@ fi
 if [ "$HUB_KIND" = evm ]; then
   log "depositing on the EVM hub: escrow for alice, bob and carol"
   for u in alice bob carol; do
-    "$TALLY_EVM_BIN" deposit --rpc "$(hub_rpc_url)" --key "$HUB_DIR/keys/dev1.key" --contract "$HUB_NAME" --user "$u" --amount 1000000 >/dev/null ||
+    "$TALLY_EVM_BIN" deposit --rpc "$(hub_rpc_url)" --key "$HUB_DIR/keys/dev1.key" --contract "${HUB_NAME##*:}" --user "$u" --amount 1000000 >/dev/null ||
       die "depositing for $u failed"
   done
   log "waiting for the deposits to be credited on the chain (signed hub blocks, after confirmations)"
@@ -275,7 +275,7 @@ if [ "$demo" = 1 ]; then
       echo "EVM hub $HUB_NAME: batch 1's block, provider payouts, alice's escrow:"
       for q in "settled 1" "payout acme-ai" "escrow alice"; do
         # shellcheck disable=SC2086
-        "$TALLY_EVM_BIN" query --rpc "$(hub_rpc_url)" --contract "$HUB_NAME" $q
+        "$TALLY_EVM_BIN" query --rpc "$(hub_rpc_url)" --contract "${HUB_NAME##*:}" $q
       done
     else
       echo "Hub chain: batch 1 result, provider payouts, alice's escrow:"

@@ -236,6 +236,10 @@ pub struct Receipt {
     pub success: bool,
     /// Gas it used.
     pub gas_used: u64,
+    /// Wei paid per unit of gas (`effectiveGasPrice`; 0 if the node
+    /// leaves it out): `gas_used * effective_gas_price` is what the
+    /// transaction cost its sender.
+    pub effective_gas_price: u128,
     /// The contract it created, if any.
     pub contract_address: Option<Address>,
 }
@@ -426,6 +430,10 @@ impl EthRpc {
             block_hash: parse_b256(m, "blockHash", &r["blockHash"])?,
             success: parse_u64(m, "status", &r["status"])? == 1,
             gas_used: parse_u64(m, "gasUsed", &r["gasUsed"])?,
+            effective_gas_price: match r.get("effectiveGasPrice") {
+                None | Some(Value::Null) => 0,
+                Some(v) => parse_u128(m, "effectiveGasPrice", v)?,
+            },
             contract_address,
         }))
     }

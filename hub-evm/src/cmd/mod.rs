@@ -11,6 +11,7 @@ mod common;
 mod deploy;
 mod deposit;
 mod govern_key;
+mod hub_name;
 mod keygen;
 mod query;
 mod withdraw;
@@ -39,6 +40,8 @@ enum Command {
     Keygen(keygen::Args),
     /// Print a key file's address.
     Address(address::Args),
+    /// The hub name a contract deployed by an account at a nonce will have.
+    HubName(hub_name::Args),
 }
 
 impl Command {
@@ -51,6 +54,7 @@ impl Command {
             Command::Withdraw(a) => a.run(),
             Command::Keygen(a) => a.run(),
             Command::Address(a) => a.run(),
+            Command::HubName(a) => a.run(),
         }
     }
 }

@@ -267,3 +267,64 @@ fn keygen_writes_a_private_key_and_address_reads_it() {
     let open = parse(&["address", "--key", f]).unwrap().command.run();
     assert!(format!("{:#}", open.unwrap_err()).contains("too open"));
 }
+
+#[test]
+fn hub_name_is_known_before_deploying() {
+    // anvil's development account 0 deploys its first contract at
+    // 0x5FbDB2315678afecb367f032d93F642f64180aa3 (a well-known address,
+    // not derived here); the name is lowercase.
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("dev0.key");
+    std::fs::write(
+        &key,
+        "ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80\n",
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let by_key = [
+        "hub-name",
+        "--chain-id",
+        "31337",
+        "--deployer-key",
+        key.to_str().unwrap(),
+        "--nonce",
+        "0",
+    ];
+    let Command::HubName(a) = parse(&by_key).unwrap().command else {
+        panic!("not hub-name");
+    };
+    assert_eq!(a.name().unwrap().to_string(), format!("evm:31337:{ADDR}"));
+    let by_address = [
+        "hub-name",
+        "--chain-id",
+        "31337",
+        "--deployer",
+        "0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266",
+        "--nonce",
+        "1",
+    ];
+    let Command::HubName(b) = parse(&by_address).unwrap().command else {
+        panic!("not hub-name");
+    };
+    // The same account's second contract (nonce 1), also well known.
+    assert_eq!(
+        b.name().unwrap().to_string(),
+        "evm:31337:0xe7f1725e7734ce288f8367e1bb143e90bb3f0512"
+    );
+    assert!(err_text(&["hub-name", "--chain-id", "1", "--nonce", "0"]).contains("deployer"));
+    assert!(err_text(&[
+        "hub-name",
+        "--chain-id",
+        "1",
+        "--deployer",
+        ADDR,
+        "--deployer-key",
+        "k",
+        "--nonce",
+        "0"
+    ])
+    .contains("cannot be used with"));
+}
