@@ -1,7 +1,7 @@
 //! The relay's view of the hub: its endpoints in failover order, each with
 //! a circuit breaker shared by reads and submissions, and what is asked of
 //! them through the hub kind's [`HubProtocol`] (`protocol.rs`; the
-//! reference hub in `reference.rs`). Every call
+//! reference hub in `reference.rs`, the EVM hub in `evm.rs`). Every call
 //! is blocking; the loop and the submissions run them on tokio's blocking
 //! pool.
 //!
@@ -22,6 +22,7 @@ use tally_client::{Breaker, BreakerState, Broadcast};
 
 use crate::config::{HubKind, RelayConfig};
 
+pub(crate) mod evm;
 pub(crate) mod protocol;
 pub(crate) mod reference;
 
@@ -102,7 +103,7 @@ impl Hub {
     pub(crate) fn new(cfg: &RelayConfig) -> Result<Self, String> {
         let protocol: Arc<dyn HubProtocol> = match &cfg.hub {
             HubKind::Tally => Arc::new(reference::ReferenceHub),
-            HubKind::Evm(_) => return Err("this build has no EVM hub protocol yet".into()),
+            HubKind::Evm(evm) => Arc::new(evm::EvmProtocol::new(evm, cfg.hub_endpoints.len())?),
         };
         Ok(Self::with_protocol(cfg, protocol))
     }

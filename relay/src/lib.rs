@@ -18,8 +18,8 @@
 //! - `submission`: one submission as a task (retry policy, breakers).
 //! - `hub`: the hub's endpoints behind their circuit breakers, and the
 //!   per-endpoint protocol of each kind of hub (`hub::protocol`): the
-//!   reference hub chain (`hub::reference`), chosen by
-//!   [`RelayConfig::hub`].
+//!   reference hub chain (`hub::reference`) or the EVM hub's contract
+//!   (`hub::evm`), chosen by [`RelayConfig::hub`].
 //! - [`metrics`]: the relay's metric families ([`RelayMetrics`]), which
 //!   it registers in the registry the node owns and serves
 //!   (`tally_node::metrics`).

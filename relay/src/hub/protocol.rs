@@ -6,7 +6,9 @@
 //! the endpoint it is handed:
 //!
 //! - `reference`: `tally-hub`, a CometBFT chain (`abci_query` paths,
-//!   prost `HubTx` through `broadcast_tx_commit`).
+//!   prost `HubTx` through `broadcast_tx_commit`);
+//! - `evm`: the `ITallyHub` contract on an Ethereum-compatible chain
+//!   (`eth_*` JSON-RPC, a transaction this validator signs and pays for).
 //!
 //! Every method blocks; the loop and the submissions run them on tokio's
 //! blocking pool.
@@ -25,7 +27,6 @@ use super::HubError;
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Endpoint<'a> {
     /// Index in the configured endpoints.
-    #[allow(dead_code)] // read by the EVM hub's protocol (next commit)
     pub(crate) index: usize,
     /// Its JSON-RPC client (reads: the read timeouts; submissions: the
     /// retry policy's per-try timeout).
@@ -93,7 +94,6 @@ impl TryFailure {
     }
 
     /// A retryable failure the endpoint is not to blame for.
-    #[allow(dead_code)] // used by the EVM hub's protocol (next commit)
     pub(crate) fn retry(msg: String) -> Self {
         Self {
             failure: Failure::Transport(msg),
@@ -108,7 +108,6 @@ impl TryFailure {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct TryLimits {
     /// The try waits for nothing past this instant.
-    #[allow(dead_code)] // read by the EVM hub's protocol (next commit)
     pub(crate) deadline: Instant,
 }
 

@@ -420,5 +420,6 @@ fn failed_result(attempt: u32) -> HubResult {
 }
 
 mod deposits;
+mod evm;
 mod metrics;
 mod submission;
