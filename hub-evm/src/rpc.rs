@@ -21,62 +21,30 @@
 //!   [`crate::abi::Revert::Empty`].
 //!
 //! A well-formed answer of the wrong shape is [`EthError::Answer`].
-//! Quantities travel as `0x`-prefixed hex (the Ethereum JSON-RPC
-//! convention) and are parsed strictly.
+//! The values calls take and give ([`At`], [`BlockRef`], [`Fees`],
+//! [`Receipt`], [`CallRequest`], [`DepositLog`]) and their JSON forms,
+//! `0x`-prefixed hex parsed strictly, are in `rpc/types.rs`, re-exported
+//! here; the contract's views in `rpc/views.rs`.
 //!
 //! [`EthRpc::deposits`] reads the hub's `Deposited` events of a block
-//! range with `eth_getLogs` as Tally's [`HubDeposit`]s: `seq`, `user`,
+//! range with `eth_getLogs` as Tally's
+//! [`HubDeposit`](tally_settlement::proto::HubDeposit)s: `seq`, `user`,
 //! `amount` (the credits the deposit credited, the event's `amount`, the
 //! registration fee already taken off) and `pubkey` (the key the deposit
 //! bound, empty when it bound none).
-
-use std::fmt;
 
 use alloy_primitives::{Address, B256, U256};
 use alloy_sol_types::{SolCall, SolEvent};
 use serde_json::{json, Value};
 use tally_client::rpc::{RpcClient, RpcError};
-use tally_settlement::proto::HubDeposit;
 
 use crate::abi::{ITallyHub, Revert};
 
+mod types;
 mod views;
 
-/// A block to read state at.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum At {
-    /// The newest block.
-    Latest,
-    /// The newest block the node considers safe from reorgs.
-    Safe,
-    /// The newest finalized block.
-    Finalized,
-    /// The pending state (with the node's own pending transactions).
-    Pending,
-    /// Block number `n`.
-    Number(u64),
-}
-
-impl At {
-    fn param(self) -> Value {
-        match self {
-            At::Latest => json!("latest"),
-            At::Safe => json!("safe"),
-            At::Finalized => json!("finalized"),
-            At::Pending => json!("pending"),
-            At::Number(n) => json!(quantity(n)),
-        }
-    }
-}
-
-impl fmt::Display for At {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            At::Number(n) => write!(f, "block {n}"),
-            other => write!(f, "{}", other.param().as_str().unwrap_or("?")),
-        }
-    }
-}
+use types::{hex_data, parse_b256, parse_bytes, parse_u128, parse_u256, parse_u64, quantity};
+pub use types::{At, BlockRef, CallRequest, DepositLog, Fees, Receipt};
 
 /// Why an Ethereum JSON-RPC call failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -140,160 +108,6 @@ fn answer(method: &str, msg: impl Into<String>) -> EthError {
     }
 }
 
-/// `0x`-prefixed minimal hex of `n`.
-fn quantity(n: impl fmt::LowerHex) -> String {
-    format!("{n:#x}")
-}
-
-fn hex_data(b: &[u8]) -> String {
-    format!("0x{}", hex::encode(b))
-}
-
-/// Parses a JSON-RPC quantity (`"0x0"`, `"0x1a"`; no empty digits).
-fn parse_u256(method: &str, what: &str, v: &Value) -> Result<U256, EthError> {
-    let s = v
-        .as_str()
-        .ok_or_else(|| answer(method, format!("{what} is not a hex string: {v}")))?;
-    let digits = s
-        .strip_prefix("0x")
-        .filter(|d| !d.is_empty() && d.len() <= 64)
-        .ok_or_else(|| answer(method, format!("{what} is not a 0x quantity: {s:?}")))?;
-    U256::from_str_radix(digits, 16)
-        .map_err(|_| answer(method, format!("{what} is not a 0x quantity: {s:?}")))
-}
-
-fn parse_u64(method: &str, what: &str, v: &Value) -> Result<u64, EthError> {
-    let n = parse_u256(method, what, v)?;
-    u64::try_from(n).map_err(|_| answer(method, format!("{what} {n} does not fit 64 bits")))
-}
-
-fn parse_u128(method: &str, what: &str, v: &Value) -> Result<u128, EthError> {
-    let n = parse_u256(method, what, v)?;
-    u128::try_from(n).map_err(|_| answer(method, format!("{what} {n} does not fit 128 bits")))
-}
-
-/// Parses `0x`-prefixed hex bytes (`"0x"` is empty).
-fn parse_bytes(method: &str, what: &str, v: &Value) -> Result<Vec<u8>, EthError> {
-    let s = v
-        .as_str()
-        .and_then(|s| s.strip_prefix("0x"))
-        .ok_or_else(|| answer(method, format!("{what} is not 0x hex: {v}")))?;
-    hex::decode(s).map_err(|e| answer(method, format!("{what} is not hex: {e}")))
-}
-
-fn parse_b256(method: &str, what: &str, v: &Value) -> Result<B256, EthError> {
-    let b = parse_bytes(method, what, v)?;
-    if b.len() != 32 {
-        return Err(answer(
-            method,
-            format!("{what} has {} bytes, not 32", b.len()),
-        ));
-    }
-    Ok(B256::from_slice(&b))
-}
-
-fn parse_address(method: &str, what: &str, v: &Value) -> Result<Address, EthError> {
-    let b = parse_bytes(method, what, v)?;
-    if b.len() != 20 {
-        return Err(answer(
-            method,
-            format!("{what} has {} bytes, not 20", b.len()),
-        ));
-    }
-    Ok(Address::from_slice(&b))
-}
-
-/// A block's number and hash (and its base fee, for fee estimates).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BlockRef {
-    /// Block number.
-    pub number: u64,
-    /// Block hash.
-    pub hash: B256,
-    /// `baseFeePerGas` (absent before London).
-    pub base_fee: Option<u128>,
-}
-
-/// EIP-1559 fees to offer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Fees {
-    /// `maxFeePerGas` (wei).
-    pub max_fee_per_gas: u128,
-    /// `maxPriorityFeePerGas` (wei).
-    pub max_priority_fee_per_gas: u128,
-}
-
-/// A mined transaction's receipt.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Receipt {
-    /// The transaction.
-    pub tx_hash: B256,
-    /// The block it is in.
-    pub block_number: u64,
-    /// The block's hash.
-    pub block_hash: B256,
-    /// Whether it succeeded (`status` 1).
-    pub success: bool,
-    /// Gas it used.
-    pub gas_used: u64,
-    /// Wei paid per unit of gas (`effectiveGasPrice`; 0 if the node
-    /// leaves it out): `gas_used * effective_gas_price` is what the
-    /// transaction cost its sender.
-    pub effective_gas_price: u128,
-    /// The contract it created, if any.
-    pub contract_address: Option<Address>,
-}
-
-/// A message call to simulate or estimate (`eth_call`, `eth_estimateGas`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct CallRequest {
-    /// Sender (`msg.sender`); the node's default when `None`.
-    pub from: Option<Address>,
-    /// The contract; `None` simulates a deployment.
-    pub to: Option<Address>,
-    /// Wei sent along.
-    pub value: U256,
-    /// Calldata (or creation code).
-    pub data: Vec<u8>,
-    /// Gas limit; the node's default when `None`.
-    pub gas: Option<u64>,
-}
-
-impl CallRequest {
-    fn to_json(&self) -> Value {
-        let mut o = serde_json::Map::new();
-        if let Some(f) = self.from {
-            o.insert("from".into(), json!(f.to_string()));
-        }
-        if let Some(t) = self.to {
-            o.insert("to".into(), json!(t.to_string()));
-        }
-        if !self.value.is_zero() {
-            o.insert("value".into(), json!(quantity(self.value)));
-        }
-        if let Some(g) = self.gas {
-            o.insert("gas".into(), json!(quantity(g)));
-        }
-        o.insert("data".into(), json!(hex_data(&self.data)));
-        Value::Object(o)
-    }
-}
-
-/// A hub deposit with where its event is.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DepositLog {
-    /// The deposit as Tally credits it.
-    pub deposit: HubDeposit,
-    /// Credits the deposit paid as registration fee (not credited).
-    pub fee: u64,
-    /// Who sent it.
-    pub from: Address,
-    /// The block it is in.
-    pub block_number: u64,
-    /// The transaction that made it.
-    pub tx_hash: B256,
-}
-
 /// One endpoint's Ethereum JSON-RPC (cheap to clone).
 #[derive(Clone, Debug)]
 pub struct EthRpc {
@@ -339,15 +153,7 @@ impl EthRpc {
         if b.is_null() {
             return Ok(None);
         }
-        let base_fee = match b.get("baseFeePerGas") {
-            None | Some(Value::Null) => None,
-            Some(v) => Some(parse_u128(m, "baseFeePerGas", v)?),
-        };
-        Ok(Some(BlockRef {
-            number: parse_u64(m, "number", &b["number"])?,
-            hash: parse_b256(m, "hash", &b["hash"])?,
-            base_fee,
-        }))
+        BlockRef::from_json(m, &b).map(Some)
     }
 
     /// `eth_call` of `req` at `at`: the return data, or the decoded
@@ -420,22 +226,7 @@ impl EthRpc {
         if r.is_null() {
             return Ok(None);
         }
-        let contract_address = match r.get("contractAddress") {
-            None | Some(Value::Null) => None,
-            Some(v) => Some(parse_address(m, "contractAddress", v)?),
-        };
-        Ok(Some(Receipt {
-            tx_hash: parse_b256(m, "transactionHash", &r["transactionHash"])?,
-            block_number: parse_u64(m, "blockNumber", &r["blockNumber"])?,
-            block_hash: parse_b256(m, "blockHash", &r["blockHash"])?,
-            success: parse_u64(m, "status", &r["status"])? == 1,
-            gas_used: parse_u64(m, "gasUsed", &r["gasUsed"])?,
-            effective_gas_price: match r.get("effectiveGasPrice") {
-                None | Some(Value::Null) => 0,
-                Some(v) => parse_u128(m, "effectiveGasPrice", v)?,
-            },
-            contract_address,
-        }))
+        Receipt::from_json(m, &r).map(Some)
     }
 
     /// The hub's `Deposited` events in blocks `from..=to` (`eth_getLogs`),
@@ -460,33 +251,10 @@ impl EthRpc {
         let logs = r
             .as_array()
             .ok_or_else(|| answer(m, "result is not a list"))?;
-        let mut out = Vec::with_capacity(logs.len());
-        for log in logs {
-            if log.get("removed").and_then(Value::as_bool) == Some(true) {
-                return Err(answer(m, "a log was removed (reorg): read the range again"));
-            }
-            let topics = log["topics"]
-                .as_array()
-                .ok_or_else(|| answer(m, "log without topics"))?
-                .iter()
-                .map(|t| parse_b256(m, "topic", t))
-                .collect::<Result<Vec<_>, _>>()?;
-            let data = parse_bytes(m, "log data", &log["data"])?;
-            let ev = ITallyHub::Deposited::decode_raw_log(topics, &data)
-                .map_err(|e| answer(m, format!("not a Deposited event: {e}")))?;
-            out.push(DepositLog {
-                deposit: HubDeposit {
-                    seq: ev.seq,
-                    user: ev.user,
-                    amount: ev.amount,
-                    pubkey: ev.pubkey.to_vec(),
-                },
-                fee: ev.fee,
-                from: ev.from,
-                block_number: parse_u64(m, "blockNumber", &log["blockNumber"])?,
-                tx_hash: parse_b256(m, "transactionHash", &log["transactionHash"])?,
-            });
-        }
+        let mut out = logs
+            .iter()
+            .map(|log| DepositLog::from_log(m, log))
+            .collect::<Result<Vec<_>, _>>()?;
         out.sort_by_key(|d| d.deposit.seq);
         Ok(out)
     }

@@ -1,6 +1,6 @@
-//! Tests of the JSON-RPC helpers that need no node: error sorting and
-//! quantity parsing. The calls themselves are tested against anvil
-//! (`tests/anvil.rs`).
+//! Tests of the JSON-RPC helpers that need no node: error sorting (the
+//! JSON forms of values are tested in `types/tests.rs`). The calls
+//! themselves are tested against anvil (`tests/anvil.rs`).
 
 use super::*;
 use alloy_sol_types::SolError;
@@ -99,52 +99,4 @@ fn no_answer_is_unreachable_and_a_bad_answer_is_an_answer_error() {
         classify("eth_chainId", d, false),
         EthError::Answer { .. }
     ));
-}
-
-#[test]
-fn quantities_are_parsed_strictly() {
-    let m = "m";
-    assert_eq!(parse_u64(m, "n", &json!("0x0")).unwrap(), 0);
-    assert_eq!(parse_u64(m, "n", &json!("0x7a69")).unwrap(), 31337);
-    assert_eq!(
-        parse_u64(m, "n", &json!("0xffffffffffffffff")).unwrap(),
-        u64::MAX
-    );
-    for bad in [
-        json!("0x"),
-        json!("7a69"),
-        json!("0xzz"),
-        json!(31337),
-        json!(null),
-        json!("0x10000000000000000"),
-    ] {
-        assert!(parse_u64(m, "n", &bad).is_err(), "{bad}");
-    }
-    assert_eq!(parse_bytes(m, "d", &json!("0x")).unwrap(), Vec::<u8>::new());
-    assert!(parse_bytes(m, "d", &json!("0x1")).is_err());
-    assert!(parse_b256(m, "h", &json!("0x00")).is_err());
-    assert!(parse_address(m, "a", &json!(format!("0x{}", "11".repeat(20)))).is_ok());
-}
-
-#[test]
-fn a_call_request_has_the_fields_nodes_expect() {
-    let r = CallRequest {
-        from: Some(Address::repeat_byte(1)),
-        to: Some(Address::repeat_byte(2)),
-        value: U256::from(16u64),
-        data: vec![0xab],
-        gas: Some(100_000),
-    };
-    let j = r.to_json();
-    assert_eq!(j["data"], "0xab");
-    assert_eq!(j["value"], "0x10");
-    assert_eq!(j["gas"], "0x186a0");
-    assert_eq!(
-        j["to"].as_str().unwrap().to_lowercase(),
-        format!("0x{}", "02".repeat(20))
-    );
-    let bare = CallRequest::default().to_json();
-    assert_eq!(bare, json!({"data": "0x"}));
-    assert_eq!(At::Number(255).param(), json!("0xff"));
-    assert_eq!(At::Finalized.param(), json!("finalized"));
 }
