@@ -169,11 +169,11 @@ pub struct DeployArgs {
 /// The ABI encoding of `args` as the constructor takes them (no creation
 /// code); refuses a group key that is not a valid G1 point.
 pub fn constructor_args(args: &DeployArgs) -> Result<Vec<u8>, AbiError> {
-    let point = g1_to_eip2537(&args.group_key)?;
+    let (key, point) = key_forms(&args.group_key)?;
     Ok(TallyHubConstructor::constructorCall {
         tallyChainId_: args.tally_chain_id.clone(),
-        groupKey_: Bytes::from(args.group_key.clone()),
-        groupKeyPoint_: Bytes::from(point.to_vec()),
+        groupKey_: key,
+        groupKeyPoint_: point,
         lastRotation_: args.last_rotation,
         weiPerCredit_: args.wei_per_credit,
         registrationFee_: args.registration_fee,
@@ -190,6 +190,19 @@ pub fn deploy_code(args: &DeployArgs) -> Result<Vec<u8>, AbiError> {
     let mut code = a.bytecode.clone();
     code.extend_from_slice(&constructor_args(args)?);
     Ok(code)
+}
+
+/// A group key (48 bytes compressed) in the two forms the contract takes
+/// it: as given (what it stores and reports) and in EIP-2537 form (what
+/// the precompiles take); refuses one that is not a valid G1 point.
+fn key_forms(group_key: &[u8]) -> Result<(Bytes, Bytes), PointError> {
+    let point = g1_to_eip2537(group_key)?;
+    Ok((Bytes::copy_from_slice(group_key), Bytes::copy_from_slice(&point)))
+}
+
+/// A group signature (96 bytes compressed) in EIP-2537 form.
+fn signature_form(signature: &[u8]) -> Result<Bytes, PointError> {
+    Ok(Bytes::copy_from_slice(&g2_to_eip2537(signature)?))
 }
 
 /// A Tally hub call as the contract takes it (same fields, same order).
@@ -212,11 +225,10 @@ pub fn submit_batch_calldata(
     calls: &[HubCall],
     signature: &[u8],
 ) -> Result<Vec<u8>, PointError> {
-    let sig = g2_to_eip2537(signature)?;
     Ok(ITallyHub::submitBatchCall {
         nonce,
         calls: calls.iter().map(call_of).collect(),
-        signature: Bytes::from(sig.to_vec()),
+        signature: signature_form(signature)?,
     }
     .abi_encode())
 }
@@ -230,14 +242,13 @@ pub fn rotate_key_calldata(
     group_key: &[u8],
     signature: &[u8],
 ) -> Result<Vec<u8>, PointError> {
-    let point = g1_to_eip2537(group_key)?;
-    let sig = g2_to_eip2537(signature)?;
+    let (key, point) = key_forms(group_key)?;
     Ok(ITallyHub::rotateKeyCall {
         nonce,
         epoch,
-        groupKey: Bytes::from(group_key.to_vec()),
-        groupKeyPoint: Bytes::from(point.to_vec()),
-        signature: Bytes::from(sig.to_vec()),
+        groupKey: key,
+        groupKeyPoint: point,
+        signature: signature_form(signature)?,
     }
     .abi_encode())
 }
@@ -249,12 +260,12 @@ pub fn govern_key_calldata(
     epoch: u64,
     group_key: &[u8],
 ) -> Result<Vec<u8>, PointError> {
-    let point = g1_to_eip2537(group_key)?;
+    let (key, point) = key_forms(group_key)?;
     Ok(ITallyHub::governKeyCall {
         nonce,
         epoch,
-        groupKey: Bytes::from(group_key.to_vec()),
-        groupKeyPoint: Bytes::from(point.to_vec()),
+        groupKey: key,
+        groupKeyPoint: point,
     }
     .abi_encode())
 }

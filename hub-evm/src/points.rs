@@ -106,11 +106,21 @@ fn refusal(kind: PointKind, e: BLST_ERROR) -> PointError {
     }
 }
 
-/// Whether the compressed bytes carry the infinity flag (`0x40`). blst
-/// decodes the canonical infinity encoding successfully; it is refused
-/// explicitly so the error says what it is.
-fn infinity_flag(bytes: &[u8]) -> bool {
-    bytes.first().is_some_and(|b| b & 0x40 != 0)
+/// The checks before decompression: `want` bytes, and no infinity flag
+/// (`0x40`). blst decodes the canonical infinity encoding successfully;
+/// it is refused explicitly so the error says what it is.
+fn precheck(kind: PointKind, compressed: &[u8], want: usize) -> Result<(), PointError> {
+    if compressed.len() != want {
+        return Err(PointError::Length {
+            kind,
+            got: compressed.len(),
+            want,
+        });
+    }
+    if compressed.first().is_some_and(|b| b & 0x40 != 0) {
+        return Err(PointError::Infinity { kind });
+    }
+    Ok(())
 }
 
 /// Copies the 48-byte field element at `src[from..from + 48]` into the
@@ -124,16 +134,7 @@ fn pad_into(dst: &mut [u8], to: usize, src: &[u8], from: usize) {
 /// EIP-2537's 128-byte form `pad(x) || pad(y)`.
 pub fn g1_to_eip2537(compressed: &[u8]) -> Result<[u8; G1_EIP2537], PointError> {
     let kind = PointKind::G1;
-    if compressed.len() != G1_COMPRESSED {
-        return Err(PointError::Length {
-            kind,
-            got: compressed.len(),
-            want: G1_COMPRESSED,
-        });
-    }
-    if infinity_flag(compressed) {
-        return Err(PointError::Infinity { kind });
-    }
+    precheck(kind, compressed, G1_COMPRESSED)?;
     // key_validate: decompress, refuse infinity, check the subgroup.
     let pk = PublicKey::key_validate(compressed).map_err(|e| refusal(kind, e))?;
     let raw = pk.serialize(); // x || y, 48 bytes each
@@ -148,16 +149,7 @@ pub fn g1_to_eip2537(compressed: &[u8]) -> Result<[u8; G1_EIP2537], PointError> 
 /// pad(y.c1)`.
 pub fn g2_to_eip2537(compressed: &[u8]) -> Result<[u8; G2_EIP2537], PointError> {
     let kind = PointKind::G2;
-    if compressed.len() != G2_COMPRESSED {
-        return Err(PointError::Length {
-            kind,
-            got: compressed.len(),
-            want: G2_COMPRESSED,
-        });
-    }
-    if infinity_flag(compressed) {
-        return Err(PointError::Infinity { kind });
-    }
+    precheck(kind, compressed, G2_COMPRESSED)?;
     // sig_validate(.., true): decompress, refuse infinity, check the subgroup.
     let sig = Signature::sig_validate(compressed, true).map_err(|e| refusal(kind, e))?;
     let raw = sig.serialize(); // x.c1 || x.c0 || y.c1 || y.c0, 48 bytes each
