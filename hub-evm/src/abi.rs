@@ -197,7 +197,10 @@ pub fn deploy_code(args: &DeployArgs) -> Result<Vec<u8>, AbiError> {
 /// the precompiles take); refuses one that is not a valid G1 point.
 fn key_forms(group_key: &[u8]) -> Result<(Bytes, Bytes), PointError> {
     let point = g1_to_eip2537(group_key)?;
-    Ok((Bytes::copy_from_slice(group_key), Bytes::copy_from_slice(&point)))
+    Ok((
+        Bytes::copy_from_slice(group_key),
+        Bytes::copy_from_slice(&point),
+    ))
 }
 
 /// A group signature (96 bytes compressed) in EIP-2537 form.
