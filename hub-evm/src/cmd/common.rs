@@ -62,6 +62,27 @@ impl Contract {
     }
 }
 
+/// A transaction to a hub contract: the endpoint, the sending account and
+/// the contract.
+#[derive(Debug, clap::Args)]
+pub struct HubSender {
+    #[command(flatten)]
+    pub endpoint: Endpoint,
+    #[command(flatten)]
+    pub key: Key,
+    #[command(flatten)]
+    pub contract: Contract,
+}
+
+impl HubSender {
+    /// The key and the hub (checked as [`Contract::hub`] checks it).
+    pub fn open(&self) -> anyhow::Result<(RelayKey, EvmHub)> {
+        let key = self.key.load()?;
+        let hub = self.contract.hub(&self.endpoint)?;
+        Ok((key, hub))
+    }
+}
+
 /// How transactions are sent.
 #[derive(Debug, clap::Args)]
 pub struct Sending {

@@ -4,17 +4,13 @@
 
 use tally_hub_evm::At;
 
-use super::common::{parse_pubkey, Contract, Endpoint, HexBytes, Key, Sending};
+use super::common::{parse_pubkey, HexBytes, HubSender, Sending};
 
 /// Arguments of `deposit`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     #[command(flatten)]
-    endpoint: Endpoint,
-    #[command(flatten)]
-    key: Key,
-    #[command(flatten)]
-    contract: Contract,
+    to: HubSender,
     /// The Tally user credited.
     #[arg(long)]
     user: String,
@@ -30,8 +26,7 @@ pub struct Args {
 
 impl Args {
     pub fn run(self) -> anyhow::Result<()> {
-        let key = self.key.load()?;
-        let hub = self.contract.hub(&self.endpoint)?;
+        let (key, hub) = self.to.open()?;
         let pubkey = self.pubkey.map(|k| k.0).unwrap_or_default();
         let sent = hub.deposit(
             &key,

@@ -4,17 +4,13 @@
 
 use tally_hub_evm::At;
 
-use super::common::{parse_group_key, Contract, Endpoint, HexBytes, Key, Sending};
+use super::common::{parse_group_key, HexBytes, HubSender, Sending};
 
 /// Arguments of `govern-key`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     #[command(flatten)]
-    endpoint: Endpoint,
-    #[command(flatten)]
-    key: Key,
-    #[command(flatten)]
-    contract: Contract,
+    to: HubSender,
     /// The rotation's nonce (the hub's last rotation + 1).
     #[arg(long)]
     nonce: u64,
@@ -30,8 +26,7 @@ pub struct Args {
 
 impl Args {
     pub fn run(self) -> anyhow::Result<()> {
-        let key = self.key.load()?;
-        let hub = self.contract.hub(&self.endpoint)?;
+        let (key, hub) = self.to.open()?;
         let sent = hub.govern_key(
             &key,
             self.nonce,

@@ -1,6 +1,7 @@
 //! The `tally-evm` commands: one module per subcommand, each an `Args`
 //! struct (clap derive) with `run`; [`common`] holds the argument groups
-//! they share (endpoint, key, contract, sending) and the value parsers.
+//! they share (endpoint, key, contract, the three together as the sender
+//! of a hub transaction, sending) and the value parsers.
 
 use std::process::ExitCode;
 

@@ -3,25 +3,20 @@
 
 use tally_hub_evm::At;
 
-use super::common::{Contract, Endpoint, Key, Sending};
+use super::common::{HubSender, Sending};
 
 /// Arguments of `withdraw`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     #[command(flatten)]
-    endpoint: Endpoint,
-    #[command(flatten)]
-    key: Key,
-    #[command(flatten)]
-    contract: Contract,
+    to: HubSender,
     #[command(flatten)]
     sending: Sending,
 }
 
 impl Args {
     pub fn run(self) -> anyhow::Result<()> {
-        let key = self.key.load()?;
-        let hub = self.contract.hub(&self.endpoint)?;
+        let (key, hub) = self.to.open()?;
         let wei = hub
             .eth()
             .withdrawable(hub.address(), key.address(), At::Latest)?;
