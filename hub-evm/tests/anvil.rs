@@ -264,6 +264,18 @@ impl Group {
     fn sign_batch(&self, hub: &HubName, nonce: u64, calls: &[HubCall]) -> [u8; 96] {
         self.sign(Kind::Batch, &batch_digest(&hub.to_string(), nonce, calls))
     }
+
+    /// Signs `calls` as batch `nonce` of `hub` and submits them from `key`.
+    fn submit(
+        &self,
+        hub: &EvmHub,
+        key: &RelayKey,
+        nonce: u64,
+        calls: &[HubCall],
+    ) -> Result<tally_hub_evm::Sent, HubError> {
+        let sig = self.sign_batch(&hub.name(), nonce, calls);
+        hub.submit_batch(key, nonce, calls, &sig, &opts())
+    }
 }
 
 fn pay(id: u64, user: &str, provider: &str, amount: u64) -> HubCall {
@@ -445,13 +457,7 @@ fn a_gap_is_bad_nonce_and_an_overdraft_pays_nothing() {
     hub.deposit(&w.key, "bob", 10, &[], &opts()).unwrap();
 
     let calls = vec![pay(1, "alice", "acme-ai", 4)];
-    let gap = refused(hub.submit_batch(
-        &w.key,
-        2,
-        &calls,
-        &g.sign_batch(&hub.name(), 2, &calls),
-        &opts(),
-    ));
+    let gap = refused(g.submit(&hub, &w.key, 2, &calls));
     assert_eq!(
         gap,
         Refusal::NonceGap {
@@ -467,13 +473,7 @@ fn a_gap_is_bad_nonce_and_an_overdraft_pays_nothing() {
         pay(2, "bob", "acme-ai", 3),
         pay(3, "alice", "beta", 5),
     ];
-    let r = refused(hub.submit_batch(
-        &w.key,
-        1,
-        &over,
-        &g.sign_batch(&hub.name(), 1, &over),
-        &opts(),
-    ));
+    let r = refused(g.submit(&hub, &w.key, 1, &over));
     assert_eq!(
         r,
         Refusal::InsufficientEscrow {
@@ -671,22 +671,9 @@ fn a_rotation_signed_by_the_current_key_hands_over_to_the_new_one() {
 
     // Batches: the old key no longer, the new key yes.
     let calls = vec![pay(1, "alice", "acme-ai", 36)];
-    let r = refused(hub.submit_batch(
-        &w.key,
-        1,
-        &calls,
-        &old.sign_batch(&hub.name(), 1, &calls),
-        &opts(),
-    ));
+    let r = refused(old.submit(&hub, &w.key, 1, &calls));
     assert_eq!(r, Refusal::BadSignature);
-    hub.submit_batch(
-        &w.key,
-        1,
-        &calls,
-        &new.sign_batch(&hub.name(), 1, &calls),
-        &opts(),
-    )
-    .unwrap();
+    new.submit(&hub, &w.key, 1, &calls).unwrap();
     assert_eq!(eth.payout(c, "acme-ai", At::Latest).unwrap(), 36);
 }
 
@@ -726,14 +713,7 @@ fn governors_take_a_key_at_their_threshold_and_no_one_else_can() {
     assert_eq!(eth.group_key(c, At::Latest).unwrap(), new.key());
     hub.deposit(&w.key, "alice", 10, &[], &opts()).unwrap();
     let calls = vec![pay(1, "alice", "acme-ai", 3)];
-    hub.submit_batch(
-        &w.key,
-        1,
-        &calls,
-        &new.sign_batch(&hub.name(), 1, &calls),
-        &opts(),
-    )
-    .unwrap();
+    new.submit(&hub, &w.key, 1, &calls).unwrap();
     assert_eq!(eth.payout(c, "acme-ai", At::Latest).unwrap(), 3);
 }
 
@@ -927,10 +907,7 @@ fn gas_of_batches_by_size() {
                 pay(id, "alice", &format!("provider-{i}"), 1)
             })
             .collect();
-        let sig = g.sign_batch(&hub.name(), nonce, &calls);
-        let s = hub
-            .submit_batch(&w.key, nonce, &calls, &sig, &opts())
-            .unwrap();
+        let s = g.submit(&hub, &w.key, nonce, &calls).unwrap();
         println!(
             "gas: batch of {n} calls (one user, distinct new providers) {} (limit {})",
             s.receipt.gas_used, s.gas_limit
@@ -948,8 +925,7 @@ fn gas_of_batches_by_size() {
             pay(id, &format!("user-{i}"), &format!("new-provider-{i}"), 1)
         })
         .collect();
-    let sig = g.sign_batch(&hub.name(), 5, &calls);
-    let s = hub.submit_batch(&w.key, 5, &calls, &sig, &opts()).unwrap();
+    let s = g.submit(&hub, &w.key, 5, &calls).unwrap();
     println!(
         "gas: batch of {n} calls (distinct users, new providers) {} (limit {})",
         s.receipt.gas_used, s.gas_limit
