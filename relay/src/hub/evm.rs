@@ -253,4 +253,4 @@ impl HubProtocol for EvmProtocol {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -133,7 +133,9 @@ fn a_replacement_pays_at_least_a_quarter_more() {
     assert_eq!((b.max_fee_per_gas, b.max_priority_fee_per_gas), (501, 200));
 }
 
-fn key_file(name: &str, mode: u32) -> std::path::PathBuf {
+/// A relay key file (anvil's second development account) with `mode`, of
+/// its own for test `name`; the poll tests use it too.
+pub(crate) fn key_file(name: &str, mode: u32) -> std::path::PathBuf {
     use std::os::unix::fs::PermissionsExt;
     let dir = std::env::temp_dir().join(format!("tally-relay-evm-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

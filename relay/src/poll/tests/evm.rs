@@ -6,8 +6,6 @@
 //! signature). What the relay hands in, what it sends and what the
 //! metrics count are worked out by hand from the script.
 
-use std::os::unix::fs::PermissionsExt;
-
 use super::*;
 use crate::config::{EvmConfig, EvmTip, HubKind};
 use crate::hub::Tip;
@@ -300,27 +298,12 @@ impl Drop for FakeEvm {
     }
 }
 
-/// A relay key file (anvil's second development account; 0600) of its
-/// own for test `name`.
-fn key_file(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("tally-relay-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("relay_evm_key.hex");
-    std::fs::write(
-        &path,
-        "59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    path
-}
-
 /// [`config`] for the EVM hub at `endpoints`.
 fn evm_config(endpoints: Vec<String>, test: &str) -> RelayConfig {
     let mut cfg = config(endpoints);
     cfg.hub = HubKind::Evm(EvmConfig {
         tip: EvmTip::Latest,
-        key_file: key_file(test),
+        key_file: crate::hub::evm::tests::key_file(test, 0o600),
     });
     cfg
 }
