@@ -1014,21 +1014,20 @@ fn the_tally_evm_tool_deploys_deposits_and_queries() {
     );
 
     let pk = hex::encode(ed25519_point(1));
-    let (ok, out, err) = tally_evm(&[
-        "deposit",
-        "--rpc",
-        &url,
-        "--key",
-        key,
-        "--contract",
-        &contract,
-        "--user",
-        "alice",
-        "--amount",
-        "12",
-        "--pubkey",
-        &pk,
-    ]);
+    let deposit = |rest: &[&str]| {
+        let mut args = vec![
+            "deposit",
+            "--rpc",
+            &url,
+            "--key",
+            key,
+            "--contract",
+            &contract,
+        ];
+        args.extend_from_slice(rest);
+        tally_evm(&args)
+    };
+    let (ok, out, err) = deposit(&["--user", "alice", "--amount", "12", "--pubkey", &pk]);
     assert!(ok, "{err}");
     assert!(out.contains("alice now holds 10 credits"), "{out}");
     let q = |what: &[&str]| -> String {
@@ -1057,36 +1056,12 @@ fn the_tally_evm_tool_deploys_deposits_and_queries() {
 
     // Errors: a deposit the hub refuses, a key open to others, a node
     // that is down.
-    let (ok, _, err) = tally_evm(&[
-        "deposit",
-        "--rpc",
-        &url,
-        "--key",
-        key,
-        "--contract",
-        &contract,
-        "--user",
-        "bad user",
-        "--amount",
-        "1",
-    ]);
+    let (ok, _, err) = deposit(&["--user", "bad user", "--amount", "1"]);
     assert!(!ok);
     assert!(err.contains("bad deposit"), "{err}");
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(key, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let (ok, _, err) = tally_evm(&[
-        "deposit",
-        "--rpc",
-        &url,
-        "--key",
-        key,
-        "--contract",
-        &contract,
-        "--user",
-        "alice",
-        "--amount",
-        "1",
-    ]);
+    let (ok, _, err) = deposit(&["--user", "alice", "--amount", "1"]);
     assert!(!ok);
     assert!(err.contains("too open"), "{err}");
     let (ok, _, err) = tally_evm(&[
