@@ -32,7 +32,7 @@
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, ensure, Context, Result};
 use ed25519_dalek::SigningKey;
@@ -187,7 +187,14 @@ impl Net {
 
     /// Bills `n` calls of `amount` to `user` for `provider` through the
     /// SDK (every one must land) and books them.
-    fn bill(&mut self, key: SigningKey, user: &str, provider: &str, n: usize, amount: u64) -> Result<()> {
+    fn bill(
+        &mut self,
+        key: SigningKey,
+        user: &str,
+        provider: &str,
+        n: usize,
+        amount: u64,
+    ) -> Result<()> {
         let r = UsageRecord {
             user: user.into(),
             provider: provider.into(),
@@ -200,7 +207,14 @@ impl Net {
         };
         let endpoints = vec![self.net.rpc_url(0), self.net.rpc_url(1)];
         let flush = Some(Duration::from_millis(300));
-        send_all(endpoints, &self.chain_id, key, vec![r; n], flush, Duration::from_secs(120))?;
+        send_all(
+            endpoints,
+            &self.chain_id,
+            key,
+            vec![r; n],
+            flush,
+            Duration::from_secs(120),
+        )?;
         *self
             .billed
             .entry((user.to_string(), provider.to_string()))
@@ -208,16 +222,31 @@ impl Net {
         Ok(())
     }
 
-    /// Waits until no call is pending on validator 1 and every validator
-    /// counts as many settled batches as the contract's last nonce.
+    /// Waits until everything billed or withdrawn has settled: a charge
+    /// leaves a user's balance on the chain at once but its escrow on the
+    /// contract only when its batch is paid, so the two agree for every
+    /// user only then; and no call is pending or in flight on validator 1.
     fn wait_all_settled(&self, secs: u64) -> Result<()> {
-        self.wait(secs, "every billed call settled on the hub", || {
-            let s = self.sync(1)?;
-            let pending = s["pending_calls"].as_u64().unwrap_or(u64::MAX);
-            let running = s["nonce"].is_u64();
-            let last = self.hub.eth().last_nonce(self.hub.address(), At::Latest).unwrap_or(0);
-            Ok(pending == 0 && !running && (0..4).all(|i| self.settled(i) == last) && last > 0)
-        })
+        let (eth, at) = (self.hub.eth(), self.hub.address());
+        self.wait(
+            secs,
+            "every charge and withdrawal settled on the hub",
+            || {
+                let s = self.sync(1)?;
+                if s["pending_calls"].as_u64() != Some(0) || s["nonce"].is_u64() {
+                    return Ok(false);
+                }
+                for u in self.deposited.keys() {
+                    let Ok(escrow) = eth.escrow(at, u, At::Latest) else {
+                        return Ok(false);
+                    };
+                    if self.net.balance(1, u)? != escrow {
+                        return Ok(false);
+                    }
+                }
+                Ok(true)
+            },
+        )
     }
 
     /// The books: every provider's payout is what the test billed it,
@@ -248,10 +277,16 @@ impl Net {
             );
             for i in 0..4 {
                 let b = self.net.balance(i, u)?;
-                ensure!(b == want, "node{i}: {u} has {b}, the contract escrows {want}");
+                ensure!(
+                    b == want,
+                    "node{i}: {u} has {b}, the contract escrows {want}"
+                );
             }
             let w = eth.withdrawn(at, u, At::Latest)?;
-            ensure!(w == out, "{u}: the contract says {w} withdrawn, the test {out}");
+            ensure!(
+                w == out,
+                "{u}: the contract says {w} withdrawn, the test {out}"
+            );
         }
         let last = eth.last_nonce(at, At::Latest)?;
         for n in 1..=last {
@@ -267,7 +302,10 @@ impl Net {
         );
         for i in 0..4 {
             let s = self.settled(i);
-            ensure!(s == last, "node{i} counts {s} settled batches, the contract {last}");
+            ensure!(
+                s == last,
+                "node{i} counts {s} settled batches, the contract {last}"
+            );
         }
         eprintln!(
             "[e2e] books exact: {} batches, providers {per_provider:?}",
@@ -293,7 +331,9 @@ fn deposits_are_credited_once_on_every_validator(f: &mut Net) -> Result<()> {
     let plain = f.hub.deposit(&f.depositor, "erin", 55, &[], &opts)?;
     let (_, newbie) = tally_node::keyfile::load(&f.newbie_key)?;
     let pubkey = newbie.verifying_key().to_bytes();
-    let keyed = f.hub.deposit(&f.depositor, NEWBIE, 10_000 + fee, &pubkey, &opts)?;
+    let keyed = f
+        .hub
+        .deposit(&f.depositor, NEWBIE, 10_000 + fee, &pubkey, &opts)?;
     f.deposited.insert("erin".into(), 55);
     f.deposited.insert(NEWBIE.into(), 10_000);
     let (from, to) = (plain.receipt.block_number, keyed.receipt.block_number);
@@ -301,7 +341,15 @@ fn deposits_are_credited_once_on_every_validator(f: &mut Net) -> Result<()> {
     let logs = f.hub.eth().deposits(at, from, to)?;
     let got: Vec<_> = logs
         .iter()
-        .map(|l| (l.deposit.seq, l.deposit.user.as_str(), l.deposit.amount, l.deposit.pubkey.clone(), l.fee))
+        .map(|l| {
+            (
+                l.deposit.seq,
+                l.deposit.user.as_str(),
+                l.deposit.amount,
+                l.deposit.pubkey.clone(),
+                l.fee,
+            )
+        })
         .collect();
     let want = vec![
         (count_before + 1, "erin", 55, Vec::new(), 0),
@@ -319,7 +367,8 @@ fn deposits_are_credited_once_on_every_validator(f: &mut Net) -> Result<()> {
     let key_hex = hex::encode(pubkey);
     f.wait(30, "the newcomer's key bound on every validator", || {
         Ok((0..4).all(|i| {
-            query(&f.net.rpc(i), &format!("/allowances/{NEWBIE}")).is_ok_and(|a| a["key"] == key_hex.as_str())
+            query(&f.net.rpc(i), &format!("/allowances/{NEWBIE}"))
+                .is_ok_and(|a| a["key"] == key_hex.as_str())
         }))
     })?;
     // Once: the deposit cursor moves well past the deposits' block (each
@@ -332,10 +381,16 @@ fn deposits_are_credited_once_on_every_validator(f: &mut Net) -> Result<()> {
         }))
     })?;
     for i in 0..4 {
-        ensure!(f.net.balance(i, "erin")? == 55, "node{i}: erin credited twice?");
+        ensure!(
+            f.net.balance(i, "erin")? == 55,
+            "node{i}: erin credited twice?"
+        );
         ensure!(f.net.balance(i, NEWBIE)? == 10_000, "node{i}: {NEWBIE}");
         let s = f.sync(i)?;
-        let credited = s["next_deposit_seq"].as_u64().unwrap_or(0).saturating_sub(1);
+        let credited = s["next_deposit_seq"]
+            .as_u64()
+            .unwrap_or(0)
+            .saturating_sub(1);
         ensure!(
             credited == count_before + 2,
             "node{i} credited {credited} deposits, the contract made {}",
@@ -350,7 +405,17 @@ fn batches_are_paid_exactly_once(f: &mut Net) -> Result<()> {
     f.bill(key.clone(), "alice", "evm-prov-a", 6, 7)?;
     f.bill(key.clone(), "bob", "evm-prov-a", 3, 11)?;
     f.bill(key, "carol", "evm-prov-b", 4, 5)?;
+    // Settlement latency: from the close of the window the last call was
+    // billed in (block times follow the wall clock here) to the contract
+    // showing the batch paid.
+    let now = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs_f64();
+    let close = ((now / WINDOW_SECS as f64).floor() + 1.0) * WINDOW_SECS as f64;
     f.wait_all_settled(120)?;
+    let paid = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs_f64();
+    eprintln!(
+        "[e2e] window close -> batch paid on anvil: {:.1} s",
+        paid - close
+    );
     f.audit()
 }
 
@@ -380,7 +445,10 @@ fn anvil_killed_mid_batch_restarts_from_its_state(f: &mut Net) -> Result<()> {
     f.net.hub("start")?;
     let t = Instant::now();
     f.wait_all_settled(180)?;
-    eprintln!("[e2e] batch {nonce} settled {:.1} s after anvil restarted", t.elapsed().as_secs_f64());
+    eprintln!(
+        "[e2e] batch {nonce} settled {:.1} s after anvil restarted",
+        t.elapsed().as_secs_f64()
+    );
     f.audit()
 }
 
@@ -417,8 +485,21 @@ fn a_withdrawal_leaves_through_the_contract(f: &mut Net) -> Result<()> {
     let from = f.newbie_key.display().to_string();
     let url = f.net.rpc_url(0);
     tallyd_ok(&[
-        "tx", "allowance", "grant", "--from", &from, "--user", NEWBIE, "--gateway", "demo-gateway",
-        "--max-per-window", "100000", "--expires-in", "3600", "--node", &url,
+        "tx",
+        "allowance",
+        "grant",
+        "--from",
+        &from,
+        "--user",
+        NEWBIE,
+        "--gateway",
+        "demo-gateway",
+        "--max-per-window",
+        "100000",
+        "--expires-in",
+        "3600",
+        "--node",
+        &url,
     ])?;
     f.bill(f.net.gateway_key()?, NEWBIE, "evm-prov-w", 10, 35)?;
     f.wait(30, "350 charged on every node", || {
@@ -443,7 +524,7 @@ fn a_withdrawal_leaves_through_the_contract(f: &mut Net) -> Result<()> {
     );
     let wallet = eth.balance(f.depositor.address(), At::Latest)?;
     let sent = f.hub.withdraw(&f.depositor, &SendOptions::default())?;
-    let gas = U256::from(sent.receipt.gas_used) * sent.receipt.effective_gas_price;
+    let gas = U256::from(sent.receipt.gas_used) * U256::from(sent.receipt.effective_gas_price);
     let after = eth.balance(f.depositor.address(), At::Number(sent.receipt.block_number))?;
     ensure!(
         after + gas == wallet + owed,
