@@ -79,7 +79,9 @@ fn smoke(_: &mut ()) -> Result<()> {
         .output()
         .is_ok_and(|o| o.status.success());
     if !py_ecc {
-        return Err(skip("python3 with py_ecc not found (localnet/install-deps.sh installs it)"));
+        return Err(skip(
+            "python3 with py_ecc not found (localnet/install-deps.sh installs it)",
+        ));
     }
     node(&["test/smoke.js"])
 }
