@@ -335,7 +335,9 @@ fn batch_signed_and_settled_on_hub(f: &mut Net) -> Result<()> {
                     "json",
                     "--node",
                 ])
-                .arg(net.rpc_url(2))
+                // The node the sync state was read from: another may be a
+                // block behind and not have formed this batch yet.
+                .arg(net.rpc_url(1))
                 .output()?;
             ensure!(
                 out.status.success(),
