@@ -245,56 +245,16 @@ fn answer_evm(s: &mut Evm, req: &Value) -> Value {
     }
 }
 
-/// An EVM JSON-RPC endpoint on 127.0.0.1 answering from its [`Evm`].
-struct FakeEvm {
-    url: String,
-    script: Arc<Mutex<Evm>>,
-    server: Arc<tiny_http::Server>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
+/// An EVM JSON-RPC endpoint answering from its [`Evm`].
+type FakeEvm = Fake<Evm>;
 
 impl FakeEvm {
     fn start(script: Evm) -> FakeEvm {
-        let server = Arc::new(tiny_http::Server::http("127.0.0.1:0").unwrap());
-        let port = server.server_addr().to_ip().unwrap().port();
-        let script = Arc::new(Mutex::new(script));
-        let (srv, sc) = (server.clone(), script.clone());
-        let thread = std::thread::spawn(move || {
-            while let Ok(mut rq) = srv.recv() {
-                let mut body = String::new();
-                rq.as_reader().read_to_string(&mut body).unwrap();
-                let req: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
-                let v = answer_evm(&mut sc.lock().unwrap(), &req);
-                let mut resp = tiny_http::Response::from_string(v.to_string());
-                resp.add_header(
-                    tiny_http::Header::from_bytes("Content-Type", "application/json").unwrap(),
-                );
-                let _ = rq.respond(resp);
-            }
-        });
-        FakeEvm {
-            url: format!("http://127.0.0.1:{port}"),
-            script,
-            server,
-            thread: Some(thread),
-        }
-    }
-
-    fn with<T>(&self, f: impl FnOnce(&mut Evm) -> T) -> T {
-        f(&mut self.script.lock().unwrap())
+        Fake::serve(script, |s, req| (200, answer_evm(s, req)))
     }
 
     fn asked(&self, what: &str) -> usize {
         self.with(|s| s.log.iter().filter(|l| l.as_str() == what).count())
-    }
-}
-
-impl Drop for FakeEvm {
-    fn drop(&mut self) {
-        self.server.unblock();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 

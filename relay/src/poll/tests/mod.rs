@@ -189,16 +189,18 @@ fn answer(s: &mut Script, req: &Value) -> (u16, Value) {
     }
 }
 
-/// A hub endpoint on 127.0.0.1 answering from its [`Script`].
-struct FakeHub {
+/// A JSON-RPC endpoint on 127.0.0.1 answering from its script `S` with
+/// `answer` (status, body): the fake reference hub ([`FakeHub`]) and the
+/// fake EVM hub (`evm.rs`).
+struct Fake<S> {
     url: String,
-    script: Arc<Mutex<Script>>,
+    script: Arc<Mutex<S>>,
     server: Arc<tiny_http::Server>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-impl FakeHub {
-    fn start(script: Script) -> FakeHub {
+impl<S: Send + 'static> Fake<S> {
+    fn serve(script: S, answer: fn(&mut S, &Value) -> (u16, Value)) -> Self {
         let server = Arc::new(tiny_http::Server::http("127.0.0.1:0").unwrap());
         let port = server.server_addr().to_ip().unwrap().port();
         let script = Arc::new(Mutex::new(script));
@@ -221,7 +223,7 @@ impl FakeHub {
                 let _ = rq.respond(resp);
             }
         });
-        FakeHub {
+        Fake {
             url: format!("http://127.0.0.1:{port}"),
             script,
             server,
@@ -229,8 +231,26 @@ impl FakeHub {
         }
     }
 
-    fn with<T>(&self, f: impl FnOnce(&mut Script) -> T) -> T {
+    fn with<T>(&self, f: impl FnOnce(&mut S) -> T) -> T {
         f(&mut self.script.lock().unwrap())
+    }
+}
+
+impl<S> Drop for Fake<S> {
+    fn drop(&mut self) {
+        self.server.unblock();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A reference hub endpoint answering from its [`Script`].
+type FakeHub = Fake<Script>;
+
+impl FakeHub {
+    fn start(script: Script) -> FakeHub {
+        Fake::serve(script, answer)
     }
 
     fn log(&self) -> Vec<String> {
@@ -239,15 +259,6 @@ impl FakeHub {
 
     fn broadcasts(&self) -> usize {
         self.log().iter().filter(|l| *l == "broadcast").count()
-    }
-}
-
-impl Drop for FakeHub {
-    fn drop(&mut self) {
-        self.server.unblock();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 
