@@ -123,7 +123,6 @@ impl Net {
         let params = query(&net.rpc(0), "/params")?;
         let hub_name = params["hub_chain"]
             .as_str()
-            .or_else(|| params["params"]["hub_chain"].as_str())
             .with_context(|| format!("no hub_chain in /params: {params}"))?
             .to_string();
         let name: HubName = hub_name.parse()?;
