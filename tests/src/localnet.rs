@@ -71,17 +71,14 @@ pub fn tallyd_ok(args: &[&str]) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// The `tallyd` binary: `$TALLYD`, or beside the running test's target dir.
+/// The `tallyd` binary: `$TALLYD`, or in the profile directory of the running
+/// executable's target dir.
 pub fn tallyd_path() -> Result<PathBuf> {
     if let Some(p) = std::env::var_os("TALLYD") {
         return Ok(PathBuf::from(p));
     }
     let exe = std::env::current_exe()?;
-    // target/release/deps/<test> -> target/release/tallyd
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .context("cannot locate the target directory")?;
+    let dir = profile_dir(&exe).context("cannot locate the target directory")?;
     let p = dir.join("tallyd");
     if !p.exists() {
         bail!(
@@ -90,6 +87,18 @@ pub fn tallyd_path() -> Result<PathBuf> {
         );
     }
     Ok(p)
+}
+
+/// The cargo profile directory (`<target>/release`) an executable was built
+/// into: a test binary lives in `<target>/release/deps/`, a binary such as
+/// `tally-bench` (what `scripts/chaos.sh` runs) in `<target>/release/` itself.
+fn profile_dir(exe: &Path) -> Option<&Path> {
+    let dir = exe.parent()?;
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir.parent()
+    } else {
+        Some(dir)
+    }
 }
 
 /// The `tally-hub` binary: `$TALLY_HUB_BIN` (the variable the localnet
@@ -573,5 +582,26 @@ impl Drop for Restart<'_> {
                 eprintln!("could not start {}: {e:#}", self.who);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::profile_dir;
+    use std::path::Path;
+
+    #[test]
+    fn profile_dir_of_tests_and_of_binaries() {
+        // A test executable: target/release/deps/<name>-<hash>.
+        assert_eq!(
+            profile_dir(Path::new("/t/target/release/deps/e2e_faults-0123abcd")),
+            Some(Path::new("/t/target/release"))
+        );
+        // A binary: target/release/tally-bench (scripts/chaos.sh). The old
+        // rule (two levels up) gave /t/target here.
+        assert_eq!(
+            profile_dir(Path::new("/t/target/release/tally-bench")),
+            Some(Path::new("/t/target/release"))
+        );
     }
 }
