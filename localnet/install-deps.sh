@@ -2,11 +2,12 @@
 # Installs what building and running Tally needs when it is missing:
 # Debian packages for the RocksDB bindings, curl, python3 (the scripts read
 # JSON with it), headless Chromium and its
-# WebDriver (the explorer's browser test), and CometBFT.
+# WebDriver (the explorer's browser test), libfaketime (`faketime`: the
+# clock-skew tests offset one process's wall clock), and CometBFT.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 missing=()
-for pkg in libclang-dev clang curl python3 chromium chromium-driver; do
+for pkg in libclang-dev clang curl python3 chromium chromium-driver faketime; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
 if [ ${#missing[@]} -gt 0 ]; then

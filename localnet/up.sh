@@ -89,6 +89,21 @@ for i in $(seq 0 $((NVAL - 1))); do
   peers="${peers:+$peers,}$id@127.0.0.1:$(port "$i" 0)"
 done
 
+# node_peers I PEERS: validator I's persistent_peers. With
+# TALLY_P2P_PROXY_BASE=P (tests/src/partition.rs), validator I reaches
+# validator J at port P + NVAL*I + J, a proxy that forwards to J's P2P
+# port and can cut the pair (a partition); pex is then off.
+node_peers() {
+  local i="$1" j id out=""
+  [ -n "${TALLY_P2P_PROXY_BASE:-}" ] || { echo "$2"; return; }
+  for j in $(seq 0 $((NVAL - 1))); do
+    [ "$j" = "$i" ] && continue
+    id=$(cometbft show-node-id --home "$(node_home "$j")")
+    out="${out:+$out,}$id@127.0.0.1:$((TALLY_P2P_PROXY_BASE + NVAL * i + j))"
+  done
+  echo "$out"
+}
+
 # Genesis app_state, written once on node0 and copied to every node.
 g0="$(node_home 0)"
 "$TALLYD" keys add gateway --out "$LOCALNET_DIR/gateway.key" --force >/dev/null
@@ -137,8 +152,10 @@ for i in $(seq 0 $((NVAL - 1))); do
   h="$(node_home "$i")"
   [ "$i" -eq 0 ] || cp "$g0/config/genesis.json" "$h/config/genesis.json"
   "$TALLYD" --home "$h" init --abci-listen "127.0.0.1:$(port "$i" 2)" --force >/dev/null
-  configure_cometbft "$h/config/config.toml" "$(port "$i" 0)" "$peers"
+  configure_cometbft "$h/config/config.toml" "$(port "$i" 0)" "$(node_peers "$i" "$peers")"
   sed -i "s|^moniker = .*|moniker = \"validator$i\"|" "$h/config/config.toml"
+  # Behind the P2P proxy no node may learn a real P2P port from another.
+  [ -n "${TALLY_P2P_PROXY_BASE:-}" ] && sed -i "s|^pex = .*|pex = false|" "$h/config/config.toml"
   configure_app "$i"
 done
 

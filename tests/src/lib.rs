@@ -1,7 +1,8 @@
 //! Test support for Tally: an in-process ABCI driver that runs several app
 //! instances through CometBFT's call sequence with a controllable clock,
 //! byzantine behaviours for it and an in-process hub with every node's
-//! relay, a real CometBFT localnet on loopback, a fault-injecting proxy, a
+//! relay, a real CometBFT localnet on loopback, a fault-injecting proxy,
+//! cuttable P2P and TCP links (partitions), skewed clocks, a
 //! tampering proxy that lies about query values and headers, a tiny
 //! WebDriver client for headless Chromium, the runner of the end-to-end
 //! tests that use them, and the network benchmark against CometBFT's kvstore.
@@ -16,8 +17,10 @@ pub mod hub;
 pub mod localnet;
 pub mod metric_names;
 pub mod netbench;
+pub mod partition;
 pub mod proxy;
 pub mod sdk;
+pub mod skew;
 pub mod slobench;
 pub mod snapbench;
 pub mod tamper;

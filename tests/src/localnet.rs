@@ -24,6 +24,9 @@ pub struct Localnet {
     /// [`Options::env`] and [`Options::node_bins`], for every script run.
     env: Vec<(String, String)>,
     watchdog: Option<Child>,
+    /// The proxies on every P2P link ([`Options::p2p_mesh`]); dropped after
+    /// the nodes stop.
+    mesh: Option<crate::partition::P2pMesh>,
 }
 
 /// What a localnet runs besides the defaults of [`Localnet::start`].
@@ -38,6 +41,10 @@ pub struct Options {
     /// `tallyd`'s command line (`start --home H`): the scripts'
     /// `TALLYD_<i>`.
     pub node_bins: Vec<(usize, PathBuf)>,
+    /// Every validator reaches every other through a proxy that can cut
+    /// the link ([`crate::partition::P2pMesh`], [`Localnet::mesh`]), on
+    /// ports from `port_base + 200`.
+    pub p2p_mesh: bool,
 }
 
 /// The repository root.
@@ -228,7 +235,19 @@ impl Localnet {
             window_secs,
             env,
             watchdog: None,
+            mesh: None,
         };
+        let mut up_env = opts.up_env.clone();
+        if opts.p2p_mesh {
+            let mesh = crate::partition::P2pMesh::start(validators, port_base + 200, |j| {
+                port_base + 10 * j as u16
+            })?;
+            up_env.push((
+                crate::partition::P2pMesh::ENV.into(),
+                mesh.base().to_string(),
+            ));
+            net.mesh = Some(mesh);
+        }
         // From here on, Drop (or the watchdog, if Drop never runs) stops
         // whatever the script started.
         net.watchdog = Some(
@@ -250,7 +269,7 @@ impl Localnet {
             .args(["--no-build", "--no-demo"])
             .env("TALLY_TIMEOUT_COMMIT", timeout_commit)
             .env("TALLY_USERS", E2E_USERS)
-            .envs(opts.up_env.iter().cloned())
+            .envs(up_env)
             .output()
             .context("running localnet/up.sh")?;
         if !out.status.success() {
@@ -301,6 +320,13 @@ impl Localnet {
     /// `port_base + 100` and the next five.
     pub fn port_base(&self) -> u16 {
         self.port_base
+    }
+
+    /// The P2P proxies, when started with [`Options::p2p_mesh`].
+    pub fn mesh(&self) -> Result<&crate::partition::P2pMesh> {
+        self.mesh
+            .as_ref()
+            .context("this localnet was started without Options::p2p_mesh")
     }
 
     /// The data directory.
