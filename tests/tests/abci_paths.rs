@@ -1,9 +1,10 @@
 //! Paths of the ABCI adapter and the settlement timeline that only a
 //! test of their own reaches: CheckTx's clock (the last block's time),
 //! PrepareProposal packing under `max_tx_bytes`, historical query heights,
-//! a chain without a threshold key, hub deposit rules, and late or stale
-//! hub results. Expected values come from hand-worked scenarios or small
-//! models written here.
+//! a chain without a threshold key, hub deposit rules, late or stale hub
+//! results, and the verified-signature cache vouching for nothing but the
+//! body and key it verified. Expected values come from hand-worked
+//! scenarios or small models written here.
 
 use bytes::Bytes;
 use tally_settlement::bls::deal;
@@ -455,4 +456,90 @@ fn stale_hub_results_are_ignored_and_late_success_settles() {
     let st = query(&net, "/sync/hub");
     assert_eq!(st["settled_batches"], 1, "{st}");
     assert_eq!(query(&net, "/batch/hub/1")["status"], "settled");
+}
+
+/// The node's verified-signature cache (`abci/src/sigcache.rs`) vouches
+/// only for the exact body and key it verified. Every validator checks a
+/// report at CheckTx (so each remembers its signature); then the same
+/// signature over a changed body, and the same body and signature under
+/// another registered gateway's key, are refused with `bad_signature` at
+/// CheckTx and in a block, where the original lands and is counted once.
+#[test]
+fn a_cached_signature_vouches_for_no_other_body_or_key() {
+    use prost::Message;
+    use tally_settlement::proto::{tx::Sum, ReportUsage, SignedReport, Tx};
+
+    let gw = gateway_key(7);
+    let other = gateway_key(8);
+    let mut traffic = Traffic::new(13, gw.clone(), CHAIN, [2, 2, 1, 1]);
+    let (state, _) = genesis(&traffic, &gw, false);
+    let mut state: serde_json::Value = serde_json::from_str(&state).expect("genesis json");
+    state["gateways"].as_array_mut().expect("gateways").push(
+        serde_json::json!({"name": "gw2", "pubkey": hex::encode(other.verifying_key().to_bytes())}),
+    );
+    let mut net = Net::in_memory(4, CHAIN, T0).expect("net");
+    net.init(&state.to_string()).expect("init");
+    net.block(Vec::new(), 1).expect("block");
+
+    let good = traffic.report(vec![paid(0, 0, 5)], T0 as u64, 300);
+    let signed = |tx: &[u8]| match Tx::decode(tx).expect("tx").sum {
+        Some(Sum::Report(r)) => r,
+        other => panic!("not a report: {other:?}"),
+    };
+    let wrap = |r: SignedReport| {
+        Tx {
+            sum: Some(Sum::Report(r)),
+        }
+        .encode_to_vec()
+    };
+    let original = signed(&good);
+    let mut body = ReportUsage::decode(original.body.as_slice()).expect("body");
+    body.records[0].amount = 500;
+    let changed_body = wrap(SignedReport {
+        body: body.encode_to_vec(),
+        ..original.clone()
+    });
+    let other_key = wrap(SignedReport {
+        gateway_key: other.verifying_key().to_bytes().to_vec(),
+        ..original
+    });
+
+    for node in &net.nodes {
+        let code = |tx: &[u8]| {
+            node.app
+                .check_tx(RequestCheckTx {
+                    tx: Bytes::copy_from_slice(tx),
+                    r#type: 0,
+                })
+                .code
+        };
+        assert_eq!(code(&good), Code::Ok.value(), "the original verifies");
+        assert_eq!(code(&good), Code::Ok.value(), "and again, from the cache");
+        assert_eq!(
+            code(&changed_body),
+            Code::BadSignature.value(),
+            "the cached signature over a changed body"
+        );
+        assert_eq!(
+            code(&other_key),
+            Code::BadSignature.value(),
+            "the cached signature under another gateway's key"
+        );
+    }
+    let out = net
+        .block(vec![changed_body, good, other_key], 1)
+        .expect("block");
+    let codes: Vec<u32> = out.tx_results.iter().map(|r| r.code).collect();
+    assert_eq!(
+        codes,
+        [
+            Code::BadSignature.value(),
+            Code::Ok.value(),
+            Code::BadSignature.value()
+        ],
+        "in the block: {:?}",
+        out.tx_results.iter().map(|r| &r.log).collect::<Vec<_>>()
+    );
+    let user = query(&net, "/balance/user-0");
+    assert_eq!(user["balance"], 1000 - 5, "charged once, the original's 5");
 }
