@@ -1,24 +1,48 @@
 #!/usr/bin/env bash
-# Line coverage of the workspace's tests, per crate, with cargo-tarpaulin
-# (installed from crates.io when missing; its LLVM engine reads the profiles
-# itself, so no llvm-tools component is needed). Runs every unit, property
-# and integration test except the end-to-end suites (tests/tests/e2e_*.rs),
-# in a target dir of its own, and ends with one line per crate:
-#   coverage: <crate> <covered>/<coverable> lines <percent>%
-# Not part of .ci/run: it rebuilds the workspace instrumented (RocksDB is
-# linked from the shared release build's librocksdb.a when one exists, so it
-# is not compiled a second time). Needs more than 25 GB free on /; otherwise
-# it says so and exits 2.
+# Line coverage per crate, with LLVM's source-based coverage and the
+# toolchain's own llvm-profdata/llvm-cov (rustup's llvm-tools component,
+# added when missing). Only the workspace's crates are instrumented
+# (scripts/cov-rustc.sh as cargo's RUSTC_WORKSPACE_WRAPPER), so RocksDB and
+# every other dependency come from the shared release build: nothing is
+# compiled twice, and the plain and instrumented builds live side by side in
+# the one target dir.
 #
-#   scripts/coverage.sh            run and report
-#   scripts/coverage.sh --report F only the per-crate lines of an lcov file
+#   scripts/coverage.sh [--crate DIR]... [--fail-under]
+#       build instrumented, run every test but the end-to-end suites
+#       (tests/tests/e2e_*.rs), or only the tests of the named crates
+#       (`--crate relay`: its unit and integration tests), and print one line
+#       per crate:  coverage: <crate> <covered>/<coverable> lines <percent>%
+#       With --fail-under, exit 1 if a crate in the table below is under its
+#       floor (only crates that were run are checked).
+#   scripts/coverage.sh --report PROFDIR EXES [--fail-under]
+#       the same lines from the profiles in PROFDIR (*.profraw) and the
+#       instrumented executables listed one per line in EXES: what
+#       scripts/test.sh runs at the end when TALLY_COVERAGE=1 (.ci/run sets it;
+#       the whole suite, end-to-end tests included, ran instrumented).
+#   scripts/coverage.sh --lcov LCOV [--fail-under]
+#       only the per-crate lines of an lcov file.
+#
+# Floors (`--fail-under`), also in README's test section (checked by
+# tests/tests/scripts.rs):
+#   crate        floor
+#   settlement   85
+#   abci         85
+#   relay        85
+#   node         70
+#   client       70
 set -euo pipefail
 cd "$(dirname "$0")/.."
+root="$PWD"
 
-# report LCOV: sums LF/LH per crate (the first path component below the
+floors() {
+  sed -n '/^#   crate        floor$/,/^[^#]/p' "$root/scripts/coverage.sh" |
+    awk '$1 == "#" && $3 ~ /^[0-9]+$/ { print $2, $3 }'
+}
+
+# per_crate LCOV: sums LF/LH per crate (the first path component below the
 # workspace root) of an lcov file.
-report() {
-  awk -v root="$PWD/" '
+per_crate() {
+  awk -v root="$root/" '
     /^SF:/ { f = substr($0, 4); sub("^" root, "", f); split(f, p, "/"); c = p[1] }
     /^LF:/ { lf[c] += substr($0, 4) }
     /^LH:/ { lh[c] += substr($0, 4) }
@@ -29,51 +53,155 @@ report() {
       }
     }' "$1" | sort
 }
-if [ "${1:-}" = "--report" ]; then
-  [ -f "${2:-}" ] || { echo "usage: scripts/coverage.sh --report LCOV" >&2; exit 2; }
-  report "$2"
-  exit 0
-fi
 
-need_gb=25
-free_gb=$(df -BG --output=avail / | tail -1 | tr -dc '0-9')
-if [ "$free_gb" -le "$need_gb" ]; then
-  echo "coverage: SKIPPED: ${free_gb} GB free on /, an instrumented build needs more than ${need_gb} GB" >&2
-  exit 2
-fi
+# check LINES: each crate of the floor table that has a line must be at or
+# above its floor.
+check() {
+  local bad=0 crate floor pct
+  while read -r crate floor; do
+    pct=$(awk -v c="$crate" '$2 == c { sub("%", "", $5); print $5 }' "$1")
+    if [ -z "$pct" ]; then
+      continue
+    fi
+    if awk -v p="$pct" -v f="$floor" 'BEGIN { exit !(p < f) }'; then
+      echo "coverage: FAIL: $crate at $pct%, under its floor of $floor%" >&2
+      bad=1
+    else
+      echo "coverage: ok: $crate at $pct% (floor $floor%)"
+    fi
+  done < <(floors)
+  return "$bad"
+}
 
-[ -d "$HOME/.cargo/bin" ] && export PATH="$HOME/.cargo/bin:$PATH"
-if ! cargo tarpaulin --version >/dev/null 2>&1; then
-  echo "coverage: installing cargo-tarpaulin" >&2
-  (unset CARGO_TARGET_DIR; cargo install cargo-tarpaulin --locked)
-fi
-
-target="$HOME/.cache/tally-target-cov"
-shared="${CARGO_TARGET_DIR:-$HOME/.cache/tally-target}"
-# RocksDB's C++ library from the shared release build, if it is there: the
-# same librocksdb-sys version, so its pregenerated bindings match.
-if [ -z "${ROCKSDB_LIB_DIR:-}" ]; then
-  lib=$(ls -t "$shared"/release/build/librocksdb-sys-*/out/librocksdb.a 2>/dev/null | head -1 || true)
-  if [ -n "$lib" ]; then
-    export ROCKSDB_LIB_DIR="$(dirname "$lib")" ROCKSDB_STATIC=1
-    echo "coverage: linking $lib" >&2
+llvm_bin() {
+  local host sysroot
+  host=$(rustc -vV | sed -n 's/^host: //p')
+  sysroot=$(rustc --print sysroot)
+  if [ ! -x "$sysroot/lib/rustlib/$host/bin/llvm-cov" ]; then
+    echo "coverage: adding rustup's llvm-tools component" >&2
+    rustup component add llvm-tools-preview >&2
   fi
-fi
+  echo "$sysroot/lib/rustlib/$host/bin"
+}
 
-# Every test target but the end-to-end suites.
-mapfile -t tests < <(cargo metadata --no-deps --format-version 1 | python3 -c '
+# report PROFDIR EXES: merged profile -> lcov -> per-crate lines (stdout);
+# the lcov file is left in PROFDIR/lcov.info.
+report() {
+  local dir="$1" exes="$2" bin
+  bin=$(llvm_bin)
+  shopt -s nullglob
+  local raws=("$dir"/*.profraw)
+  shopt -u nullglob
+  if [ "${#raws[@]}" -eq 0 ]; then
+    echo "coverage: no profiles in $dir" >&2
+    return 1
+  fi
+  "$bin/llvm-profdata" merge -sparse "${raws[@]}" -o "$dir/merged.profdata"
+  local objs=() e
+  while read -r e; do
+    [ -n "$e" ] && [ -f "$e" ] && objs+=(-object "$e")
+  done < <(sort -u "$exes")
+  if [ "${#objs[@]}" -eq 0 ]; then
+    echo "coverage: no instrumented executables listed in $exes" >&2
+    return 1
+  fi
+  # Only the workspace's own sources, without its test code.
+  "$bin/llvm-cov" export -format=lcov -instr-profile="$dir/merged.profdata" \
+    -ignore-filename-regex='(^|/)(\.cargo|\.rustup|rustc)/|^/rustc/|/tests/|^'"$root"'/tools/' \
+    "${objs[@]}" > "$dir/lcov.info"
+  per_crate "$dir/lcov.info"
+}
+
+# executables CARGO_JSON: the executables of workspace crates among cargo's
+# --message-format=json artifacts.
+executables() {
+  python3 -c '
+import json, sys
+root = sys.argv[2]
+for line in open(sys.argv[1]):
+    if not line.startswith("{"):
+        continue
+    m = json.loads(line)
+    exe = m.get("executable")
+    if m.get("reason") == "compiler-artifact" and exe and root in m.get("manifest_path", ""):
+        print(exe)
+' "$1" "$root/"
+}
+
+fail_under=0
+mode=run
+crates=()
+args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --fail-under) fail_under=1; shift ;;
+    --crate) crates+=("${2:?--crate needs a directory, e.g. relay}"); shift 2 ;;
+    --report) mode=report; args=("${2:?--report needs PROFDIR}" "${3:?--report needs EXES}"); shift 3 ;;
+    --lcov) mode=lcov; args=("${2:?--lcov needs a file}"); shift 2 ;;
+    --executables) mode=executables; args=("${2:?--executables needs a cargo json file}"); shift 2 ;;
+    *) echo "usage: scripts/coverage.sh [--crate DIR]... [--fail-under] | --report PROFDIR EXES [--fail-under] | --lcov LCOV [--fail-under]" >&2; exit 2 ;;
+  esac
+done
+
+lines=$(mktemp)
+trap 'rm -f "$lines"' EXIT
+case "$mode" in
+  executables)
+    executables "${args[0]}"
+    exit 0
+    ;;
+  lcov)
+    [ -f "${args[0]}" ] || { echo "coverage: no such file: ${args[0]}" >&2; exit 2; }
+    per_crate "${args[0]}" | tee "$lines"
+    ;;
+  report)
+    report "${args[0]}" "${args[1]}" | tee "$lines"
+    ;;
+  run)
+    export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tally-target}"
+    [ -d "$HOME/.cargo/bin" ] && export PATH="$HOME/.cargo/bin:$PATH"
+    llvm_bin > /dev/null
+    dir="$CARGO_TARGET_DIR/coverage/run"
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    export RUSTC_WORKSPACE_WRAPPER="$root/scripts/cov-rustc.sh"
+    export LLVM_PROFILE_FILE="$dir/%8m.profraw"
+    selection=()
+    if [ "${#crates[@]}" -eq 0 ]; then
+      # Every test target but the end-to-end suites.
+      mapfile -t selection < <(cargo metadata --no-deps --format-version 1 | python3 -c '
 import json, sys
 for p in json.load(sys.stdin)["packages"]:
     for t in p["targets"]:
         if "test" in t["kind"] and not t["name"].startswith("e2e_"):
             print("--test"); print(t["name"])
 ')
-
-out="$target/coverage"
-mkdir -p "$out"
-CARGO_TARGET_DIR="$target" cargo tarpaulin --engine llvm --release --workspace \
-  --lib --bins "${tests[@]}" \
-  --exclude-files 'tests/*' 'tools/*' \
-  --timeout 900 --skip-clean --target-dir "$target" \
-  --out Lcov --output-dir "$out"
-report "$out/lcov.info"
+      selection=(--workspace --lib --bins "${selection[@]}")
+    else
+      for c in "${crates[@]}"; do
+        [ -f "$c/Cargo.toml" ] || { echo "coverage: no crate in $c/" >&2; exit 2; }
+        pkg=$(sed -n 's/^name *= *"\(.*\)"/\1/p' "$c/Cargo.toml" | head -1)
+        selection+=(-p "$pkg")
+      done
+      selection+=(--lib --bins --tests)
+    fi
+    echo "coverage: building and running the tests instrumented (${selection[*]})" >&2
+    cargo test --release --locked "${selection[@]}" --no-run \
+      --message-format=json-render-diagnostics > "$dir/cargo.json"
+    executables "$dir/cargo.json" > "$dir/executables"
+    cargo test --release --locked "${selection[@]}" -- --test-threads 2
+    report "$dir" "$dir/executables" > "$lines.all"
+    if [ "${#crates[@]}" -gt 0 ]; then
+      # Only the named crates: the others were linked in but not tested.
+      for c in "${crates[@]}"; do awk -v c="$c" '$2 == c' "$lines.all"; done > "$lines"
+    else
+      cp "$lines.all" "$lines"
+    fi
+    rm -f "$lines.all"
+    cat "$lines"
+    echo "coverage: lcov in $dir/lcov.info" >&2
+    ;;
+esac
+if [ "$fail_under" = 1 ]; then
+  check "$lines"
+fi
