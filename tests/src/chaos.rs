@@ -8,9 +8,17 @@
 //! - 0:00 a 429 storm at validator 0's relay (through the fault proxy in
 //!   front of its hub endpoint), and 60 s of stale hub tips from the proxy;
 //! - 1:00 a validator (1, 2, 3 in turn) SIGKILLed, restarted 20 s later;
-//! - 2:00 the hub chain stopped for 150 s, then started again;
+//! - 2:00 the hub chain stopped for 150 s, then started again; meanwhile,
+//!   from 2:30, validators {0, 1} cut from {2, 3} for 30 s (the chain
+//!   halts) and, from 3:30, one validator (3, 0, 1, 2 in turn) cut from all
+//!   others for 30 s (the rest go on, it catches up), through the P2P mesh
+//!   (`crate::partition`, every validator peers through a cuttable proxy);
 //! - 5:00 validator 0 (whose relay goes through the proxy) SIGKILLed,
-//!   restarted 10 s later, and a 503 storm.
+//!   restarted 10 s later, and a 503 storm;
+//! - 5:15 a validator (2, 3, 1 in turn) restarted with its tallyd's wall
+//!   clock 5 minutes ahead (even cycles) or behind (odd), with libfaketime
+//!   (`crate::skew`; skipped with a log line when not installed), and
+//!   restarted with the plain clock at 5:50.
 //!
 //! Growth (ADR 0020), while the traffic runs: two users unknown at genesis
 //! register by a keyed hub deposit, grant every gateway an allowance and
@@ -48,7 +56,7 @@ use tally_node::keyfile;
 use tally_node::rpc::Rpc;
 use tally_settlement::proto::{Outcome, UsageRecord};
 
-use crate::localnet::{free_port_base, Localnet};
+use crate::localnet::{free_port_base, Localnet, Options};
 
 mod audit;
 mod growth;
@@ -83,18 +91,21 @@ pub fn run(minutes: u64) -> Result<()> {
     let endpoints = format!("{},http://127.0.0.1:1", proxy.url());
     let users = USERS.join(" ");
     let gateways = GATEWAYS.join(" ");
-    let net = Localnet::start_with(
-        4,
-        base,
-        "1s",
-        60,
-        &[
-            ("TALLY_HUB_ENDPOINTS_0", &endpoints),
-            ("TALLY_USERS", &users),
-            ("TALLY_GATEWAYS", &gateways),
-            ("TALLY_HUB_CONFIRMATIONS", "2"),
-        ],
-    )?;
+    let up_env = [
+        ("TALLY_HUB_ENDPOINTS_0", endpoints.as_str()),
+        ("TALLY_USERS", &users),
+        ("TALLY_GATEWAYS", &gateways),
+        ("TALLY_HUB_CONFIRMATIONS", "2"),
+    ];
+    let opts = Options {
+        up_env: up_env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        p2p_mesh: true,
+        ..Options::default()
+    };
+    let net = Localnet::launch(4, base, "1s", 60, &opts)?;
     log(start, &format!("localnet up in {}", net.dir().display()));
     let rpc0 = net.rpc(0);
     let chain_id = rpc0.status()?.chain_id;
@@ -257,6 +268,7 @@ pub fn run(minutes: u64) -> Result<()> {
         }
         log(start, &format!("cycle {cycle}: hub stopped for 150 s"));
         let down = net.take_down("stop", None)?;
+        partitions(&net, cycle, &at, end, start)?;
         sleep_until(at(270).min(end + Duration::from_secs(150)));
         down.now()?;
         log(start, &format!("cycle {cycle}: hub back"));
@@ -294,6 +306,10 @@ pub fn run(minutes: u64) -> Result<()> {
             .state()
             .script
             .extend((0..5).map(|_| Fault::unavailable(5)));
+        sleep_until(at(315).min(end));
+        if Instant::now() < end {
+            skewed_validator(&net, cycle, at(350).min(end), start)?;
+        }
         sleep_until(at(360).min(end));
         cycle += 1;
     }
@@ -363,6 +379,93 @@ pub fn run(minutes: u64) -> Result<()> {
         stale_answers,
         start,
     )
+}
+
+/// The partitions of a cycle (while the hub is down): a 2/2 split from
+/// 2:30 and one validator isolated from 3:30, 30 s each, healed whatever
+/// happens.
+fn partitions(
+    net: &Localnet,
+    cycle: u64,
+    at: &dyn Fn(u64) -> Instant,
+    end: Instant,
+    start: Instant,
+) -> Result<()> {
+    let mesh = net.mesh()?;
+    let hold = |s: u64| {
+        let now = Instant::now();
+        let until = at(s).min(end);
+        if until > now {
+            std::thread::sleep(until - now);
+        }
+    };
+    hold(150);
+    if Instant::now() >= end {
+        return Ok(());
+    }
+    log(
+        start,
+        &format!("cycle {cycle}: validators 0,1 cut from 2,3 for 30 s"),
+    );
+    let before = net.height(0);
+    mesh.partition(&[0, 1], &[2, 3]);
+    std::thread::sleep(Duration::from_secs(30));
+    let during = net.height(0);
+    mesh.heal();
+    log(
+        start,
+        &format!("cycle {cycle}: healed (validator 0 went {before} -> {during} while split)"),
+    );
+    hold(210);
+    if Instant::now() >= end {
+        return Ok(());
+    }
+    let lone = (3 + cycle as usize) % 4;
+    log(
+        start,
+        &format!("cycle {cycle}: validator {lone} isolated for 30 s"),
+    );
+    mesh.isolate(lone);
+    std::thread::sleep(Duration::from_secs(30));
+    mesh.heal();
+    log(
+        start,
+        &format!("cycle {cycle}: validator {lone} reconnected"),
+    );
+    Ok(())
+}
+
+/// Restarts a validator with its tallyd's clock 5 minutes off until
+/// `until`, then with the plain clock again.
+fn skewed_validator(net: &Localnet, cycle: u64, until: Instant, start: Instant) -> Result<()> {
+    if crate::skew::libfaketime().is_none() {
+        log(start, "no libfaketime: no clock skew this cycle");
+        return Ok(());
+    }
+    let v = 1 + (cycle as usize + 1) % 3;
+    let offset = if cycle % 2 == 0 { "+5m" } else { "-5m" };
+    let bin = crate::localnet::tallyd_path()?;
+    let name = format!("tallyd-chaos{offset}");
+    let wrapper = crate::skew::wrapper(net.dir(), &name, &bin, offset)?;
+    log(
+        start,
+        &format!("cycle {cycle}: validator {v}'s tallyd at {offset}"),
+    );
+    net.node("stop", v)?;
+    let (var, path) = (format!("TALLYD_{v}"), wrapper.display().to_string());
+    let skewed = net.node_with_env("start", v, &[(var.as_str(), path.as_str())]);
+
+    let now = Instant::now();
+    if skewed.is_ok() && until > now {
+        std::thread::sleep(until - now);
+    }
+    net.node("stop", v)?;
+    net.node("start", v)?;
+    log(
+        start,
+        &format!("cycle {cycle}: validator {v}'s clock plain again"),
+    );
+    skewed
 }
 
 /// The users the traffic charges (newcomers join once registered).
