@@ -27,8 +27,11 @@
 //!    path, refuses bad arguments and methods with clear errors, answers
 //!    allowed paths with the node's own value, and a page whose node is
 //!    down says so;
-//! 5. `screenshot_is_saved`: a full-page PNG in
-//!    `$CARGO_TARGET_DIR/test-artifacts/explorer.png`.
+//! 5. `screenshot_shows_the_page`: a full-page PNG, kept in
+//!    `$CARGO_TARGET_DIR/test-artifacts/explorer.png`, decoded (by the
+//!    browser) to the viewport's size, far from uniform, and showing the
+//!    header and every chart bar in the colour the DOM gives it, where the
+//!    DOM puts it.
 //!
 //! SKIPPED without `cometbft`, `chromium` or `chromedriver` on PATH (failed
 //! instead with `TALLY_E2E_REQUIRED`). About two minutes.
@@ -38,6 +41,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
+use base64::Engine as _;
 use serde_json::{json, Value};
 use tally_node::records::build_report;
 use tally_settlement::proto::{Outcome, UsageRecord};
@@ -286,9 +290,9 @@ const TESTS: [Test<Net>; 5] = [
         run: bad_requests_are_refused,
     },
     Test {
-        name: "screenshot_is_saved",
+        name: "screenshot_shows_the_page",
         needs: &["page_shows_the_reported_sla"],
-        run: screenshot_is_saved,
+        run: screenshot_shows_the_page,
     },
 ];
 
@@ -829,7 +833,58 @@ fn bad_requests_are_refused(f: &mut Net) -> Result<()> {
     Ok(())
 }
 
-fn screenshot_is_saved(f: &mut Net) -> Result<()> {
+/// Read from the DOM just before a screenshot: the viewport, the device
+/// pixel ratio, the page's refresh generation, and probes (a point in CSS
+/// pixels and the colour the page gave it): a corner of the header's
+/// background and the centre of every chart bar at least 4 px wide and tall.
+const DOM_PROBES: &str = r#"
+const rgb = (c) => (c.match(/\d+(\.\d+)?/g) || []).slice(0, 3).map(Number);
+const probes = [];
+const h = document.querySelector('header').getBoundingClientRect();
+probes.push({ what: 'header', x: h.left + 4, y: h.top + 4,
+  rgb: rgb(getComputedStyle(document.querySelector('header')).backgroundColor) });
+for (const r of document.querySelectorAll('svg.chart-svg rect')) {
+  const b = r.getBoundingClientRect();
+  if (b.width >= 4 && b.height >= 4) {
+    probes.push({ what: 'rect.' + r.getAttribute('class'), x: b.left + b.width / 2,
+      y: b.top + b.height / 2, rgb: rgb(getComputedStyle(r).fill) });
+  }
+}
+return { generation: Number(document.body.dataset.generation), dpr: window.devicePixelRatio,
+  width: window.innerWidth, height: window.innerHeight, scroll: window.scrollY, probes };
+"#;
+
+/// Decodes the PNG `arguments[0]` (base64) in the page and puts into
+/// `window.__shot` its size, the number of distinct colours over every
+/// 7th pixel, and the colour at each probe of `arguments[1]` (CSS pixels,
+/// scaled by the ratio `arguments[2]`).
+const DECODE_SHOT: &str = r#"
+const [b64, probes, dpr] = arguments;
+window.__shot = null;
+// From bytes, not a data: URL, which the explorer's CSP (img-src 'self') refuses.
+const bytes = Uint8Array.from(atob(b64), (ch) => ch.charCodeAt(0));
+createImageBitmap(new Blob([bytes], { type: 'image/png' })).then((img) => {
+  const c = document.createElement('canvas');
+  c.width = img.width; c.height = img.height;
+  const g = c.getContext('2d');
+  g.drawImage(img, 0, 0);
+  const d = g.getImageData(0, 0, c.width, c.height).data;
+  const colours = new Set();
+  for (let i = 0; i < d.length; i += 4 * 7) colours.add((d[i] << 16) | (d[i + 1] << 8) | d[i + 2]);
+  const at = (p) => {
+    const i = (Math.floor(p.y * dpr) * c.width + Math.floor(p.x * dpr)) * 4;
+    return [d[i], d[i + 1], d[i + 2]];
+  };
+  window.__shot = { width: c.width, height: c.height, colours: colours.size, seen: probes.map(at) };
+}, (e) => { window.__shot = { error: 'the screenshot does not decode as an image: ' + e }; });
+return true;
+"#;
+
+/// The whole page in one screenshot, saved, and checked against the DOM:
+/// the PNG decodes to the viewport's size in device pixels, is far from
+/// uniform, and shows the header's background and every chart bar in the
+/// colour the page gave it, where the page put it.
+fn screenshot_shows_the_page(f: &mut Net) -> Result<()> {
     f.open("/")?;
     let height = f
         .browser
@@ -847,15 +902,85 @@ fn screenshot_is_saved(f: &mut Net) -> Result<()> {
         &format!("return Number(document.body.dataset.generation) > {g0} ? true : null;"),
         Duration::from_secs(15),
     )?;
-    let png = f.browser.screenshot()?;
-    ensure!(
-        png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 10_000,
-        "not a PNG of a page: {} bytes",
-        png.len()
-    );
+    // The probes and the screenshot must see the same rendering: retry if
+    // a refresh came between them.
+    let (dom, png) = {
+        let mut tries = 0;
+        loop {
+            let dom = f.browser.execute(DOM_PROBES, json!([]))?;
+            let png = f.browser.screenshot()?;
+            let after = f.browser.execute(
+                "return Number(document.body.dataset.generation);",
+                json!([]),
+            )?;
+            if after == dom["generation"] {
+                break (dom, png);
+            }
+            tries += 1;
+            ensure!(tries < 5, "the page re-rendered during every screenshot");
+        }
+    };
     let path = webdriver::artifacts_dir()?.join("explorer.png");
     std::fs::write(&path, &png).with_context(|| format!("writing {}", path.display()))?;
     println!("screenshot: {}", path.display());
+    ensure!(dom["scroll"] == 0, "the page is scrolled: {dom}");
+    let probes = dom["probes"].as_array().context("no probes")?;
+    ensure!(
+        probes.len() > 4,
+        "the page has no chart bars to compare: {dom}"
+    );
+    let dpr = dom["dpr"].as_f64().context("no devicePixelRatio")?;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(&png);
+    f.browser.execute(DECODE_SHOT, json!([b64, probes, dpr]))?;
+    let shot = f
+        .browser
+        .wait_for("return window.__shot;", Duration::from_secs(15))?;
+    ensure!(shot["error"].is_null(), "{}", shot["error"]);
+    let css = |k: &str| dom[k].as_f64().unwrap_or(0.0) * dpr;
+    let (w, h) = (shot["width"].as_f64(), shot["height"].as_f64());
+    ensure!(
+        w.is_some_and(|w| (w - css("width")).abs() <= 1.0)
+            && h.is_some_and(|h| (h - css("height")).abs() <= 1.0),
+        "screenshot {w:?} x {h:?} px, the viewport is {} x {} px",
+        css("width"),
+        css("height")
+    );
+    let colours = shot["colours"].as_u64().unwrap_or(0);
+    ensure!(
+        colours >= 20,
+        "the screenshot has only {colours} distinct colours: a blank page?"
+    );
+    let seen = shot["seen"].as_array().context("no probe colours")?;
+    let mut wrong = Vec::new();
+    for (p, got) in probes.iter().zip(seen) {
+        let close = p["rgb"]
+            .as_array()
+            .zip(got.as_array())
+            .is_some_and(|(want, got)| {
+                want.len() == 3
+                    && got.len() == 3
+                    && want.iter().zip(got).all(|(a, b)| {
+                        (a.as_f64().unwrap_or(-99.0) - b.as_f64().unwrap_or(99.0)).abs() <= 4.0
+                    })
+            });
+        if !close {
+            wrong.push(format!(
+                "{} at ({:.0}, {:.0}): page {} screenshot {got}",
+                p["what"], p["x"], p["y"], p["rgb"]
+            ));
+        }
+    }
+    ensure!(
+        wrong.is_empty(),
+        "{} of {} probes differ between the DOM and the screenshot:\n{}",
+        wrong.len(),
+        probes.len(),
+        wrong.join("\n")
+    );
+    println!(
+        "screenshot {w:?} x {h:?} px, {colours} colours, {} probes match the DOM",
+        probes.len()
+    );
     Ok(())
 }
 
