@@ -326,7 +326,7 @@ fn finalise(kv: &mut impl Kv, h: u64, mut c: Ceremony) -> Result<Vec<Event>, Fat
         None
     };
     let Some(key) = made else {
-        return Ok(vec![fail(kv, h, c, q.len(), need)?]);
+        return fail(kv, h, c, q.len(), need);
     };
     // The change is checked once more before anything of the current key
     // is replaced: a re-key whose update CometBFT would refuse ends here.
@@ -401,7 +401,17 @@ fn make_key(c: &Ceremony, q: &[(u32, Vec<PublicKey>)]) -> Result<Option<KeyEpoch
     }))
 }
 
-fn fail(kv: &mut impl Kv, h: u64, c: Ceremony, got: usize, need: usize) -> Result<Event, Fatal> {
+/// A round of `c` that qualified `got` dealers of the `need` it needed:
+/// its data goes, and the ceremony runs again, gives up (a re-key's third
+/// round: its proposal is refused, with the same `validator_proposal`
+/// event as every other refusal) or yields to accepted proposals.
+fn fail(
+    kv: &mut impl Kv,
+    h: u64,
+    c: Ceremony,
+    got: usize,
+    need: usize,
+) -> Result<Vec<Event>, Fatal> {
     st::delete_round(kv, c.round);
     let ev = Event::new(
         "dkg_failed",
@@ -413,25 +423,28 @@ fn fail(kv: &mut impl Kv, h: u64, c: Ceremony, got: usize, need: usize) -> Resul
     );
     let rekey = st::ceremony_kind(&c)? == CeremonyKind::Rekey;
     if rekey && u64::from(c.attempt) + 1 >= MAX_REKEY_ROUNDS {
-        if let Some(mut p) = st::proposal(kv, c.proposal)? {
-            p.status = ProposalStatus::Refused.into();
-            p.reason = format!("its re-key failed {MAX_REKEY_ROUNDS} times");
-            st::put_proposal(kv, &p);
-        }
         st::put_ceremony(kv, None);
-        return Ok(ev);
+        let closed = match st::proposal(kv, c.proposal)? {
+            Some(mut p) => refuse(
+                kv,
+                &mut p,
+                format!("its re-key failed {MAX_REKEY_ROUNDS} times"),
+            )?,
+            None => None,
+        };
+        return Ok([Some(ev), closed].into_iter().flatten().collect());
     }
     // A first key that keeps failing yields to accepted proposals: with no
     // key they apply at once (removing the validators that never dealt,
     // say), and the next round starts over with the set they leave.
     if !rekey && has_accepted(kv)? {
         st::put_ceremony(kv, None);
-        return Ok(ev);
+        return Ok(vec![ev]);
     }
     let attempt = c.attempt.saturating_add(1);
     let again = schedule(kv, h, Ceremony { attempt, ..c })?;
     st::put_ceremony(kv, Some(&again));
-    Ok(ev)
+    Ok(vec![ev])
 }
 
 fn has_accepted(kv: &impl KvRead) -> Result<bool, Fatal> {
