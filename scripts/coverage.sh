@@ -2,7 +2,7 @@
 # Line coverage per crate, with LLVM's source-based coverage and the
 # toolchain's own llvm-profdata/llvm-cov (rustup's llvm-tools component,
 # added when missing). Only the workspace's crates are instrumented
-# (scripts/cov-rustc.sh as cargo's RUSTC_WORKSPACE_WRAPPER), so RocksDB and
+# (scripts/coverage-rustc.sh as cargo's RUSTC_WORKSPACE_WRAPPER), so RocksDB and
 # every other dependency come from the shared release build: nothing is
 # compiled twice, and the plain and instrumented builds live side by side in
 # the one target dir.
@@ -164,8 +164,8 @@ case "$mode" in
     dir="$CARGO_TARGET_DIR/coverage/run"
     rm -rf "$dir"
     mkdir -p "$dir"
-    export RUSTC_WORKSPACE_WRAPPER="$root/scripts/cov-rustc.sh"
-    export LLVM_PROFILE_FILE="$dir/%8m.profraw"
+    export RUSTC_WORKSPACE_WRAPPER="$root/scripts/coverage-rustc.sh"
+    export LLVM_PROFILE_FILE="$dir/%8m%c.profraw"
     selection=()
     if [ "${#crates[@]}" -eq 0 ]; then
       # Every test target but the end-to-end suites.
