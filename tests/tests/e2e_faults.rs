@@ -148,10 +148,17 @@ fn report(net: &Localnet, provider: &str, amount: u64) -> Result<()> {
     Ok(())
 }
 
-/// `paid + shortfall` of batch `nonce` on the hub (what it settled).
+/// What the hub paid for batch `nonce`; fails unless the batch settled in
+/// full (`shortfall` exactly 0).
 fn hub_batch_total(hub: &Rpc, nonce: u64) -> Result<u64> {
     let b = query(hub, &format!("/batch/hub/{nonce}"))?;
-    Ok(b["paid"].as_u64().unwrap_or(0) + b["shortfall"].as_u64().unwrap_or(0))
+    ensure!(
+        b["settled"] == true && b["shortfall"] == 0,
+        "hub batch {nonce} not settled in full: {b}"
+    );
+    b["paid"]
+        .as_u64()
+        .with_context(|| format!("hub batch {nonce} has no paid: {b}"))
 }
 
 fn relay_log(net: &Localnet, i: usize) -> String {
@@ -310,6 +317,10 @@ fn killed_relay_resubmits_and_hub_pays_once(f: &mut Net) -> Result<()> {
     Ok(())
 }
 
+/// Hub blocks a validator's deposit cursor must read past a credited
+/// deposit before "credited once" is judged on it.
+const CURSOR_PAST: u64 = 6;
+
 fn deposit_credited_once_after_confirmations(f: &mut Net) -> Result<()> {
     // A deposit: credited once, only once it is CONFIRMATIONS hub blocks
     // deep. The hub tip is read right before and right after each balance
@@ -365,8 +376,22 @@ fn deposit_credited_once_after_confirmations(f: &mut Net) -> Result<()> {
         cursor > height,
         "credited, but the hub cursor {cursor} is not past the deposit's height {height}"
     );
-    std::thread::sleep(Duration::from_secs(3));
+    // Once: judged on each validator after its cursor read several hub
+    // blocks beyond the deposit (ranges that would have credited it again).
     for i in 0..4 {
+        loop {
+            let c = query(&net.rpc(i), "/sync/hub")?["hub_cursor"]
+                .as_u64()
+                .context("no hub_cursor")?;
+            if c > height + CURSOR_PAST {
+                break;
+            }
+            ensure!(
+                start.elapsed() < Duration::from_secs(150),
+                "node{i}: the hub cursor is at {c}, the deposit at hub height {height}"
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
         ensure!(balance(i)? == 55, "node{i}: erin has {}", balance(i)?);
     }
     Ok(())
