@@ -87,19 +87,8 @@ const TESTS: [Test<Net>; 3] = [
     },
 ];
 
-// The named tests run under `tally_tests::harness` as the binary's `main`
-// once `tests/Cargo.toml` declares this target with `harness = false`;
-// until then libtest runs them all as the one test below, which fails when
-// any of them fails (a skip passes it, printed as SKIPPED).
-#[cfg(not(test))]
 fn main() -> ExitCode {
     harness::run(&TESTS, Net::start)
-}
-
-#[cfg(test)]
-#[test]
-fn e2e_disk() {
-    assert!(harness::run(&TESTS, Net::start) == ExitCode::SUCCESS);
 }
 
 /// What the test sent: one route (USER, PROVIDER, "m", "r").
