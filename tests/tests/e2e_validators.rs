@@ -21,7 +21,13 @@
 //!    signed by G, and the hub's `/keys/hub` ends at G2;
 //! 4. `batch_settles_after_add`: usage reported after the switch forms a
 //!    batch the five-validator set signs; its signature verifies against G2
-//!    here, not against G, and the hub (which now holds G2) settles it;
+//!    here, not against G, and the hub (which now holds G2) settles it.
+//!    The fifth node holds a share of G2 (four of the old set would sign
+//!    without it): its `data/bls_share_epoch_2.json` is for the index
+//!    `/dkg` gives its address, its secret times the generator is that
+//!    index's on-chain public share, its signature of the batch verifies
+//!    under that share only, and every 4 of the 5 public shares
+//!    interpolate (by hand in the test, in the exponent) to G2;
 //! 5. `fifth_validator_removed`: a removal proposal approved by four of five
 //!    (4 of 5 equal powers): four validators again, epoch 3, a new key G3
 //!    handed to the hub the same way;
@@ -511,8 +517,9 @@ fn fifth_validator_added(f: &mut Net) -> Result<()> {
 }
 
 /// Reports `amount` credits of usage by [`USER`] and waits until a batch
-/// formed after the last switch is settled on the hub with exactly them.
-fn settle_one(f: &Net, amount: u64) -> Result<()> {
+/// formed after the last switch is settled on the hub with exactly them;
+/// returns the bytes its group signature signs.
+fn settle_one(f: &Net, amount: u64) -> Result<Vec<u8>> {
     let net = &f.net;
     let sync = query(&net.rpc(0), "/sync/hub")?;
     let first_new = sync["next_nonce"].as_u64().unwrap_or(1);
@@ -583,11 +590,202 @@ fn settle_one(f: &Net, amount: u64) -> Result<()> {
         h["paid"].as_u64() == Some(amount),
         "hub paid for batch {nonce}: {h}"
     );
-    Ok(())
+    Ok(msg)
 }
 
 fn batch_settles_after_add(f: &mut Net) -> Result<()> {
-    settle_one(f, 41)
+    let msg = settle_one(f, 41)?;
+    new_validator_holds_a_share(f, &msg)
+}
+
+/// The added validator holds a share of the active key, not just a seat:
+/// `t` of the old four would sign and settle a batch without it. Its
+/// `data/bls_share_epoch_<E>.json` is for the index `/dkg` and
+/// `/validators` give its address; the secret in it times the generator
+/// is the on-chain public share of that index (blst, not Tally's code);
+/// that secret's signature of the batch `msg` verifies under that public
+/// share (blst and `PublicShares::verify_partial`) and under no other
+/// index's; and the on-chain public shares are one polynomial of degree
+/// `t - 1` whose value at 0 is the group key: for every `t` of them,
+/// Lagrange interpolation at 0 done in this test in the exponent (integer
+/// coefficients scaled by a common denominator, so no field inverse) gives
+/// the group key.
+fn new_validator_holds_a_share(f: &Net, msg: &[u8]) -> Result<()> {
+    use blst::min_pk::{PublicKey, SecretKey, Signature};
+    use blst::BLST_ERROR;
+    let net = &f.net;
+    let pk = hex::decode(f.fifth.as_deref().context("no fifth validator")?)?;
+    let address = hex::encode(&Sha256::digest(&pk)[..20]);
+    let d = query(&net.rpc(4), "/dkg")?;
+    let epoch = d["epoch"].as_u64().context("epoch")?;
+    let t = d["threshold"].as_u64().context("threshold")? as usize;
+    let dst = d["dst"].as_str().context("dst")?.as_bytes().to_vec();
+    let g = bls::parse_public_key(&hex::decode(d["group_key"].as_str().context("group key")?)?)?;
+    ensure!(
+        d["group_key"] == f.group_key.as_str(),
+        "node4's /dkg key {} is not the active {}",
+        d["group_key"],
+        f.group_key
+    );
+    let shares: Vec<String> = d["public_shares"]
+        .as_array()
+        .context("public shares")?
+        .iter()
+        .map(|s| s.as_str().map(str::to_lowercase).context("public share"))
+        .collect::<Result<_>>()?;
+    let n = shares.len();
+    let index = d["signers"]
+        .as_array()
+        .context("signers")?
+        .iter()
+        .position(|s| s.as_str().map(str::to_lowercase).as_deref() == Some(&address))
+        .with_context(|| format!("the added validator {address} signs no share of the key"))?
+        + 1;
+    let vals = query(&net.rpc(0), "/validators")?;
+    let row = vals["validators"]
+        .as_array()
+        .context("validators")?
+        .iter()
+        .find(|v| v["address"] == address.as_str())
+        .with_context(|| format!("/validators has no {address}"))?;
+    ensure!(
+        row["share_index"] == index,
+        "/validators gives {address} share index {}, /dkg {index}",
+        row["share_index"]
+    );
+    // Its share file, as the node wrote it.
+    let path = net
+        .dir()
+        .join("node4")
+        .join("data")
+        .join(format!("bls_share_epoch_{epoch}.json"));
+    let file: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(&path).with_context(|| format!("{}", path.display()))?,
+    )?;
+    ensure!(
+        file["index"] == index && file["epoch"] == epoch,
+        "{}: index {} epoch {}, want {index} {epoch}",
+        path.display(),
+        file["index"],
+        file["epoch"]
+    );
+    let secret =
+        SecretKey::from_bytes(&hex::decode(file["secret"].as_str().context("no secret")?)?)
+            .map_err(|e| anyhow::anyhow!("{}: secret {e:?}", path.display()))?;
+    let public = secret.sk_to_pk();
+    ensure!(
+        hex::encode(public.compress()) == shares[index - 1],
+        "node4's secret times G1 is {}, the on-chain public share of index {index} is {}",
+        hex::encode(public.compress()),
+        shares[index - 1]
+    );
+    // Its signature of the batch verifies under its public share only.
+    let sig: Signature = secret.sign(msg, &dst, &[]);
+    let on_chain: Vec<PublicKey> = shares
+        .iter()
+        .map(|s| Ok(bls::parse_public_key(&hex::decode(s)?)?))
+        .collect::<Result<_>>()?;
+    for (i, share) in on_chain.iter().enumerate() {
+        let ok = sig.verify(true, msg, &dst, &[], share, true) == BLST_ERROR::BLST_SUCCESS;
+        ensure!(
+            ok == (i + 1 == index),
+            "node4's signature of the batch {} under the public share of index {}",
+            if ok { "verifies" } else { "does not verify" },
+            i + 1
+        );
+    }
+    let pubs = PublicShares {
+        threshold: t as u32,
+        group: g,
+        shares: on_chain.clone(),
+    };
+    let partial = bls::Partial::from_bytes(index as u32, &sig.compress())?;
+    ensure!(
+        pubs.verify_partial(msg, &partial),
+        "Tally's verify_partial refuses node4's partial"
+    );
+    // Every t of the n public shares interpolate to the group key at 0.
+    ensure!((1..=n).contains(&t) && n <= 16, "threshold {t} of {n}");
+    let mut subsets = 0;
+    for mask in 0u32..(1 << n) {
+        if mask.count_ones() as usize != t {
+            continue;
+        }
+        let xs: Vec<i128> = (1..=n as i128)
+            .filter(|x| (mask >> (x - 1)) & 1 == 1)
+            .collect();
+        ensure!(
+            interpolates_to(&xs, &on_chain, &g)?,
+            "public shares {xs:?} interpolate to another key than the group key"
+        );
+        subsets += 1;
+    }
+    eprintln!(
+        "node4 holds share {index} of epoch {epoch}; {subsets} subsets of {t} of {n} public shares give the group key"
+    );
+    Ok(())
+}
+
+/// Whether the public shares of indices `xs` interpolate to `g` at 0, in
+/// the exponent, with `blst` point additions only: `Σ_i (D λ_i) P_{x_i}
+/// = D g`, where `λ_i = Π_{j≠i} x_j / (x_j - x_i)` are the Lagrange
+/// coefficients at 0 and `D`, the product of their denominators' sizes,
+/// makes every `D λ_i` an integer (so no inverse mod r is needed).
+fn interpolates_to(
+    xs: &[i128],
+    shares: &[blst::min_pk::PublicKey],
+    g: &blst::min_pk::PublicKey,
+) -> Result<bool> {
+    let dens: Vec<i128> = xs
+        .iter()
+        .map(|&xi| {
+            xs.iter()
+                .filter(|&&xj| xj != xi)
+                .map(|&xj| xj - xi)
+                .product()
+        })
+        .collect();
+    let d: i128 = dens.iter().map(|x| x.abs()).product();
+    // Positive terms on the left; D g and the negative terms' sizes on
+    // the right (the coefficients sum to D, so the left is never empty).
+    let mut lhs: Option<blst::min_pk::AggregatePublicKey> = None;
+    let mut rhs = times(g, d.unsigned_abs()).context("D is 0")?;
+    for (&xi, &den) in xs.iter().zip(&dens) {
+        let num: i128 = xs.iter().filter(|&&xj| xj != xi).product();
+        ensure!((num * d) % den == 0, "D lambda is not an integer");
+        let c = num * d / den;
+        let p = shares
+            .get(usize::try_from(xi - 1)?)
+            .context("index out of range")?;
+        let term = times(p, c.unsigned_abs()).context("zero coefficient")?;
+        if c < 0 {
+            rhs.add_aggregate(&term);
+        } else if let Some(l) = &mut lhs {
+            l.add_aggregate(&term);
+        } else {
+            lhs = Some(term);
+        }
+    }
+    Ok(lhs.map(|l| l.to_public_key()) == Some(rhs.to_public_key()))
+}
+
+/// `k · p` by double and add (`None` for `k = 0`).
+fn times(p: &blst::min_pk::PublicKey, k: u128) -> Option<blst::min_pk::AggregatePublicKey> {
+    let base = blst::min_pk::AggregatePublicKey::from_public_key(p);
+    let mut acc: Option<blst::min_pk::AggregatePublicKey> = None;
+    for bit in (0..128).rev() {
+        if let Some(a) = &mut acc {
+            let twice = *a;
+            a.add_aggregate(&twice);
+        }
+        if (k >> bit) & 1 == 1 {
+            match &mut acc {
+                Some(a) => a.add_aggregate(&base),
+                None => acc = Some(base),
+            }
+        }
+    }
+    acc
 }
 
 fn fifth_validator_removed(f: &mut Net) -> Result<()> {
@@ -609,7 +807,7 @@ fn fifth_validator_removed(f: &mut Net) -> Result<()> {
 }
 
 fn batch_settles_after_removal(f: &mut Net) -> Result<()> {
-    settle_one(f, 43)
+    settle_one(f, 43).map(drop)
 }
 
 /// Runs `tally-hub ARGS`; its stdout, or an error with its stderr.
@@ -720,5 +918,5 @@ fn recovery_through_the_hubs_governors(f: &mut Net) -> Result<()> {
     f.old_keys
         .push(std::mem::replace(&mut f.group_key, new_key));
     f.switched_at = net.height(0);
-    settle_one(f, 47)
+    settle_one(f, 47).map(drop)
 }
