@@ -15,8 +15,9 @@
 //!    committing (reports land), validator 3 makes no height; after the heal
 //!    it catches up with the same app hash at every height;
 //! 3. `relay_cut_from_hub`: every relay cut from the hub while the chain
-//!    runs: the window's batch is signed, its attempts fail and the chain's
-//!    cooldown starts new ones; after the heal it is paid exactly once;
+//!    runs: the window's batch is signed, nothing reaches the hub (checked
+//!    at every poll), its attempts fail and the chain's cooldown starts new
+//!    ones; after the heal it is paid exactly once;
 //! 4. `skewed_relay`: validator 3's tallyd (app and relay) with its wall
 //!    clock 5 minutes ahead, then 5 minutes behind (libfaketime): the app
 //!    reads block time only, so its app hash stays equal to the others'; its
@@ -35,6 +36,24 @@
 //!
 //! Needs `cometbft` on PATH (without it every test is SKIPPED) and, for the
 //! skew tests, Debian's `faketime` (`localnet/install-deps.sh`).
+//!
+//! Seen failing, each with its protection removed in a throwaway edit of
+//! this file (then reverted): with the 2/2 cut doing nothing,
+//! `halt_on_even_split` failed with `heights moved while split 2/2: [42,
+//! 42, 42, 42] -> [65, 65, 65, 65]`; with validator 3 never isolated,
+//! `minority_catches_up` failed with `isolated validator 3 moved 68 -> 83`;
+//! with the hub link never cut, `relay_cut_from_hub` failed within 5 s with
+//! `batch 1 reached the hub through the cut link (attempt 1)` (that check,
+//! made at every poll while cut, was added then: before it the test only
+//! found out after waiting 240 s for a second attempt); with validators 1
+//! and 2 skewed as well (three relays, a signing threshold, at +5 min),
+//! `skewed_relay` failed with `batch 2 not settled with validator 3 at +5m`
+//! (`failures: 2`: every attempt reported failed at once); with the gateway
+//! child started without libfaketime, `skewed_gateway` failed with `the
+//! child's clock is off by -1 s, not +6m`. The first sabotaged run also
+//! showed `skewed_relay` timing a batch formed before the skew (a failed
+//! test before it left one in flight): each round now waits for every
+//! earlier batch to settle first.
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -431,6 +450,14 @@ fn relay_cut_from_hub(f: &mut Net) -> Result<()> {
         let h0 = f.net.height(0);
         loop {
             let s = sync(&f.net, 0);
+            // Nothing may reach the hub while cut: the batch is neither on
+            // the hub nor settled on the chain.
+            ensure!(
+                s["settled_batches"].as_u64().unwrap_or(0) < nonce
+                    && query(&f.hub, &format!("/batch/hub/{nonce}")).is_err(),
+                "batch {nonce} reached the hub through the cut link (attempt {}): {s}",
+                s["attempt"]
+            );
             if s["nonce"].as_u64() == Some(nonce) && s["attempt"].as_u64().unwrap_or(0) >= 2 {
                 break;
             }
@@ -502,7 +529,10 @@ fn skewed_round(f: &mut Net, offset: &str, amount: u64) -> Result<()> {
         String::from_utf8_lossy(&environ).contains(&format!("FAKETIME={offset}")),
         "validator 3's tallyd (pid {pid}) runs without FAKETIME={offset}"
     );
-    let nonce = sync(&f.net, 0)["settled_batches"].as_u64().unwrap_or(0) + 1;
+    // Every earlier batch settled (after the open window closed), so the
+    // next one is this round's and not one formed before the skew.
+    std::thread::sleep(Duration::from_secs(WINDOW_SECS + 2));
+    let nonce = wait_all_settled(f, Duration::from_secs(240))? + 1;
     f.send(3, f.records("skew-p", 4, amount))?;
     let start = Instant::now();
     let mut attempts = 0;
