@@ -189,7 +189,10 @@ for p in json.load(sys.stdin)["packages"]:
     cargo test --release --locked "${selection[@]}" --no-run \
       --message-format=json-render-diagnostics > "$dir/cargo.json"
     executables "$dir/cargo.json" > "$dir/executables"
-    cargo test --release --locked "${selection[@]}" -- --test-threads 2
+    # A failing test still leaves its counts: report them, then fail.
+    test_status=0
+    cargo test --release --locked --no-fail-fast "${selection[@]}" -- --test-threads 2 ||
+      test_status=$?
     report "$dir" "$dir/executables" > "$lines.all"
     if [ "${#crates[@]}" -gt 0 ]; then
       # Only the named crates: the others were linked in but not tested.
@@ -202,6 +205,12 @@ for p in json.load(sys.stdin)["packages"]:
     echo "coverage: lcov in $dir/lcov.info" >&2
     ;;
 esac
+status=0
 if [ "$fail_under" = 1 ]; then
-  check "$lines"
+  check "$lines" || status=1
 fi
+if [ "${test_status:-0}" -ne 0 ]; then
+  echo "coverage: some tests failed (exit $test_status)" >&2
+  status=1
+fi
+exit "$status"

@@ -4,7 +4,14 @@
 # CometBFT processes on loopback (reported SKIPPED, not passed, when cometbft
 # is missing), and the wire-format check of the hand-derived protobuf types
 # (tools/proto-check, a workspace of its own). Installs what is missing first.
-# Ends with `tests: N passed, M failed` (`, K skipped` when some were).
+# Then runs, in a short mode, every script the README and docs name that no
+# test runs (scripts/user-scripts.sh). Ends with `tests: N passed, M failed`
+# (`, K skipped` when some were).
+#
+# With TALLY_COVERAGE=1 (.ci/run sets it) the workspace's crates are built
+# with coverage instrumentation (scripts/coverage-rustc.sh; dependencies are not)
+# and the whole run, end-to-end tests and scripts included, ends with the
+# per-crate line coverage, checked against the floors in scripts/coverage.sh.
 #
 #   scripts/test.sh                 everything
 #   scripts/test.sh --count LOG     only the totals line of a captured test log
@@ -41,40 +48,105 @@ export PATH="$PATH:$(go env GOPATH 2>/dev/null || echo "$HOME/go")/bin"
 proto_check=(--manifest-path tools/proto-check/Cargo.toml)
 
 localnet/install-deps.sh
+# Coverage: an instrumented build beside the plain one (other hashes, same
+# dependencies); every instrumented process adds its counts to a pool of
+# profiles per executable (%8m: merged online, whatever the number of
+# processes). Cargo's JSON messages name the executables for llvm-cov.
+cargo_json=/dev/null
+if [ "${TALLY_COVERAGE:-0}" = 1 ]; then
+  cov_dir="$CARGO_TARGET_DIR/coverage/suite"
+  rm -rf "$cov_dir"
+  mkdir -p "$cov_dir"
+  export RUSTC_WORKSPACE_WRAPPER="$PWD/scripts/coverage-rustc.sh"
+  export LLVM_PROFILE_FILE="$cov_dir/%8m%c.profraw"
+  cargo_json="$cov_dir/cargo.json"
+fi
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 cargo fmt "${proto_check[@]}" --all -- --check
 echo "== build (release profile; first run compiles RocksDB, ~25 min on 2 cores)"
-cargo build --release --locked --workspace --all-targets
+cargo build --release --locked --workspace --all-targets \
+  --message-format=json-render-diagnostics > "$cargo_json"
 # The test-only tallyd-byzantine of tests/tests/e2e_byzantine.rs (feature
 # `byzantine`, which no workspace crate enables): `--bin`, so that tallyd is
 # not rebuilt with the feature; checked below.
 echo "== build tallyd-byzantine (test-only)"
-cargo build --release --locked -p tally-node --features byzantine --bin tallyd-byzantine
+cargo build --release --locked -p tally-node --features byzantine --bin tallyd-byzantine \
+  --message-format=json-render-diagnostics >> "$cargo_json"
 if grep -q TALLY_BYZANTINE_MODE "$CARGO_TARGET_DIR/release/tallyd"; then
   echo "error: $CARGO_TARGET_DIR/release/tallyd contains the byzantine wrapper" >&2
   exit 1
 fi
 export TALLY_BYZANTINE_BIN="$CARGO_TARGET_DIR/release/tallyd-byzantine"
 echo "== clippy"
-cargo clippy --release --locked --workspace --all-targets -- -D warnings
-cargo clippy --release --locked -p tally-node --features byzantine --all-targets -- -D warnings
-cargo clippy --release --locked "${proto_check[@]}" --all-targets -- -D warnings
-echo "== tests (unit, property, in-process ABCI driver, end-to-end on CometBFT, wire format)"
+# (clippy-driver is cargo's workspace wrapper itself: not the coverage one)
+env -u RUSTC_WORKSPACE_WRAPPER cargo clippy --release --locked --workspace --all-targets -- -D warnings
+env -u RUSTC_WORKSPACE_WRAPPER cargo clippy --release --locked -p tally-node --features byzantine --all-targets -- -D warnings
+env -u RUSTC_WORKSPACE_WRAPPER cargo clippy --release --locked "${proto_check[@]}" --all-targets -- -D warnings
+echo "== tests (unit, property, in-process ABCI driver, end-to-end on CometBFT, wire format, user scripts)"
+# Two lanes at once, each with a log of its own (shown whole when it ends):
+#   1. unit, property and driver tests, the byzantine wrapper's unit tests,
+#      the wire-format check, then the scripts a user runs
+#      (scripts/user-scripts.sh, short modes);
+#   2. the end-to-end suites (tests/tests/e2e_*.rs), one after another.
+# Each end-to-end suite, chaos.sh and the benchmarks take their own port block.
 log="$(mktemp)"
-trap 'rm -f "$log"' EXIT
+lane1="$(mktemp)"
+lane2="$(mktemp)"
+trap 'rm -f "$log" "$lane1" "$lane2"' EXIT
+mapfile -t e2e < <(cargo metadata --no-deps --format-version 1 | python3 -c '
+import json, sys
+for p in json.load(sys.stdin)["packages"]:
+    for t in p["targets"]:
+        if "test" in t["kind"] and t["name"].startswith("e2e_"):
+            print("--test"); print(t["name"])
+')
+mapfile -t other < <(cargo metadata --no-deps --format-version 1 | python3 -c '
+import json, sys
+for p in json.load(sys.stdin)["packages"]:
+    for t in p["targets"]:
+        if "test" in t["kind"] and not t["name"].startswith("e2e_"):
+            print("--test"); print(t["name"])
+')
 set +e
-cargo test --release --locked --workspace --no-fail-fast --lib --bins --tests -- --test-threads 2 2>&1 | tee "$log"
-status=${PIPESTATUS[0]}
-echo "== the test-only byzantine wrapper's unit tests"
-cargo test --release --locked -p tally-node --features byzantine --lib byzantine 2>&1 | tee -a "$log"
-byz_status=${PIPESTATUS[0]}
-[ "$status" -ne 0 ] || status=$byz_status
-echo "== wire format: settlement/src/proto.rs (+ proto/validators.rs) against proto/tally/v1/*.proto"
-cargo test --release --locked "${proto_check[@]}" 2>&1 | tee -a "$log"
-proto_status=${PIPESTATUS[0]}
+(
+  status=0
+  cargo test --release --locked --workspace --no-fail-fast --lib --bins "${other[@]}" \
+    -- --test-threads 2 || status=1
+  echo "== the test-only byzantine wrapper's unit tests"
+  cargo test --release --locked -p tally-node --features byzantine --lib byzantine || status=1
+  echo "== wire format: settlement/src/proto.rs (+ proto/validators.rs) against proto/tally/v1/*.proto"
+  cargo test --release --locked "${proto_check[@]}" || status=1
+  echo "== the scripts a user runs, in a short mode (scripts/user-scripts.sh)"
+  bash scripts/user-scripts.sh || status=1
+  exit "$status"
+) > "$lane1" 2>&1 &
+lane1_pid=$!
+(
+  cargo test --release --locked --workspace --no-fail-fast "${e2e[@]}" -- --test-threads 2
+) > "$lane2" 2>&1 &
+lane2_pid=$!
+wait "$lane1_pid"
+lane1_status=$?
+echo "== lane 1: unit, property, driver, wire format, user scripts (exit $lane1_status)"
+cat "$lane1" | tee -a "$log"
+wait "$lane2_pid"
+lane2_status=$?
+echo "== lane 2: end-to-end suites (exit $lane2_status)"
+cat "$lane2" | tee -a "$log"
 set -e
-[ "$status" -ne 0 ] || status=$proto_status
+status=0
+[ "$lane1_status" -eq 0 ] || status=$lane1_status
+[ "$status" -ne 0 ] || status=$lane2_status
+if [ "${TALLY_COVERAGE:-0}" = 1 ]; then
+  echo "== coverage per crate (floors in scripts/coverage.sh)"
+  bash scripts/coverage.sh --executables "$cargo_json" > "$cov_dir/executables"
+  set +e
+  bash scripts/coverage.sh --report "$cov_dir" "$cov_dir/executables" --fail-under
+  cov_status=$?
+  set -e
+  [ "$status" -ne 0 ] || status=$cov_status
+fi
 echo
 count "$log"
 exit "$status"
