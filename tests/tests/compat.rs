@@ -29,8 +29,20 @@
 //! before exiting (RocksDB's open). A fixture with one byte of its store's
 //! WAL flipped still passes, rightly: RocksDB recovers to the last intact
 //! record and CometBFT replays the blocks after it, to the same hashes.
-//! Not yet seen failing with a changed app hash rule (that needs a
-//! second build of `tallyd`).
+//! Seen failing, each with its protection removed (then reverted): with
+//! one user's genesis balance raised by 1 in the replaying node's copy
+//! (state built from the blocks no longer what the old store carries, as
+//! a changed app hash rule would make it), `every_fixture_runs_on_or_is_refused`
+//! failed with `the replaying node stopped at 1 (fixture at 63)` and
+//! CometBFT's `wrong Block.Header.AppHash` in the message (block sync
+//! checks each header against the replayed hash before this test can);
+//! with `TALLYD=` a wrapper that writes to `data/` before starting the
+//! real binary, `a_refusal_changes_nothing` failed with `a refused start
+//! changed files`, and with a wrapper that drops the output, with the
+//! exit status and no message. `tallyd did not serve ABCI` once came
+//! after 60 s under heavy load with the process still running; the wait
+//! is now on the port while the process lives (a refusal is seen as soon
+//! as it exits), for up to 300 s, and names the log.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -190,6 +202,13 @@ fn spawn(cmd: &mut Command, log: &Path) -> Result<Proc> {
     Ok(Proc(child))
 }
 
+/// How long a `tallyd` that is still running may take to serve ABCI. The
+/// signal is the port accepting while the process lives (a refusal ends the
+/// process and is seen at once, whatever this bound); opening the store of
+/// a release binary of ~500 MB took over 60 s on a loaded 2-core machine,
+/// so the bound is for a hung process only.
+const ABCI_DEADLINE: Duration = Duration::from_secs(300);
+
 /// Starts `tallyd start --home home` and waits until it serves ABCI on
 /// `abci`; `Err(status, log)` inside `Ok` if it exits first (a refusal).
 fn start_tallyd(home: &Path, abci: u16, log: &Path) -> Result<Result<Proc, (i32, String)>> {
@@ -209,8 +228,11 @@ fn start_tallyd(home: &Path, abci: u16, log: &Path) -> Result<Result<Proc, (i32,
             return Ok(Ok(p));
         }
         ensure!(
-            t.elapsed() < Duration::from_secs(60),
-            "tallyd did not serve ABCI"
+            t.elapsed() < ABCI_DEADLINE,
+            "tallyd (pid {}, still running) did not serve ABCI on 127.0.0.1:{abci} within \
+             {ABCI_DEADLINE:?}; its log:\n{}",
+            p.0.id(),
+            tail(log)
         );
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -271,6 +293,27 @@ fn tail(path: &Path) -> String {
     lines[lines.len().saturating_sub(15)..].join("\n")
 }
 
+/// The last error lines of a CometBFT log (`E[...`), which the tail may
+/// have scrolled past (peer reconnections go on after a block-sync error).
+fn errors(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("E[")).collect();
+    lines[lines.len().saturating_sub(5)..].join("\n")
+}
+
+/// The files whose digests differ between `before` and `after` (changed,
+/// added or removed), for failure messages.
+fn changed(before: &BTreeMap<PathBuf, String>, after: &BTreeMap<PathBuf, String>) -> Vec<PathBuf> {
+    before
+        .keys()
+        .chain(after.keys())
+        .filter(|k| before.get(*k) != after.get(*k))
+        .cloned()
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect()
+}
+
 fn run_fixture(fixture: &Path) -> Result<()> {
     let tmp = tempfile::Builder::new().prefix("tally-compat-").tempdir()?;
     let (a, b) = (tmp.path().join("old"), tmp.path().join("replay"));
@@ -285,10 +328,12 @@ fn run_fixture(fixture: &Path) -> Result<()> {
                 code != 0 && !log.trim().is_empty(),
                 "tallyd exited {code} without a message"
             );
+            let after = digests(&a)?;
             ensure!(
-                digests(&a)? == before,
-                "tallyd refused {} (exit {code}) but changed its files:\n{log}",
-                fixture.display()
+                after == before,
+                "tallyd refused {} (exit {code}) but changed its files {:?}:\n{log}",
+                fixture.display(),
+                changed(&before, &after)
             );
             eprintln!(
                 "{}: refused (exit {code}), nothing changed:\n{log}",
@@ -346,9 +391,12 @@ fn run_fixture(fixture: &Path) -> Result<()> {
     while checked < MORE_BLOCKS {
         ensure!(
             t.elapsed() < Duration::from_secs(180),
-            "the replaying node stopped at {} (fixture at {start}); see {}",
+            "the replaying node stopped at {} (fixture at {start}); its CometBFT errors:\n{}\n\
+             its CometBFT log ends:\n{}\nits tallyd log ends:\n{}",
             height(&rpc_b),
-            tmp.path().join("replay-cometbft.log").display()
+            errors(&tmp.path().join("replay-cometbft.log")),
+            tail(&tmp.path().join("replay-cometbft.log")),
+            tail(&tmp.path().join("replay-tallyd.log"))
         );
         let (h, hash) = app_info(&rpc_b).unwrap_or((0, String::new()));
         if h > start + checked {
@@ -364,7 +412,12 @@ fn run_fixture(fixture: &Path) -> Result<()> {
     }
     let (h, hash) = app_info(&rpc_a)?;
     wait_height(&rpc_a, h + 1, "the fixture node")?;
-    ensure!(header_app_hash(&rpc_a, h + 1)? == hash);
+    let want = header_app_hash(&rpc_a, h + 1)?;
+    ensure!(
+        want == hash,
+        "the fixture node's app hash at {h} is {hash}, its header of {} says {want}",
+        h + 1
+    );
     drop(app_a);
     eprintln!(
         "{}: ran on from height {start}; replayed from genesis with equal app hashes",
@@ -414,11 +467,12 @@ fn a_refusal_changes_nothing() {
             f.display(),
             out.status
         );
-        assert_eq!(
-            digests(&home).expect("digests"),
-            before,
-            "{}: a refused start changed files",
-            f.display()
+        let after = digests(&home).expect("digests");
+        assert!(
+            after == before,
+            "{}: a refused start changed files: {:?}",
+            f.display(),
+            changed(&before, &after)
         );
     }
 }

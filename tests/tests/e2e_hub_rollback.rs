@@ -33,9 +33,18 @@
 //! built `tallyd` and `tally-hub`. Seen failing: the first runs' audit
 //! found 1,000,000 credits more than the test's books on every node and the
 //! hub (genesis funds the demo users on both chains); the books now start
-//! from the balance and escrow read before the deposit. Not yet seen
-//! failing with the relay's recovery or the count check removed (a rebuilt
-//! `tallyd` on the shared target directory).
+//! from the balance and escrow read before the deposit. Seen failing, each
+//! with its fault or its remedy removed in a throwaway edit of this file
+//! (then reverted): with the hub's newest state put back instead of the
+//! copy from before the batch, test 1 failed with `the restored hub still
+//! knows batch 1`; with the copy from before the deposit put back a second
+//! time instead of the newest state, test 2 failed with `frank's deposit
+//! of 77 credited: not within 90s` (the hub still one deposit short, the
+//! count check refuses every range); with no restore at all, test 2's
+//! second deposit of the same amount was refused by the hub's mempool
+//! cache (`tx already exists in cache`). Not yet seen failing with the
+//! relay's recovery or the count check removed in `tallyd` itself (a
+//! second build of `tallyd` on the shared target directory).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
