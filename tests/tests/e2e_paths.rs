@@ -28,6 +28,17 @@
 //!    `tests/src/tamper.rs` (a value changed, or every header's app hash
 //!    above the root), the same query fails and prints nothing.
 //!
+//! 3. `state_sync_join_while_a_batch_is_in_flight`: once every earlier
+//!    batch settled, the hub is stopped and carol is charged 9 by
+//!    `prov-ss`; the window closes and the validators sign the batch,
+//!    which cannot settle. A full node joins by state sync
+//!    (`localnet/node.sh join`) from a snapshot taken after the signing
+//!    (CometBFT's `earliest_block_height` above it) and shows the batch
+//!    signed, not settled. With the hub back the batch settles: on the
+//!    joiner and on every validator it is `settled` under the same nonce,
+//!    the hub paid exactly its calls' sum with no shortfall and `prov-ss`
+//!    exactly 9 (once), and the joiner's app hash equals every validator's.
+//!
 //! Needs `cometbft` on PATH (without it every test is reported SKIPPED),
 //! built `tallyd` and `tally-hub`.
 
@@ -44,8 +55,14 @@ use tally_tests::tamper::{Tamper, TamperProxy};
 /// Ports from here (validator i: +10 i, the added one +40; hub +100), or
 /// the next free block.
 const PORT_BASE: u16 = 39656;
-/// Long windows: the allowance test's charges all fall in one.
-const WINDOW_SECS: u64 = 3600;
+/// Short windows, so that test 3's batch forms; tests 1 and 2 wait for a
+/// fresh one before charges that must fall in one window.
+const WINDOW_SECS: u64 = 30;
+/// Snapshots every 10 blocks, for the state-sync join.
+const SNAPSHOT_INTERVAL: u64 = 10;
+/// Test 3's provider.
+const SS_PROVIDER: &str = "prov-ss";
+const SS_AMOUNT: u64 = 9;
 /// Blocks per DKG phase (as e2e_validators.rs): a reshare takes ~5 s.
 const PHASE_BLOCKS: &str = "3";
 const GATEWAY: &str = "demo-gateway";
@@ -57,7 +74,7 @@ const MAX_PER_WINDOW: u64 = 100;
 const CAROL: &str = "carol";
 const LIGHT_PROVIDER: &str = "prov-light";
 
-const TESTS: [Test<Net>; 2] = [
+const TESTS: [Test<Net>; 3] = [
     Test {
         name: "allowance_grant_and_revoke_through_cometbft",
         needs: &[],
@@ -67,6 +84,11 @@ const TESTS: [Test<Net>; 2] = [
         name: "light_client_verifies_across_a_validator_set_change",
         needs: &[],
         run: light_client_verifies_across_a_validator_set_change,
+    },
+    Test {
+        name: "state_sync_join_while_a_batch_is_in_flight",
+        needs: &[],
+        run: state_sync_join_while_a_batch_is_in_flight,
     },
 ];
 
@@ -81,10 +103,14 @@ struct Net {
 
 impl Net {
     fn start() -> Result<Self> {
-        // Five validators' ports: the one test 2 adds too.
-        let base = free_port_base(PORT_BASE, 5)?;
+        // Six nodes' ports: the validator test 2 adds and test 3's joiner.
+        let base = free_port_base(PORT_BASE, 6)?;
         let opts = Options {
             up_env: vec![("TALLY_DKG_PHASE_BLOCKS".into(), PHASE_BLOCKS.into())],
+            env: vec![(
+                "TALLY_SNAPSHOT_INTERVAL".into(),
+                SNAPSHOT_INTERVAL.to_string(),
+            )],
             ..Options::default()
         };
         let net = Localnet::launch(4, base, "500ms", WINDOW_SECS, &opts)?;
@@ -292,7 +318,7 @@ fn allowance_grant_and_revoke_through_cometbft(f: &mut Net) -> Result<()> {
             == [DEPOSIT; 4])
     })?;
     // All charges in one window (a grant's limit is per window).
-    let window = fresh_window(180);
+    let window = fresh_window(25);
     let (seq0, _) = dave_allowance(net, 0)?;
     let printed = allowance(
         net,
@@ -448,7 +474,7 @@ fn refused(args: &[&str], error: &str) -> Result<()> {
 fn light_client_verifies_across_a_validator_set_change(f: &mut Net) -> Result<()> {
     let net = &f.net;
     net.wait_for_key(Duration::from_secs(120))?;
-    let window = fresh_window(240);
+    let window = fresh_window(12);
     // The record, as the test sends it: two calls of 3 and 4 credits.
     for amount in [3, 4] {
         let got = report(net, 0, CAROL, LIGHT_PROVIDER, "ok", amount)?;
@@ -601,6 +627,135 @@ fn light_client_verifies_across_a_validator_set_change(f: &mut Net) -> Result<()
     for i in 0..5 {
         check_record(&route_record(net, i, CAROL, LIGHT_PROVIDER, window)?, &want)
             .with_context(|| format!("node{i}"))?;
+    }
+    Ok(())
+}
+
+/// The app hash in the header at `height` on node `i`.
+fn header_app_hash(net: &Localnet, i: usize, height: u64) -> Result<String> {
+    let v = net
+        .rpc(i)
+        .call("block", serde_json::json!({"height": height.to_string()}))?;
+    v["block"]["header"]["app_hash"]
+        .as_str()
+        .map(str::to_string)
+        .context("no app_hash in the header")
+}
+
+/// The nonce and status of the batch on node `i` holding a call for
+/// `provider`, if one was formed.
+fn batch_of(net: &Localnet, i: usize, provider: &str) -> Result<Option<(u64, String)>> {
+    let s = query(&net.rpc(i), "/sync/hub")?;
+    let last = s["nonce"]
+        .as_u64()
+        .unwrap_or(0)
+        .max(s["settled_batches"].as_u64().unwrap_or(0));
+    for n in 1..=last {
+        let a = net.rpc(i).abci_query(&format!("/batch/hub/{n}"))?;
+        if a.code != 0 {
+            continue;
+        }
+        let b: Value = serde_json::from_slice(&a.value)?;
+        let mine = b["calls"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["provider"] == provider));
+        if mine {
+            return Ok(Some((n, b["status"].as_str().unwrap_or("").to_string())));
+        }
+    }
+    Ok(None)
+}
+
+fn state_sync_join_while_a_batch_is_in_flight(f: &mut Net) -> Result<()> {
+    let net = &f.net;
+    let hub = Rpc::new(&net.hub_rpc_url());
+    // Start from a quiet pipeline: every earlier window closed and settled.
+    fresh_window(WINDOW_SECS + 1);
+    wait(net, 240, "every earlier batch settled", || {
+        let calls = query(&net.rpc(0), "/hubcalls/hub")?;
+        let s = query(&net.rpc(0), "/sync/hub")?;
+        Ok(calls["calls"].as_array().is_some_and(|c| c.is_empty())
+            && (s["nonce"].is_null() || s["nonce"] == s["settled_batches"]))
+    })?;
+    // The hub down: the batch is signed but cannot settle.
+    let down = net.take_down("stop", None)?;
+    fresh_window(8);
+    let got = report(net, 0, CAROL, SS_PROVIDER, "ok", SS_AMOUNT)?;
+    ensure!(got.0 == 0, "report refused: {got:?}");
+    let mut nonce = 0;
+    wait(net, 120, "the batch signed", || {
+        Ok(match batch_of(net, 0, SS_PROVIDER)? {
+            Some((n, st)) if st == "signed" => {
+                nonce = n;
+                true
+            }
+            Some((n, st)) => bail!("batch {n} is {st} with the hub down"),
+            None => false,
+        })
+    })?;
+    let signed_at = net.height(0);
+    let snap = (signed_at / SNAPSHOT_INTERVAL + 1) * SNAPSHOT_INTERVAL;
+    net.wait_height(0, snap + 3, Duration::from_secs(60))?;
+    let joiner = (4..10)
+        .find(|i| !net.dir().join(format!("node{i}")).exists())
+        .context("no free node index")?;
+    net.node("join", joiner).context("localnet/node.sh join")?;
+    let st = net.rpc(joiner).call("status", serde_json::json!({}))?["sync_info"].clone();
+    let earliest: u64 = st["earliest_block_height"]
+        .as_str()
+        .and_then(|h| h.parse().ok())
+        .context("earliest_block_height")?;
+    ensure!(
+        earliest > signed_at,
+        "node{joiner} holds blocks from {earliest}: not restored from a snapshot after {signed_at}"
+    );
+    // It restored the batch in flight: signed, not settled.
+    ensure!(
+        batch_of(net, joiner, SS_PROVIDER)? == Some((nonce, "signed".into())),
+        "node{joiner}: batch {:?}",
+        batch_of(net, joiner, SS_PROVIDER)?
+    );
+    down.now()?;
+    wait(net, 240, "the batch settled on the joiner", || {
+        Ok(batch_of(net, joiner, SS_PROVIDER)? == Some((nonce, "settled".into())))
+    })?;
+    // Settled once: the hub paid exactly the batch's calls, and the
+    // provider exactly what was reported.
+    let b = query(&net.rpc(joiner), &format!("/batch/hub/{nonce}"))?;
+    let calls = b["calls"].as_array().context("calls")?;
+    let sum: u64 = calls.iter().filter_map(|c| c["amount"].as_u64()).sum();
+    let h = query(&hub, &format!("/batch/hub/{nonce}"))?;
+    ensure!(
+        h["paid"].as_u64() == Some(sum)
+            && h["shortfall"].as_u64().unwrap_or(0) == 0
+            && h["calls"].as_u64() == Some(calls.len() as u64),
+        "batch {nonce}: chain {b}\nhub {h}"
+    );
+    let paid = query(&hub, &format!("/payout/{SS_PROVIDER}"))?["paid"].as_u64();
+    ensure!(paid == Some(SS_AMOUNT), "hub paid {SS_PROVIDER} {paid:?}");
+    // The same state: app hashes and the settled count on every node.
+    let top = net.height(joiner);
+    net.wait_height(joiner, top + 2, Duration::from_secs(30))?;
+    let want = header_app_hash(net, 0, top + 1)?;
+    let validators = if net.dir().join("node4").exists() && joiner != 4 {
+        5
+    } else {
+        4
+    };
+    for i in (0..validators).chain([joiner]) {
+        net.wait_height(i, top + 1, Duration::from_secs(30))?;
+        let got = header_app_hash(net, i, top + 1)?;
+        ensure!(
+            got == want,
+            "node{i}: app hash {got} at {}, node0 {want}",
+            top + 1
+        );
+        let s = query(&net.rpc(i), "/sync/hub")?;
+        ensure!(s["settled_batches"].as_u64() >= Some(nonce), "node{i}: {s}");
+        ensure!(
+            batch_of(net, i, SS_PROVIDER)? == Some((nonce, "settled".into())),
+            "node{i}: batch"
+        );
     }
     Ok(())
 }
