@@ -33,7 +33,13 @@
 //! built `tallyd` and `tally-hub`. Seen failing: the first runs' audit
 //! found 1,000,000 credits more than the test's books on every node and the
 //! hub (genesis funds the demo users on both chains); the books now start
-//! from the balance and escrow read before the deposit. Seen failing, each
+//! from the balance and escrow read before the deposit; the first
+//! `scripts/faults.sh` run had test 2 deposit while test 1's rolled-back
+//! hub was still below the chain's hub cursor, a deposit the chain can
+//! never see (`hub block deposit_count 5 with more=false, but crediting it
+//! leaves 4 deposits credited`, `erin's deposit of 500 credited: not
+//! within 90s`); a deposit now waits for the hub's tip to pass every
+//! validator's cursor. Seen failing, each
 //! with its fault or its remedy removed in a throwaway edit of this file
 //! (then reverted): with the hub's newest state put back instead of the
 //! copy from before the batch, test 1 failed with `the restored hub still
@@ -199,8 +205,27 @@ impl Net {
     }
 
     /// Deposits `amount` for `user` on the hub and waits until every
-    /// validator credits it (`before` + `amount`).
+    /// validator credits it (`before` + `amount`). The deposit is made
+    /// once the hub's tip is past every validator's hub cursor: a hub
+    /// rolled back below the cursor (test 1 leaves it there while it
+    /// makes its lost blocks again) would put the deposit at a height the
+    /// chain has passed, never credited, and stall every later range
+    /// (seen: `deposit_count 5 ... leaves 4 deposits credited`).
     fn deposit_credited(&self, user: &str, amount: u64) -> Result<()> {
+        let cursor = (0..4)
+            .map(|i| {
+                query(&self.net.rpc(i), "/sync/hub").map(|s| s["hub_cursor"].as_u64().unwrap_or(0))
+            })
+            .collect::<Result<Vec<u64>>>()?
+            .into_iter()
+            .max()
+            .unwrap_or(0);
+        wait_for(
+            &format!("the hub's tip past the chain's hub cursor {cursor}"),
+            Duration::from_secs(120),
+            || Ok(self.hub.status()?.height > cursor),
+            &self.net,
+        )?;
         let before = self.net.balance(0, user)?;
         self.net.hub_deposit(user, amount)?;
         wait_for(
