@@ -20,6 +20,7 @@
 //! | `windows_closed_total` | counter | settlement windows closed |
 //! | `threshold_signed_total{kind}` | counter | messages that reached the threshold and were acted on: `batch`, `hub_result`, `hub_block` |
 //! | `threshold_combine_failed_total` | counter | messages whose partials reached the threshold but did not combine |
+//! | `vote_extensions_rejected_total{reason}` | counter | vote extensions this node refused in VerifyVoteExtension, by why: `too_large`, `undecodable`, `too_many_partials`, `not_a_signer`, `foreign_index`, `malformed`, `state` (its own state unreadable) |
 //! | `app_height` | gauge | last height this app committed |
 //! | `last_block_time_seconds` | gauge | header time (unix seconds) of that block |
 //! | `bls_share_loaded` | gauge | 1 when this node holds a threshold key share (it signs), else 0 |
@@ -45,6 +46,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
+use tally_settlement::sync::BadExtension;
 use tally_settlement::Code;
 use tally_store::Backend;
 use tendermint_proto::v0_38::abci::ResponseFinalizeBlock;
@@ -260,6 +262,8 @@ struct Values {
     windows_closed: AtomicU64,
     signed: [AtomicU64; SIGNED_KINDS.len()],
     combine_failed: AtomicU64,
+    /// Vote extensions refused, by [`EXTENSION_REASONS`] position.
+    extensions_rejected: [AtomicU64; EXTENSION_REASONS.len()],
     height: AtomicU64,
     block_time: AtomicU64,
     /// 0: no share; otherwise its index.
@@ -294,6 +298,13 @@ impl AppMetrics {
             .and_then(|c| self.values.rejected.get(p)?.get(c));
         if let Some(s) = slot {
             s.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// VerifyVoteExtension refused an extension because of `why`.
+    pub fn extension_rejected(&self, why: &BadExtension) {
+        if let Some(n) = self.values.extensions_rejected.get(extension_reason(why)) {
+            n.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -429,6 +440,17 @@ impl Collector for AppCollector {
             "Messages whose partials reached the threshold but did not combine",
             load(&v.combine_failed),
         )?;
+        {
+            let mut d = e.encode_descriptor(
+                "vote_extensions_rejected",
+                "Vote extensions refused in VerifyVoteExtension, by reason",
+                None,
+                MetricType::Counter,
+            )?;
+            for (reason, n) in EXTENSION_REASONS.iter().zip(&v.extensions_rejected) {
+                ConstCounter::new(load(n)).encode(d.encode_family(&[("reason", *reason)])?)?;
+            }
+        }
         gauge(
             &mut e,
             "app_height",
@@ -457,6 +479,9 @@ impl Collector for AppCollector {
         state::encode(&mut e, &self.backend, load(&v.height))
     }
 }
+
+mod reasons;
+use reasons::{extension_reason, EXTENSION_REASONS};
 
 #[cfg(test)]
 mod tests;

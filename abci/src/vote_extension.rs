@@ -102,6 +102,7 @@ pub(crate) fn verify_vote_extension(
                 error = %e,
                 "rejecting vote extension"
             );
+            app.metrics().extension_rejected(&e);
             VerifyStatus::Reject
         }
     };

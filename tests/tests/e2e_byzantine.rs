@@ -10,8 +10,13 @@
 //! 2. `foreign_index_extensions_rejected_chain_commits`: validator 3 sends
 //!    well-formed partials signed with a junk key under the other
 //!    validators' share indices (`foreign-index`); every honest node
-//!    rejects them in VerifyVoteExtension ("rejecting vote extension") and
-//!    the chain keeps committing;
+//!    rejects them in VerifyVoteExtension: its
+//!    `tally_vote_extensions_rejected_total{reason="foreign_index"}` on
+//!    `/metrics` rises by at least 3 while no other reason's counter moves
+//!    and validator 3's own counters stay 0 (honest extensions are never
+//!    refused); the chain keeps committing. Seen failing with a `tallyd`
+//!    whose VerifyVoteExtension did not count its refusals: "honest
+//!    validators rejected [0, 0, 0] extensions for foreign_index";
 //! 3. `deposits_credited_with_a_byzantine_signer`: hub deposits are
 //!    credited on every validator (hub blocks signed by the 3 honest ones);
 //! 4. `batch_settles_with_a_byzantine_signer`: usage with real amounts sent
@@ -20,8 +25,9 @@
 //!    exactly what was sent, with no shortfall;
 //! 5. `oversized_extensions_rejected_batch_settles`: validator 3 restarted
 //!    in `oversized` mode (extensions over `max_vote_extension_bytes`): they
-//!    are rejected, the chain keeps committing and the next batch settles,
-//!    paid exactly.
+//!    are rejected (`reason="too_large"` rises by at least 3 on every honest
+//!    node, nothing else), the chain keeps committing and the next batch
+//!    settles, paid exactly.
 //!
 //! Needs `cometbft` on PATH (without it every test is reported SKIPPED),
 //! built `tallyd` and `tally-hub` binaries (like `e2e_localnet`), and
@@ -92,11 +98,6 @@ struct Net {
     key: SigningKey,
     chain_id: String,
     hub: Rpc,
-    /// Validator 3's consensus address, lower-case hex.
-    byz_address: String,
-    /// Validator 3's share index in the key the chain made (the on-chain
-    /// DKG orders players by consensus address).
-    byz_index: u32,
     /// What every provider must have been paid on the hub so far.
     paid: std::collections::BTreeMap<String, u64>,
 }
@@ -126,14 +127,16 @@ impl Net {
             })
             .map(|i| i as u32 + 1)
             .with_context(|| format!("validator {BYZ} holds no share: {dkg}"))?;
+        // It signs with a share (the on-chain DKG orders players by
+        // consensus address), so its foreign-index partials are refused as
+        // such, not as a non-signer's.
+        eprintln!("[e2e] validator {BYZ} ({byz_address}) holds share {byz_index}");
         Ok(Self {
             net,
             byzantine_bin,
             key,
             chain_id,
             hub,
-            byz_address,
-            byz_index,
             paid: Default::default(),
         })
     }
@@ -236,37 +239,95 @@ fn strip_ansi(text: &str) -> String {
     out
 }
 
-/// Validator `i`'s tallyd log lines that reject an extension of validator 3
-/// and contain `why`.
-fn rejections(net: &Localnet, i: usize, byz_address: &str, why: &str) -> usize {
-    let log =
-        std::fs::read_to_string(net.dir().join(format!("node{i}/tallyd.log"))).unwrap_or_default();
-    strip_ansi(&log)
-        .lines()
-        .filter(|l| {
-            l.contains("rejecting vote extension")
-                && l.to_ascii_lowercase().contains(byz_address)
-                && l.contains(why)
-        })
-        .count()
+/// The `reason` labels of `tally_vote_extensions_rejected_total`.
+const REASONS: [&str; 7] = [
+    "too_large",
+    "undecodable",
+    "too_many_partials",
+    "not_a_signer",
+    "foreign_index",
+    "malformed",
+    "state",
+];
+
+/// Validator `i`'s `tally_vote_extensions_rejected_total` for each of
+/// [`REASONS`], read from its `/metrics` page (a reason missing from the
+/// page is an error).
+fn rejected(net: &Localnet, i: usize) -> Result<[u64; REASONS.len()]> {
+    let port = net.port_base() + 10 * i as u16 + 5;
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let page = ureq::get(&url)
+        .timeout(Duration::from_secs(5))
+        .call()
+        .with_context(|| format!("GET {url}"))?
+        .into_string()?;
+    let mut out = [0; REASONS.len()];
+    for (n, reason) in out.iter_mut().zip(REASONS) {
+        let series = format!("tally_vote_extensions_rejected_total{{reason=\"{reason}\"}} ");
+        *n = page
+            .lines()
+            .find_map(|l| l.strip_prefix(&series))
+            .with_context(|| format!("node{i}: no {series} on {url}"))?
+            .trim()
+            .parse()?;
+    }
+    Ok(out)
 }
 
-/// Waits until every honest validator rejected more than `before[i]`
-/// (+ `at_least`) extensions of validator 3 for `why`; returns the counts.
-fn wait_rejections(f: &Net, why: &str, before: [usize; 3], at_least: usize) -> Result<[usize; 3]> {
+/// Every honest validator's rejection counters.
+fn honest_rejected(net: &Localnet) -> Result<[[u64; REASONS.len()]; 3]> {
+    Ok([rejected(net, 0)?, rejected(net, 1)?, rejected(net, 2)?])
+}
+
+/// Waits until every honest validator's counter of extensions rejected
+/// for `reason` is at least `at_least` above `before`, while no other
+/// reason's counter moved and validator 3 rejected none (its
+/// VerifyVoteExtension is the honest code, and honest extensions are never
+/// refused); returns the counters.
+fn wait_rejections(
+    f: &Net,
+    reason: &str,
+    before: [[u64; REASONS.len()]; 3],
+    at_least: u64,
+) -> Result<[[u64; REASONS.len()]; 3]> {
+    let r = REASONS
+        .iter()
+        .position(|x| *x == reason)
+        .context("unknown reason")?;
     let start = Instant::now();
     loop {
-        let now: [usize; 3] = std::array::from_fn(|i| rejections(&f.net, i, &f.byz_address, why));
-        if now.iter().zip(before).all(|(n, b)| *n >= b + at_least) {
+        let now = honest_rejected(&f.net)?;
+        for (i, (n, b)) in now.iter().zip(&before).enumerate() {
+            for (k, reason_k) in REASONS.iter().enumerate() {
+                ensure!(
+                    k == r || n[k] == b[k],
+                    "node{i} rejected extensions for {reason_k}: {} (before {}), only {reason} expected",
+                    n[k],
+                    b[k]
+                );
+            }
+        }
+        let byz = rejected(&f.net, BYZ)?;
+        ensure!(
+            byz == [0; REASONS.len()],
+            "validator {BYZ} rejected extensions of honest validators: {byz:?} ({REASONS:?})"
+        );
+        let counts: [u64; 3] = std::array::from_fn(|i| now[i][r]);
+        if now
+            .iter()
+            .zip(&before)
+            .all(|(n, b)| n[r] >= b[r] + at_least)
+        {
             eprintln!(
-                "[e2e] validators 0..2 rejected {now:?} extensions of validator {BYZ} ({why:?}) after {:.1}s",
+                "[e2e] validators 0..2 rejected {counts:?} extensions for {reason} after {:.1}s",
                 start.elapsed().as_secs_f64()
             );
             return Ok(now);
         }
         ensure!(
             start.elapsed() < Duration::from_secs(60),
-            "honest validators rejected {now:?} (before {before:?}) extensions of validator {BYZ} for {why:?}, want {at_least} more each\n{}",
+            "honest validators rejected {counts:?} extensions for {reason} (before {:?}), want {at_least} more each\n{}",
+            before.map(|b| b[r]),
             f.net.logs_tail()
         );
         std::thread::sleep(Duration::from_millis(300));
@@ -293,9 +354,9 @@ fn byzantine_sent(net: &Localnet, mode: &str) -> bool {
 }
 
 fn foreign_index_extensions_rejected_chain_commits(f: &mut Net) -> Result<()> {
-    // The reason check_extension gives for a partial under another index.
-    let why = format!("the sender's index is {}", f.byz_index);
-    wait_rejections(f, &why, [0; 3], 3)?;
+    // Partials under another index than the sender's own, counted from 0
+    // on a new network.
+    wait_rejections(f, "foreign_index", [[0; REASONS.len()]; 3], 3)?;
     ensure!(
         byzantine_sent(&f.net, "foreign-index"),
         "validator {BYZ} logged no foreign-index extension"
@@ -457,12 +518,11 @@ fn batch_settles_with_a_byzantine_signer(f: &mut Net) -> Result<()> {
 
 fn oversized_extensions_rejected_batch_settles(f: &mut Net) -> Result<()> {
     // Validator 3 again, now sending extensions over the 4096-byte cap.
-    let why = "bytes, at most 4096";
-    let before: [usize; 3] = std::array::from_fn(|i| rejections(&f.net, i, &f.byz_address, why));
+    let before = honest_rejected(&f.net)?;
     f.net.node("stop", BYZ)?;
     f.net
         .node_with_env("start", BYZ, &[("TALLY_BYZANTINE_MODE", "oversized")])?;
-    wait_rejections(f, why, before, 3)?;
+    wait_rejections(f, "too_large", before, 3)?;
     ensure!(
         byzantine_sent(&f.net, "oversized"),
         "validator {BYZ} logged no oversized extension"

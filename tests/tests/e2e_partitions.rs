@@ -71,7 +71,7 @@ use tally_tests::localnet::{free_port_base, Localnet, Options};
 use tally_tests::partition::Link;
 use tally_tests::skew;
 
-const PORT_BASE: u16 = 35656;
+const PORT_BASE: u16 = 12656;
 const WINDOW_SECS: u64 = 10;
 const USERS: [&str; 4] = ["user-0", "user-1", "user-2", "user-3"];
 const DEPOSIT: u64 = 1_000_000;

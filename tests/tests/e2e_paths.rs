@@ -1,5 +1,5 @@
 //! End to end on real CometBFT: paths issue 32 found untried, on one
-//! 4-validator localnet with the hub (ports from 39656). The tests, in
+//! 4-validator localnet with the hub (ports from 13656). The tests, in
 //! order, each ending in an exact audit against what the test itself sent:
 //!
 //! 1. `allowance_grant_and_revoke_through_cometbft`: `dave` (a genesis user
@@ -54,7 +54,7 @@ use tally_tests::tamper::{Tamper, TamperProxy};
 
 /// Ports from here (validator i: +10 i, the added one +40; hub +100), or
 /// the next free block.
-const PORT_BASE: u16 = 39656;
+const PORT_BASE: u16 = 13656;
 /// Short windows, so that test 3's batch forms; tests 1 and 2 wait for a
 /// fresh one before charges that must fall in one window.
 const WINDOW_SECS: u64 = 30;

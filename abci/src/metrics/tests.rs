@@ -152,6 +152,38 @@ fn the_page_shows_what_was_counted() {
 }
 
 #[test]
+fn refused_vote_extensions_are_counted_by_reason() {
+    let m = AppMetrics::default();
+    m.extension_rejected(&BadExtension::ForeignIndex { got: 1, own: 4 });
+    m.extension_rejected(&BadExtension::ForeignIndex { got: 2, own: 4 });
+    m.extension_rejected(&BadExtension::TooLarge {
+        len: 5000,
+        max: 4096,
+    });
+    m.extension_rejected(&BadExtension::State("x".into()));
+    let text = scrape(&m, Arc::new(MemBackend::new()));
+    let got: Vec<(&str, Option<f64>)> = EXTENSION_REASONS
+        .iter()
+        .map(|r| {
+            let series = format!("tally_vote_extensions_rejected_total{{reason=\"{r}\"}}");
+            (*r, value(&text, &series))
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("too_large", Some(1.0)),
+            ("undecodable", Some(0.0)),
+            ("too_many_partials", Some(0.0)),
+            ("not_a_signer", Some(0.0)),
+            ("foreign_index", Some(2.0)),
+            ("malformed", Some(0.0)),
+            ("state", Some(1.0)),
+        ]
+    );
+}
+
+#[test]
 fn state_gauges_read_committed_state() {
     let backend: Arc<dyn Backend> = Arc::new(MemBackend::new());
     // Window length 60 (the default params); the batch's oldest call is
