@@ -443,7 +443,11 @@ fn skewed_validator(net: &Localnet, cycle: u64, until: Instant, start: Instant) 
         return Ok(());
     }
     let v = 1 + (cycle as usize + 1) % 3;
-    let offset = if cycle.is_multiple_of(2) { "+5m" } else { "-5m" };
+    let offset = if cycle.is_multiple_of(2) {
+        "+5m"
+    } else {
+        "-5m"
+    };
     let bin = crate::localnet::tallyd_path()?;
     let name = format!("tallyd-chaos{offset}");
     let wrapper = crate::skew::wrapper(net.dir(), &name, &bin, offset)?;
