@@ -22,7 +22,7 @@ localnet/install-cometbft.sh >&2
 [ "$build" = 1 ] && localnet/build.sh >&2
 work="$(mktemp -d "${TMPDIR:-/tmp}/tally-compat-XXXXXX")"
 export TALLY_LOCALNET_DIR="$work/net" TALLY_VALIDATORS=1 TALLY_HUB=0 \
-  TALLY_PORT_BASE="${TALLY_PORT_BASE:-39656}" TALLY_WINDOW_SECS=5 TALLY_TIMEOUT_COMMIT=1s \
+  TALLY_PORT_BASE="${TALLY_PORT_BASE:-16656}" TALLY_WINDOW_SECS=5 TALLY_TIMEOUT_COMMIT=1s \
   TALLY_SNAPSHOT_INTERVAL=1000000
 trap 'localnet/down.sh >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
 localnet/up.sh --no-build --no-demo >&2

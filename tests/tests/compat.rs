@@ -55,7 +55,7 @@ use tally_node::rpc::Rpc;
 use tally_tests::harness;
 use tally_tests::localnet::{free_port_base, repo_root, tallyd_path};
 
-const PORT_BASE: u16 = 39256;
+const PORT_BASE: u16 = 16256;
 /// Blocks the chain must make past the fixture's height.
 const MORE_BLOCKS: u64 = 5;
 

@@ -66,7 +66,7 @@ use tally_store::halt::HaltReason;
 use tally_tests::harness::{self, Test};
 use tally_tests::localnet::{free_port_base, repo_root, tallyd_path, Localnet, Options};
 
-const PORT_BASE: u16 = 37656;
+const PORT_BASE: u16 = 14656;
 const WINDOW_SECS: u64 = 10;
 /// The validator whose tallyd writes to the small filesystem.
 const VICTIM: usize = 3;

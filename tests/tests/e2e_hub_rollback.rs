@@ -64,7 +64,7 @@ use tally_settlement::proto::{Outcome, UsageRecord};
 use tally_tests::harness::{self, Test};
 use tally_tests::localnet::{free_port_base, Localnet};
 
-const PORT_BASE: u16 = 38656;
+const PORT_BASE: u16 = 15656;
 const WINDOW_SECS: u64 = 10;
 const CONFIRMATIONS: u64 = 2;
 const PAYER: &str = "carol";
