@@ -382,8 +382,10 @@ pub fn run(minutes: u64) -> Result<()> {
 }
 
 /// The partitions of a cycle (while the hub is down): a 2/2 split from
-/// 2:30 and one validator isolated from 3:30, 30 s each, healed whatever
-/// happens.
+/// 2:30 and one validator isolated from 3:30, 30 s each. The split must
+/// freeze every height (after 5 s for a block already voted on), the three
+/// connected validators must go on without the isolated one, and it must
+/// catch up within 90 s of the heal; otherwise the run fails.
 fn partitions(
     net: &Localnet,
     cycle: u64,
@@ -407,30 +409,63 @@ fn partitions(
         start,
         &format!("cycle {cycle}: validators 0,1 cut from 2,3 for 30 s"),
     );
-    let before = net.height(0);
+    let top = || (0..4).map(|i| net.height(i)).max().unwrap_or(0);
+    let before = top();
     mesh.partition(&[0, 1], &[2, 3]);
-    std::thread::sleep(Duration::from_secs(30));
-    let during = net.height(0);
+    // A block already voted on may still land; after that neither half
+    // holds more than 2/3 of the power, so no height may move.
+    std::thread::sleep(Duration::from_secs(5));
+    let frozen = top();
+    std::thread::sleep(Duration::from_secs(25));
+    let during = top();
     mesh.heal();
     log(
         start,
-        &format!("cycle {cycle}: healed (validator 0 went {before} -> {during} while split)"),
+        &format!("cycle {cycle}: healed (the highest validator went {before} -> {frozen} -> {during} while split)"),
+    );
+    ensure!(
+        during == frozen,
+        "cycle {cycle}: the chain moved from {frozen} to {during} while split 2/2"
     );
     hold(210);
     if Instant::now() >= end {
         return Ok(());
     }
     let lone = (3 + cycle as usize) % 4;
+    let others = |lone: usize| {
+        (0..4)
+            .filter(|&i| i != lone)
+            .map(|i| net.height(i))
+            .max()
+            .unwrap_or(0)
+    };
     log(
         start,
         &format!("cycle {cycle}: validator {lone} isolated for 30 s"),
     );
+    let at_cut = others(lone);
     mesh.isolate(lone);
     std::thread::sleep(Duration::from_secs(30));
+    let at_heal = others(lone);
     mesh.heal();
+    ensure!(
+        at_heal > at_cut,
+        "cycle {cycle}: the three connected validators stayed at {at_cut} while {lone} was isolated"
+    );
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while net.height(lone) < at_heal {
+        ensure!(
+            Instant::now() < deadline,
+            "cycle {cycle}: validator {lone} at {} did not catch up to {at_heal} within 90 s of the heal",
+            net.height(lone)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
     log(
         start,
-        &format!("cycle {cycle}: validator {lone} reconnected"),
+        &format!(
+            "cycle {cycle}: validator {lone} reconnected and caught up ({at_cut} -> {at_heal} without it)"
+        ),
     );
     Ok(())
 }
