@@ -22,6 +22,7 @@ pub mod proxy;
 pub mod sdk;
 pub mod skew;
 pub mod slobench;
+pub mod smallfs;
 pub mod snapbench;
 pub mod tamper;
 pub mod traffic;

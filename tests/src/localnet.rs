@@ -512,6 +512,33 @@ impl Localnet {
         }
     }
 
+    /// Node `v`'s app hash at its last height equals the one node `with`
+    /// holds in its header of the next block (the app hash the network
+    /// agreed on for that height); waits up to 30 s for that header.
+    pub fn app_hash_agrees(&self, v: usize, with: usize) -> Result<()> {
+        use base64::Engine;
+        let info = self.rpc(v).call("abci_info", serde_json::json!({}))?;
+        let resp = &info["response"];
+        let h: u64 = resp["last_block_height"]
+            .as_str()
+            .and_then(|s| s.parse().ok())
+            .context("abci_info without a height")?;
+        let mine = resp["last_block_app_hash"].as_str().unwrap_or_default();
+        let mine = hex::encode_upper(base64::engine::general_purpose::STANDARD.decode(mine)?);
+        self.wait_height(with, h + 1, Duration::from_secs(30))?;
+        let block = self
+            .rpc(with)
+            .call("block", serde_json::json!({"height": (h + 1).to_string()}))?;
+        let theirs = block["block"]["header"]["app_hash"]
+            .as_str()
+            .unwrap_or_default();
+        ensure!(
+            mine == theirs,
+            "node{v}'s app hash at {h} is {mine}, node{with}'s header says {theirs}"
+        );
+        Ok(())
+    }
+
     /// Waits until validator `i` reaches `h`.
     pub fn wait_height(&self, i: usize, h: u64, timeout: Duration) -> Result<()> {
         let start = Instant::now();

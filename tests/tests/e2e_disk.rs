@@ -51,12 +51,11 @@
 //! against sent requests 21 units 42 amount 147` (the records held 24).
 
 use std::collections::BTreeSet;
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
 use serde_json::Value;
 use tally_node::records::build_report;
 use tally_node::rpc::Rpc;
@@ -65,6 +64,7 @@ use tally_settlement::RouteRecordView;
 use tally_store::halt::HaltReason;
 use tally_tests::harness::{self, Test};
 use tally_tests::localnet::{free_port_base, repo_root, tallyd_path, Localnet, Options};
+use tally_tests::smallfs::{self, fill, SmallFs};
 
 const PORT_BASE: u16 = 14656;
 const WINDOW_SECS: u64 = 10;
@@ -119,65 +119,6 @@ struct Net {
     halts: u32,
 }
 
-/// A tmpfs mounted at `at`; unmounted when dropped, or by a watchdog
-/// process once the test process is gone (however it ended).
-struct SmallFs {
-    at: PathBuf,
-    watchdog: Child,
-}
-
-impl SmallFs {
-    fn mount(at: &Path, size: &str) -> Result<Self> {
-        let out = Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={size},mode=0755"),
-                "tmpfs",
-            ])
-            .arg(at)
-            .output()
-            .context("running mount")?;
-        if !out.status.success() {
-            bail!(
-                "mount -t tmpfs {}: {}",
-                at.display(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        let watchdog = Command::new("bash")
-            .arg("-c")
-            .arg("trap '' INT TERM HUP; while kill -0 \"$1\" 2>/dev/null; do sleep 1; done; umount -l \"$2\"")
-            .arg("tally-disk-watchdog")
-            .arg(std::process::id().to_string())
-            .arg(at)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn();
-        let watchdog = match watchdog {
-            Ok(w) => w,
-            Err(e) => {
-                let _ = Command::new("umount").arg("-l").arg(at).status();
-                return Err(e).context("starting the unmount watchdog");
-            }
-        };
-        Ok(Self {
-            at: at.to_path_buf(),
-            watchdog,
-        })
-    }
-}
-
-impl Drop for SmallFs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.at).status();
-        let _ = self.watchdog.kill();
-        let _ = self.watchdog.wait();
-    }
-}
-
 /// Runs the real tallyd, forwards SIGTERM/SIGINT to it, and appends its
 /// exit status to `<home>/tallyd.exits`.
 const WRAPPER: &str = r#"#!/usr/bin/env bash
@@ -196,7 +137,7 @@ exit "$rc"
 
 impl Net {
     fn start() -> Result<Self> {
-        if !is_root() {
+        if !smallfs::is_root() {
             return Err(harness::skip(
                 "needs root to mount a small tmpfs (the only way to a real ENOSPC)",
             ));
@@ -269,17 +210,6 @@ impl Net {
     }
 }
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Uid:"))
-                .and_then(|u| u.split_whitespace().nth(1).map(|e| e == "0"))
-        })
-        .unwrap_or(false)
-}
-
 fn query(rpc: &Rpc, path: &str) -> Result<Value> {
     let r = rpc.abci_query(path)?;
     ensure!(r.code == 0, "{path}: code {} {}", r.code, r.log);
@@ -297,107 +227,10 @@ fn wait_for(what: &str, budget: Duration, mut done: impl FnMut() -> Result<bool>
     }
 }
 
-/// CometBFT's files in a home's `data/`, and the `config.toml` lines that
-/// name them: moved to `cometbft-data/` so that only tallyd's writes meet
-/// the small filesystem.
-const COMETBFT_DATA: [&str; 6] = [
-    "blockstore.db",
-    "state.db",
-    "evidence.db",
-    "tx_index.db",
-    "cs.wal",
-    "priv_validator_state.json",
-];
-
-/// Stops validator 3, puts tallyd's `data/` on a tmpfs (CometBFT's files
-/// beside it on the ordinary disk) and starts it again.
+/// Puts validator 3's tallyd data on the small filesystem.
 fn move_onto_small_fs(f: &mut Net) -> Result<()> {
-    let home = f.home();
-    f.net.node("stop", VICTIM)?;
-    let data = home.join("data");
-    let cmt = home.join("cometbft-data");
-    std::fs::create_dir_all(&cmt)?;
-    for name in COMETBFT_DATA {
-        let p = data.join(name);
-        if p.exists() {
-            std::fs::rename(&p, cmt.join(name))?;
-        }
-    }
-    let cfg = home.join("config/config.toml");
-    let text = std::fs::read_to_string(&cfg)?
-        .replace("db_dir = \"data\"", "db_dir = \"cometbft-data\"")
-        .replace(
-            "\"data/priv_validator_state.json\"",
-            "\"cometbft-data/priv_validator_state.json\"",
-        )
-        .replace("\"data/cs.wal/wal\"", "\"cometbft-data/cs.wal/wal\"");
-    ensure!(
-        text.matches("cometbft-data").count() == 3,
-        "config.toml names CometBFT's data otherwise than expected"
-    );
-    std::fs::write(&cfg, text)?;
-    let old = home.join("data.disk");
-    std::fs::rename(&data, &old)?;
-    std::fs::create_dir(&data)?;
-    f.mount = Some(SmallFs::mount(&data, FS_SIZE)?);
-    let st = Command::new("cp")
-        .arg("-a")
-        .arg(old.join("."))
-        .arg(&data)
-        .status()?;
-    ensure!(st.success(), "copying tallyd's data onto the tmpfs");
-    std::fs::remove_dir_all(&old)?;
-    f.net.node("start", VICTIM)?;
-    let h = f.net.height(0);
-    f.net.wait_height(VICTIM, h, Duration::from_secs(90))
-}
-
-/// Fills the filesystem of `dir` with `dir/ballast` until a write fails
-/// with ENOSPC; the bytes written.
-fn fill(dir: &Path) -> Result<u64> {
-    let mut file = std::fs::File::create(dir.join("ballast"))?;
-    let mut written = 0u64;
-    for chunk in [1 << 20, 4 << 10, 512] {
-        let buf = vec![0xa5u8; chunk];
-        loop {
-            match file.write(&buf) {
-                Ok(n) => written += n as u64,
-                Err(e) if e.raw_os_error() == Some(28) => break,
-                Err(e) => return Err(e).context("filling the tmpfs"),
-            }
-        }
-    }
-    Ok(written)
-}
-
-/// Validator 3's app hash at its last height equals validator 0's header
-/// of the next block (the app hash the network agreed on for it).
-fn same_app_hash(net: &Localnet) -> Result<()> {
-    let info = net.rpc(VICTIM).call("abci_info", serde_json::json!({}))?;
-    let resp = &info["response"];
-    let h: u64 = resp["last_block_height"]
-        .as_str()
-        .and_then(|s| s.parse().ok())
-        .context("abci_info without a height")?;
-    let mine = resp["last_block_app_hash"].as_str().unwrap_or_default();
-    let mine = hex::encode_upper(base64_decode(mine)?);
-    net.wait_height(0, h + 1, Duration::from_secs(30))?;
-    let block = net
-        .rpc(0)
-        .call("block", serde_json::json!({"height": (h + 1).to_string()}))?;
-    let theirs = block["block"]["header"]["app_hash"]
-        .as_str()
-        .unwrap_or_default();
-    ensure!(
-        mine == theirs,
-        "validator {VICTIM}'s app hash at {h} is {mine}, the network's {theirs}"
-    );
+    f.mount = Some(smallfs::move_tallyd_data(&f.net, VICTIM, FS_SIZE)?);
     Ok(())
-}
-
-fn base64_decode(s: &str) -> Result<Vec<u8>> {
-    use base64::Engine;
-    Ok(base64::engine::general_purpose::STANDARD.decode(s)?)
 }
 
 fn full_disk_stops_tallyd_with_the_store_code_and_it_recovers(f: &mut Net) -> Result<()> {
@@ -473,7 +306,7 @@ fn full_disk_cycle(f: &mut Net, cycle: u32) -> Result<()> {
         f.exits(),
         f.net.logs_tail()
     );
-    same_app_hash(&f.net)?;
+    f.net.app_hash_agrees(VICTIM, 0)?;
     eprintln!(
         "cycle {cycle}: exit {code}, restarted and caught up at height {}",
         f.net.height(VICTIM)
