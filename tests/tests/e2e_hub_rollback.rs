@@ -48,9 +48,14 @@
 //! of 77 credited: not within 90s` (the hub still one deposit short, the
 //! count check refuses every range); with no restore at all, test 2's
 //! second deposit of the same amount was refused by the hub's mempool
-//! cache (`tx already exists in cache`). Not yet seen failing with the
-//! relay's recovery or the count check removed in `tallyd` itself (a
-//! second build of `tallyd` on the shared target directory).
+//! cache (`tx already exists in cache`). Seen failing with each remedy
+//! removed in `tallyd` itself: a throwaway copy of the source (outside the
+//! checkout, built on the same target directory, run with `TALLYD=`) whose
+//! relay's `recover` returned at once made test 1 fail with `batch 2
+//! settled on every validator: not within 150s` (the hub answering every
+//! attempt `nonce 2 is not the next one (1)`); whose `check_count` took
+//! every count made test 2 fail with `node0: a deposit range past the
+//! hub's lost deposit was taken: frank has 0, cursor 71 (was 51)`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
