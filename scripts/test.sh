@@ -48,6 +48,28 @@ export PATH="$PATH:$(go env GOPATH 2>/dev/null || echo "$HOME/go")/bin"
 proto_check=(--manifest-path tools/proto-check/Cargo.toml)
 
 localnet/install-deps.sh
+
+# Disk: a warm target dir can hold plain and instrumented builds of the
+# workspace and cargo's incremental caches (tens of GiB). When the disk under
+# it has less than $min_free GiB free, drop what is cheap to rebuild: the
+# incremental caches, old coverage profiles and, if still short, the
+# workspace crates' own artifacts (~8 min to rebuild). The dependencies stay
+# (RocksDB alone is ~25 min on 2 cores).
+min_free=40
+mkdir -p "$CARGO_TARGET_DIR"
+free_gib() { df -Pk "$CARGO_TARGET_DIR" | awk 'NR == 2 { print int($4 / 1048576) }'; }
+echo "== disk: $(free_gib) GiB free under $CARGO_TARGET_DIR"
+if [ "$(free_gib)" -lt "$min_free" ]; then
+  echo "   under $min_free GiB: removing incremental caches and old coverage profiles"
+  rm -rf "$CARGO_TARGET_DIR"/*/incremental "$CARGO_TARGET_DIR/coverage"
+  if [ "$(free_gib)" -lt "$min_free" ]; then
+    echo "   still under $min_free GiB: removing the workspace crates' artifacts"
+    mapfile -t members < <(cargo metadata --no-deps --format-version 1 |
+      python3 -c 'import json, sys; [print(p["name"]) for p in json.load(sys.stdin)["packages"]]')
+    for m in "${members[@]}"; do cargo clean --release -p "$m" 2>/dev/null || true; done
+  fi
+  echo "   now $(free_gib) GiB free"
+fi
 # Coverage: an instrumented build beside the plain one (other hashes, same
 # dependencies); every instrumented process adds its counts to a pool of
 # profiles per executable (%8m: merged online, whatever the number of
@@ -58,6 +80,8 @@ if [ "${TALLY_COVERAGE:-0}" = 1 ]; then
   rm -rf "$cov_dir"
   mkdir -p "$cov_dir"
   export RUSTC_WORKSPACE_WRAPPER="$PWD/scripts/coverage-rustc.sh"
+  # One instrumented build per run: no incremental cache to keep beside it.
+  export CARGO_INCREMENTAL=0
   export LLVM_PROFILE_FILE="$cov_dir/%8m%c.profraw"
   cargo_json="$cov_dir/cargo.json"
 fi
