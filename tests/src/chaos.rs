@@ -15,10 +15,16 @@
 //!   (`crate::partition`, every validator peers through a cuttable proxy);
 //! - 5:00 validator 0 (whose relay goes through the proxy) SIGKILLed,
 //!   restarted 10 s later, and a 503 storm;
+//! - 0:10 (as root) validator 3's tallyd, whose `data/` sits on a tmpfs
+//!   (`crate::smallfs`), meets a full disk: it must stop with a FATAL line
+//!   naming ENOSPC while the others go on, and, with the space freed and
+//!   the node started again, catch up within 90 s with the network's app
+//!   hash (without root: skipped with a log line);
 //! - 5:15 a validator (2, 3, 1 in turn) restarted with its tallyd's wall
 //!   clock 5 minutes ahead (even cycles) or behind (odd), with libfaketime
-//!   (`crate::skew`; skipped with a log line when not installed), and
-//!   restarted with the plain clock at 5:50.
+//!   (`crate::skew`; skipped with a log line when not installed): at 5:50
+//!   it must be within 3 blocks of validator 0 with the network's app
+//!   hash, then it is restarted with the plain clock.
 //!
 //! Growth (ADR 0020), while the traffic runs: two users unknown at genesis
 //! register by a keyed hub deposit, grant every gateway an allowance and
@@ -47,7 +53,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{ensure, Result};
+use anyhow::{ensure, Context, Result};
 use ed25519_dalek::SigningKey;
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
@@ -69,6 +75,11 @@ const GATEWAYS: [&str; 2] = ["chaos-gw-b", "chaos-gw-c"];
 const DEPOSIT: u64 = 50_000_000;
 /// Records per second each gateway offers.
 const RATE: u64 = 40;
+/// The validator whose tallyd data sits on a small filesystem (root only).
+const DISK_VICTIM: usize = 3;
+/// Its size: room for the store of an hour's traffic; the ballast fills
+/// the rest.
+const DISK_SIZE: &str = "2g";
 
 fn query(rpc: &Rpc, path: &str) -> Result<Value> {
     let r = rpc.abci_query(path)?;
@@ -192,6 +203,19 @@ pub fn run(minutes: u64) -> Result<()> {
     );
     let mut withdrawals = 0u64;
     let mut rotated = None;
+    // Full disks: validator 3's tallyd keeps its data on a tmpfs (root
+    // only), filled at 0:10 of every cycle.
+    let small_fs = if crate::smallfs::is_root() {
+        let fs = crate::smallfs::move_tallyd_data(&net, DISK_VICTIM, DISK_SIZE)?;
+        log(
+            start,
+            &format!("validator {DISK_VICTIM}'s tallyd data on a tmpfs of {DISK_SIZE}"),
+        );
+        Some(fs)
+    } else {
+        log(start, "not root: no tmpfs, so no full-disk faults");
+        None
+    };
 
     // The fault schedule.
     let end = Instant::now() + Duration::from_secs(minutes * 60);
@@ -213,6 +237,12 @@ pub fn run(minutes: u64) -> Result<()> {
             let mut st = proxy.state();
             st.script.extend((0..8).map(|_| Fault::too_many(2)));
             st.stale_status = true;
+        }
+        if let Some(fs) = &small_fs {
+            sleep_until(at(10).min(end));
+            if Instant::now() < end {
+                disk_full(&net, fs, cycle, start)?;
+            }
         }
         sleep_until(at(60).min(end));
         proxy.state().stale_status = false;
@@ -470,8 +500,78 @@ fn partitions(
     Ok(())
 }
 
+/// Fills validator [`DISK_VICTIM`]'s tmpfs: its tallyd must stop on its
+/// own (a FATAL line naming ENOSPC in its log) while the other three go on;
+/// with the ballast gone and the node started again it must catch up
+/// within 90 s with the network's app hash. The run fails otherwise.
+fn disk_full(
+    net: &Localnet,
+    fs: &crate::smallfs::SmallFs,
+    cycle: u64,
+    start: Instant,
+) -> Result<()> {
+    let v = DISK_VICTIM;
+    let home = net.dir().join(format!("node{v}"));
+    let pid = std::fs::read_to_string(home.join("tallyd.pid"))?
+        .trim()
+        .to_string();
+    let alive = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| {
+                // The state follows the parenthesised command name.
+                let state = s.rsplit(')').next().unwrap_or("").trim_start();
+                !state.starts_with('Z') && !state.starts_with('X')
+            })
+            .unwrap_or(false)
+    };
+    ensure!(
+        alive(),
+        "cycle {cycle}: validator {v}'s tallyd (pid {pid}) is not running before the fill"
+    );
+    let log_len = std::fs::metadata(home.join("tallyd.log"))?.len();
+    let filled = crate::smallfs::fill(fs.path())?;
+    log(
+        start,
+        &format!("cycle {cycle}: validator {v}'s disk full after {filled} bytes of ballast"),
+    );
+    let full_at = net.height(0);
+    let t = Instant::now();
+    while alive() {
+        ensure!(
+            t.elapsed() < Duration::from_secs(120),
+            "cycle {cycle}: validator {v}'s tallyd still runs 120 s after its disk filled"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let text = std::fs::read(home.join("tallyd.log"))?;
+    let tail = String::from_utf8_lossy(&text[(log_len as usize).min(text.len())..]).to_string();
+    ensure!(
+        tail.lines()
+            .any(|l| l.contains("FATAL") && l.contains("No space left on device")),
+        "cycle {cycle}: validator {v}'s tallyd stopped without a FATAL line naming ENOSPC"
+    );
+    net.wait_height(0, full_at + 3, Duration::from_secs(60))
+        .context("the other validators stopped with validator 3's disk")?;
+    std::fs::remove_file(fs.path().join("ballast"))?;
+    net.node("stop", v)?;
+    net.node("start", v)?;
+    let target = net.height(0);
+    net.wait_height(v, target, Duration::from_secs(90))
+        .with_context(|| {
+            format!("cycle {cycle}: validator {v} did not catch up within 90 s of the space freed")
+        })?;
+    net.app_hash_agrees(v, 0)?;
+    log(
+        start,
+        &format!("cycle {cycle}: validator {v} stopped on the full disk, restarted, caught up to {target} with the network's app hash"),
+    );
+    Ok(())
+}
+
 /// Restarts a validator with its tallyd's clock 5 minutes off until
-/// `until`, then with the plain clock again.
+/// `until`, then with the plain clock again. While skewed it must keep
+/// following the chain (within 3 blocks of validator 0) with the
+/// network's app hash; the run fails otherwise.
 fn skewed_validator(net: &Localnet, cycle: u64, until: Instant, start: Instant) -> Result<()> {
     if crate::skew::libfaketime().is_none() {
         log(start, "no libfaketime: no clock skew this cycle");
@@ -498,13 +598,26 @@ fn skewed_validator(net: &Localnet, cycle: u64, until: Instant, start: Instant) 
     if skewed.is_ok() && until > now {
         std::thread::sleep(until - now);
     }
+    let checked = skewed.and_then(|()| {
+        let (mine, lead) = (net.height(v), net.height(0));
+        ensure!(
+            mine + 3 >= lead,
+            "cycle {cycle}: validator {v} with its clock at {offset} fell behind: {mine} against {lead}"
+        );
+        net.app_hash_agrees(v, 0)?;
+        log(
+            start,
+            &format!("cycle {cycle}: validator {v} at {offset} followed the chain to {mine} with its app hash"),
+        );
+        Ok(())
+    });
     net.node("stop", v)?;
     net.node("start", v)?;
     log(
         start,
         &format!("cycle {cycle}: validator {v}'s clock plain again"),
     );
-    skewed
+    checked
 }
 
 /// The users the traffic charges (newcomers join once registered).
