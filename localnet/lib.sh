@@ -295,8 +295,10 @@ join_node() {
   local i="$1" mode="$2" home trust
   home="$(node_home "$i")"
   new_node_home "$i" "full$i"
-  sed -i -e "s|^metrics_listen = .*|metrics_listen = \"127.0.0.1:$(port "$i" 5)\"|" \
-    -e "s|^snapshot_interval = .*|snapshot_interval = $SNAPSHOT_INTERVAL|" "$home/config/app.toml"
+  # Its relay too (hub endpoints): it only observes the hub until the node
+  # holds a share of the active key, so a full node promoted to validator
+  # later submits like the others.
+  configure_app "$i"
   if [ "$mode" = statesync ]; then
     trust=$(latest_block 0)
     [ -n "$trust" ] || die "validator 0 does not answer at $(rpc_url 0); cannot pick a trusted block"
