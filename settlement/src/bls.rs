@@ -9,7 +9,11 @@
 //! Scalar arithmetic for the Lagrange coefficients is done in safe Rust
 //! with `num-bigint` modulo the group order r.
 
-use blst::min_pk::{PublicKey, SecretKey, Signature};
+/// A G1 point (a public key, a commitment coefficient, an ephemeral
+/// key): blst's affine `min_pk` public key, re-exported for crates that
+/// keep parsed points without depending on blst themselves.
+pub use blst::min_pk::PublicKey;
+use blst::min_pk::{SecretKey, Signature};
 use blst::{MultiPoint, BLST_ERROR};
 use num_bigint::BigUint;
 use sha2::{Digest, Sha256};
@@ -206,6 +210,24 @@ pub fn parse_public_key(bytes: &[u8]) -> Result<PublicKey, BlsError> {
         what: "public key",
         reason: format!("{e:?}"),
     })
+}
+
+/// [`parse_public_key`], answered from `memo` when this node validated
+/// exactly these bytes before, and remembered there when they validate
+/// now. The answer is the same either way (validity is a function of the
+/// bytes); only the decompression and the subgroup check are saved.
+/// Bytes that fail are never remembered: they are checked again each time
+/// and fail with the same error.
+pub fn parse_public_key_with(
+    bytes: &[u8],
+    memo: &dyn crate::envelope::VerifiedSignatures,
+) -> Result<PublicKey, BlsError> {
+    if let Some(pk) = memo.valid_point(bytes) {
+        return Ok(pk);
+    }
+    let pk = parse_public_key(bytes)?;
+    memo.insert_valid_point(bytes, &pk);
+    Ok(pk)
 }
 
 /// The public side of a sharing: threshold, group key, every share's key.

@@ -25,6 +25,7 @@
 //! (step 5 has passed, so the id below is well formed); everything after
 //! [`open`] (the kind's own checks) runs every time.
 
+use blst::min_pk::PublicKey;
 use ed25519_dalek::{Signature, Signer as _, SigningKey, VerifyingKey};
 use prost::Message;
 use sha2::{Digest, Sha256};
@@ -87,11 +88,31 @@ pub struct Opened<B, S> {
 /// reach the same result; the cache only saves the work when the same
 /// transaction is checked again (mempool recheck after every block, then
 /// FinalizeBlock). Only signatures that verified are ever inserted.
+///
+/// The same memory may also keep the G1 points this node validated
+/// (compressed BLS12-381 points that [`crate::bls::parse_public_key`]
+/// accepted: on the curve, not the identity, in the prime-order subgroup),
+/// so a DKG dealing's commitment and ephemeral keys are parsed and
+/// subgroup-checked once per node, at CheckTx, rather than again at every
+/// recheck and in FinalizeBlock (see [`crate::bls::parse_public_key_with`]).
+/// Validity is a function of the bytes alone, so this cannot change a
+/// result either, as long as an implementation keeps its one promise:
+/// [`VerifiedSignatures::valid_point`] answers only for the exact bytes
+/// [`VerifiedSignatures::insert_valid_point`] was given, with the point it
+/// was given. Both default to remembering nothing.
 pub trait VerifiedSignatures {
     /// Whether the signature with this id verified before.
     fn contains(&self, id: &[u8; 32]) -> bool;
     /// Remembers that the signature with this id verified.
     fn insert(&self, id: [u8; 32]);
+    /// The point `bytes` were validated as before, if remembered.
+    fn valid_point(&self, _bytes: &[u8]) -> Option<PublicKey> {
+        None
+    }
+    /// Remembers that `bytes` parsed to the valid point `point` (called
+    /// only after [`crate::bls::parse_public_key`] accepted exactly these
+    /// bytes).
+    fn insert_valid_point(&self, _bytes: &[u8], _point: &PublicKey) {}
 }
 
 /// No memory: every signature is verified.

@@ -152,8 +152,8 @@ pub fn check_size(bytes: &[u8], params: &Params) -> Result<(), Rejection> {
 
 /// Plans the user transaction `bytes`, decoded once by the caller into
 /// `decoded`, at block time `now` under `params`, with `sigs` the node's
-/// verified signatures. The caller has checked the size ([`check_size`]).
-/// Reads only.
+/// verified signatures and validated G1 points. The caller has checked the
+/// size ([`check_size`]). Reads only.
 pub fn plan(
     kv: &impl KvRead,
     params: &Params,
@@ -184,7 +184,7 @@ pub fn plan(
         }
         Some(tx::Sum::Validator(v)) => {
             let opened = crate::dkg::msg::open(kv, &v, sigs)?;
-            plan_validator_tx(kv, &opened).map(|p| UserPlan::Validator(Box::new(p)))
+            plan_validator_tx(kv, &opened, sigs).map(|p| UserPlan::Validator(Box::new(p)))
         }
         Some(tx::Sum::SyncStart(_) | tx::Sum::Partials(_)) => Err(reject(
             Code::BadSystemTx,

@@ -8,16 +8,31 @@
 //! ceremony takes, the CPU one node spends executing the dealing and ack
 //! blocks and the finalisation, one player's CPU to decrypt and check all
 //! dealings, and one dealer's CPU to deal.
+//!
+//! The node is modelled as `tallyd` runs: every transaction passes its
+//! CheckTx (the mempool) against committed state before the block that
+//! holds it, through the node's memory of verified signatures and
+//! validated G1 points (`tally_abci::sigcache::SignatureCache`), and
+//! FinalizeBlock runs with that memory. The dealing block is also run
+//! cold, with no memory (a node that never saw the dealings before the
+//! block: caught up by block sync, or handed a block whose proposer put in
+//! dealings that were never gossiped), on the same state; both runs must
+//! give the same results and app hash, or the benchmark fails.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use ed25519_dalek::SigningKey;
+use tally_abci::sigcache::SignatureCache;
 use tally_settlement::dkg::crypto::EncKey;
 use tally_settlement::dkg::{self, Me};
 use tally_settlement::proto::validator_msg::Sum;
-use tally_settlement::{begin_block, deliver_tx, init_chain, Block, Code, Genesis};
+use tally_settlement::types::TxResult;
+use tally_settlement::{
+    begin_block, check_tx_claim_with, deliver_tx_with, init_chain, Block, Code, Genesis, KeyCache,
+    VerifiedSignatures, VerifyAll,
+};
 use tally_store::{MemBackend, Pending};
 
 use crate::driver::{consensus_key, enc_key, round_key};
@@ -39,8 +54,14 @@ pub struct Figures {
     pub reveal_bytes: usize,
     /// Transactions.
     pub txs: usize,
-    /// One node's FinalizeBlock CPU for the dealing block.
+    /// One node's FinalizeBlock CPU for the dealing block, its mempool
+    /// having checked the dealings (CheckTx) before.
     pub deal_block: Duration,
+    /// The same block on the same state with no memory of earlier checks.
+    pub deal_block_cold: Duration,
+    /// The CheckTx CPU of all dealings (spread over the dealing phase as
+    /// they arrive).
+    pub deal_check: Duration,
     /// One node's FinalizeBlock CPU for the ack block.
     pub ack_block: Duration,
     /// The finalisation (start of block `end`).
@@ -73,29 +94,44 @@ pub fn ceremony(n: usize) -> Result<Figures> {
         n,
         ..Figures::default()
     };
+    // The node's memory, shared by its CheckTx and FinalizeBlock.
+    let node = SignatureCache::default();
     let mut txs: Vec<Vec<u8>> = Vec::new();
     for h in 1..=4 * PHASE + 2 {
         let block = Block {
             height: h,
             time: 1_800_000_000 + h,
         };
-        let t0 = Instant::now();
-        let events = begin_block(&mut kv, &block)?;
-        let began = t0.elapsed();
-        if events.iter().any(|e| e.kind == "dkg_finalised") {
-            f.finalise = began;
+        if txs.iter().any(|t| kind_of(t) == 1) {
+            // The dealing block cold first, then undone (as a repeated
+            // FinalizeBlock is) and run below as the node runs it.
+            let before = kv.changes().clone();
+            let cold = finalize(&mut kv, &block, &txs, &VerifyAll)?;
+            let cold_hash = kv.app_hash_at(h)?;
+            kv.set_changes(before.clone());
+            let warm = finalize(&mut kv, &block, &txs, &node)?;
+            ensure!(
+                cold.results == warm.results
+                    && cold.events == warm.events
+                    && cold_hash == kv.app_hash_at(h)?,
+                "n = {n}: the dealing block gave other results or another app hash with the node's memory than without"
+            );
+            kv.set_changes(before);
+            f.deal_block_cold = cold.took;
+        }
+        let ran = finalize(&mut kv, &block, &txs, &node)?;
+        if let Some(r) = ran.results.iter().find(|r| r.code != Code::Ok) {
+            bail!("n = {n}: a DKG tx failed: {}", r.log);
+        }
+        if ran.events.iter().any(|e| e.kind == "dkg_finalised") {
+            f.finalise = ran.began;
             f.blocks = h - 1;
         }
-        if events.iter().any(|e| e.kind == "dkg_failed") {
+        if ran.events.iter().any(|e| e.kind == "dkg_failed") {
             bail!("n = {n}: the ceremony failed");
         }
-        let t0 = Instant::now();
+        let ran = ran.took;
         let mut kinds = (0, 0);
-        for tx in &txs {
-            let r = deliver_tx(&mut kv, &block, tx)?;
-            ensure!(r.code == Code::Ok, "n = {n}: a DKG tx failed: {}", r.log);
-        }
-        let ran = t0.elapsed() + began;
         for tx in txs.drain(..) {
             let kind = kind_of(&tx);
             match kind {
@@ -141,10 +177,56 @@ pub fn ceremony(n: usize) -> Result<Figures> {
             }
             txs.extend(msgs.iter().map(|m| dkg::sign_validator_msg(c, m)));
         }
+        // The mempool: CheckTx of each against committed state.
+        for tx in &txs {
+            let t0 = Instant::now();
+            let r = check_tx_claim_with(&kv, tx, &node)?.result;
+            let took = t0.elapsed();
+            if kind_of(tx) == 1 {
+                f.deal_check += took;
+            }
+            ensure!(r.code == Code::Ok, "n = {n}: CheckTx refused: {}", r.log);
+        }
     }
     let key = tally_settlement::dkg::state::active_key_record(&kv)?.context("no key")?;
     f.t = key.threshold;
     Ok(f)
+}
+
+/// One block as FinalizeBlock runs it.
+struct Ran {
+    /// CPU of the whole block.
+    took: Duration,
+    /// CPU of the start-of-block work.
+    began: Duration,
+    /// Start-of-block events.
+    events: Vec<tally_settlement::types::Event>,
+    /// Each transaction's result.
+    results: Vec<TxResult>,
+}
+
+/// Runs `block` with `txs` as FinalizeBlock does, with `memory` the
+/// node's memory of verified signatures and points.
+fn finalize(
+    kv: &mut Pending,
+    block: &Block,
+    txs: &[Vec<u8>],
+    memory: &dyn VerifiedSignatures,
+) -> Result<Ran> {
+    let keys = KeyCache::new();
+    let t0 = Instant::now();
+    let events = begin_block(kv, block)?;
+    let began = t0.elapsed();
+    let mut results = Vec::with_capacity(txs.len());
+    for tx in txs {
+        results.push(deliver_tx_with(kv, block, tx, memory, &keys)?);
+    }
+    Ok(Ran {
+        took: t0.elapsed(),
+        began,
+        events,
+        results,
+    })
 }
 
 fn kind_of(tx: &[u8]) -> u8 {
@@ -188,8 +270,9 @@ pub fn main(args: &[String]) -> Result<()> {
         }
     }
     println!("one fresh DKG ceremony, phases of {PHASE} blocks, one node's in-memory state, this machine");
+    println!("(blk ms: FinalizeBlock after the node's CheckTx of every tx; cold: the dealing block with no memory of CheckTx)");
     println!(
-        "{:>4} {:>4} {:>8} {:>11} {:>10} {:>6} {:>7} {:>11} {:>11} {:>10} {:>13} {:>10}",
+        "{:>4} {:>4} {:>8} {:>11} {:>10} {:>6} {:>7} {:>11} {:>12} {:>12} {:>11} {:>10} {:>13} {:>10}",
         "n",
         "t",
         "keys B",
@@ -198,6 +281,8 @@ pub fn main(args: &[String]) -> Result<()> {
         "txs",
         "blocks",
         "deal blk ms",
+        "cold deal ms",
+        "deal chk ms",
         "ack blk ms",
         "final ms",
         "verify all ms",
@@ -207,7 +292,7 @@ pub fn main(args: &[String]) -> Result<()> {
         let f = ceremony(n)?;
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         println!(
-            "{:>4} {:>4} {:>8} {:>11} {:>10} {:>6} {:>7} {:>11.1} {:>11.1} {:>10.1} {:>13.1} {:>10.1}",
+            "{:>4} {:>4} {:>8} {:>11} {:>10} {:>6} {:>7} {:>11.1} {:>12.1} {:>12.1} {:>11.1} {:>10.1} {:>13.1} {:>10.1}",
             f.n,
             f.t,
             f.key_bytes,
@@ -216,6 +301,8 @@ pub fn main(args: &[String]) -> Result<()> {
             f.txs,
             f.blocks,
             ms(f.deal_block),
+            ms(f.deal_block_cold),
+            ms(f.deal_check),
             ms(f.ack_block),
             ms(f.finalise),
             ms(f.verify_all),
