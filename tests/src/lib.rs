@@ -12,6 +12,7 @@ pub mod chaos;
 pub mod dkgbench;
 pub mod dkgnet;
 pub mod driver;
+pub mod e2e;
 pub mod harness;
 pub mod hub;
 pub mod localnet;

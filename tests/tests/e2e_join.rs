@@ -58,6 +58,7 @@ use tally_node::records::build_report;
 use tally_node::rpc::Rpc;
 use tally_settlement::bls::{self, Kind, PublicShares};
 use tally_settlement::proto::{Ceremony, Outcome, UsageRecord};
+use tally_tests::e2e::{comet_validators, query, wait_for};
 use tally_tests::harness::{self, Test};
 use tally_tests::localnet::{free_port_base, tallyd_ok, Localnet, Options};
 
@@ -132,37 +133,6 @@ impl Net {
     }
 }
 
-fn query(rpc: &Rpc, path: &str) -> Result<Value> {
-    let a = rpc.abci_query(path)?;
-    ensure!(a.code == 0, "{path}: code {} {}", a.code, a.log);
-    Ok(serde_json::from_slice(&a.value)?)
-}
-
-/// Polls `f` every 300 ms until it gives a value, at most `timeout`.
-fn wait_for<T>(
-    net: &Localnet,
-    what: &str,
-    timeout: Duration,
-    mut f: impl FnMut() -> Result<Option<T>>,
-) -> Result<T> {
-    let start = Instant::now();
-    let mut last = String::new();
-    loop {
-        match f() {
-            Ok(Some(v)) => return Ok(v),
-            Ok(None) => {}
-            Err(e) => last = format!("{e:#}"),
-        }
-        if start.elapsed() > timeout {
-            bail!(
-                "{what}: not after {timeout:?} (last error: {last})\n{}",
-                net.logs_tail()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(300));
-    }
-}
-
 /// `tallyd tx validator ARGS` signed by validator `i`, sent to its node,
 /// again for up to 5 s while the node answers "no proposal" (an approval
 /// reaching a node a block behind the proposal's).
@@ -205,24 +175,6 @@ fn pass(net: &Localnet, args: &[&str], pubkey: Option<&str>, action: &str) -> Re
         validator_tx(net, i, &["approve", "--id", &id.to_string()])?;
     }
     Ok(id)
-}
-
-/// CometBFT's own validator set on node `i`: lowercase hex address, hex
-/// consensus key, power.
-fn comet_validators(net: &Localnet, i: usize) -> Result<Vec<(String, String, u64)>> {
-    let v = net
-        .rpc(i)
-        .call("validators", serde_json::json!({"per_page": "100"}))?;
-    let list = v["validators"].as_array().context("no validators")?;
-    list.iter()
-        .map(|x| {
-            let pk = base64::engine::general_purpose::STANDARD
-                .decode(x["pub_key"]["value"].as_str().unwrap_or(""))?;
-            let addr = hex::encode(&Sha256::digest(&pk)[..20]);
-            let power = x["voting_power"].as_str().unwrap_or("0").parse()?;
-            Ok((addr, hex::encode(pk), power))
-        })
-        .collect()
 }
 
 /// Node `i`'s consensus key as its CometBFT reports it (hex).
@@ -294,7 +246,7 @@ fn raw_at(net: &Localnet, i: usize, key: &[u8], height: u64) -> Result<Option<Ve
 /// the key (hex).
 fn wait_active(net: &Localnet, epoch: u64) -> Result<String> {
     let t = Instant::now();
-    let g = wait_for(net, &format!("key epoch {epoch}"), RESHARE_TIMEOUT, || {
+    let g = wait_for(&format!("key epoch {epoch}"), RESHARE_TIMEOUT, net, || {
         let d = query(&net.rpc(0), "/dkg")?;
         let quiet = d["ceremony"].is_null() && d["next_key"].is_null();
         Ok((d["epoch"] == epoch && quiet)
@@ -303,9 +255,9 @@ fn wait_active(net: &Localnet, epoch: u64) -> Result<String> {
     })?;
     let hub = Rpc::new(&net.hub_rpc_url());
     wait_for(
-        net,
         "the hub to hold the key",
         Duration::from_secs(60),
+        net,
         || {
             let keys = query(&hub, "/keys/hub")?;
             let last = keys["keys"].as_array().and_then(|k| k.last()).cloned();
@@ -354,7 +306,7 @@ fn state_sync_join_during_a_rekey(f: &mut Net) -> Result<()> {
     let epoch = before["epoch"].as_u64().context("no epoch")? + 1;
     pass(net, &["--rekey"], None, "rekey")?;
     // The ceremony, as validator 0 shows it.
-    let c = wait_for(net, "the re-key ceremony", Duration::from_secs(30), || {
+    let c = wait_for("the re-key ceremony", Duration::from_secs(30), net, || {
         let d = query(&net.rpc(0), "/dkg")?;
         Ok(Some(d["ceremony"].clone()).filter(|c| c["kind"] == "rekey" && c["epoch"] == epoch))
     })?;
@@ -506,9 +458,9 @@ fn promote_the_joiner(f: &mut Net) -> Result<(u64, usize, u64)> {
     let g = wait_active(net, epoch)?;
     // CometBFT takes the set two blocks after the key's rotation is signed.
     let comet = wait_for(
-        net,
         "five validators in CometBFT",
         Duration::from_secs(30),
+        net,
         || Ok(Some(comet_validators(net, 0)?).filter(|c| c.len() != 4)),
     )?;
     let switched_at = net.height(0);
@@ -617,7 +569,7 @@ fn joiners_share(
 
 fn state_synced_node_becomes_a_validator(f: &mut Net) -> Result<()> {
     // No ceremony left running by the test before.
-    wait_for(&f.net, "no ceremony running", RESHARE_TIMEOUT, || {
+    wait_for("no ceremony running", RESHARE_TIMEOUT, &f.net, || {
         let d = query(&f.net.rpc(0), "/dkg")?;
         Ok((d["ceremony"].is_null() && d["next_key"].is_null()).then_some(()))
     })?;
@@ -649,9 +601,9 @@ fn state_synced_node_becomes_a_validator(f: &mut Net) -> Result<()> {
     ensure!(r.final_code() == 0, "report refused: {}", r.final_log());
     let sent: u64 = CHARGES.iter().sum();
     let nonce = wait_for(
-        net,
         "the batch settled",
         Duration::from_secs(WINDOW_SECS * 3 + 120),
+        net,
         || {
             Ok(match batch_of(net, 0)? {
                 Some((n, s)) if s == "settled" => Some(n),
