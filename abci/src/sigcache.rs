@@ -14,7 +14,7 @@
 //! (oldest forgotten first): about 6 MB.
 //!
 //! It also keeps the compressed G1 points this node validated
-//! (`tally_settlement::bls::parse_public_key_with`: a DKG dealing's
+//! (`tally_settlement::envelope::parse_public_key_with`: a DKG dealing's
 //! commitment and ephemeral keys), each with the point it parsed to, so
 //! that the dealing block's FinalizeBlock does not decompress and
 //! subgroup-check again the points CheckTx already checked (at n = 100 a

@@ -212,24 +212,6 @@ pub fn parse_public_key(bytes: &[u8]) -> Result<PublicKey, BlsError> {
     })
 }
 
-/// [`parse_public_key`], answered from `memo` when this node validated
-/// exactly these bytes before, and remembered there when they validate
-/// now. The answer is the same either way (validity is a function of the
-/// bytes); only the decompression and the subgroup check are saved.
-/// Bytes that fail are never remembered: they are checked again each time
-/// and fail with the same error.
-pub fn parse_public_key_with(
-    bytes: &[u8],
-    memo: &dyn crate::envelope::VerifiedSignatures,
-) -> Result<PublicKey, BlsError> {
-    if let Some(pk) = memo.valid_point(bytes) {
-        return Ok(pk);
-    }
-    let pk = parse_public_key(bytes)?;
-    memo.insert_valid_point(bytes, &pk);
-    Ok(pk)
-}
-
 /// The public side of a sharing: threshold, group key, every share's key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PublicShares {

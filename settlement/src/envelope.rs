@@ -94,7 +94,7 @@ pub struct Opened<B, S> {
 /// accepted: on the curve, not the identity, in the prime-order subgroup),
 /// so a DKG dealing's commitment and ephemeral keys are parsed and
 /// subgroup-checked once per node, at CheckTx, rather than again at every
-/// recheck and in FinalizeBlock (see [`crate::bls::parse_public_key_with`]).
+/// recheck and in FinalizeBlock (see [`parse_public_key_with`]).
 /// Validity is a function of the bytes alone, so this cannot change a
 /// result either, as long as an implementation keeps its one promise:
 /// [`VerifiedSignatures::valid_point`] answers only for the exact bytes
@@ -113,6 +113,25 @@ pub trait VerifiedSignatures {
     /// only after [`crate::bls::parse_public_key`] accepted exactly these
     /// bytes).
     fn insert_valid_point(&self, _bytes: &[u8], _point: &PublicKey) {}
+}
+
+/// [`crate::bls::parse_public_key`], answered from `memo` when this node validated
+/// exactly these bytes before, and remembered there when they validate
+/// now. The answer is the same either way (validity is a function of the
+/// bytes); only the decompression and the subgroup check are saved.
+/// It lives here rather than in `bls` so that `bls` names no memory.
+/// Bytes that fail are never remembered: they are checked again each time
+/// and fail with the same error.
+pub fn parse_public_key_with(
+    bytes: &[u8],
+    memo: &dyn VerifiedSignatures,
+) -> Result<PublicKey, crate::bls::BlsError> {
+    if let Some(pk) = memo.valid_point(bytes) {
+        return Ok(pk);
+    }
+    let pk = crate::bls::parse_public_key(bytes)?;
+    memo.insert_valid_point(bytes, &pk);
+    Ok(pk)
 }
 
 /// No memory: every signature is verified.

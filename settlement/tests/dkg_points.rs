@@ -1,6 +1,6 @@
 //! The node's memory of validated G1 points
 //! ([`VerifiedSignatures::valid_point`], used through
-//! `tally_settlement::bls::parse_public_key_with`) must never change an
+//! `tally_settlement::envelope::parse_public_key_with`) must never change an
 //! answer: a DKG dealing or reveal checked through a memory that already
 //! holds points (from CheckTx of this and other dealings) gets exactly the
 //! code, log, events and app hash it gets with no memory at all, and is

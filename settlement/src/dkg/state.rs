@@ -154,14 +154,14 @@ pub fn commitment(d: &Dealing) -> Result<Vec<blst::min_pk::PublicKey>, Fatal> {
 }
 
 /// [`commitment`], each point answered from `memo` when this node
-/// validated its bytes before ([`crate::bls::parse_public_key_with`]).
+/// validated its bytes before ([`crate::envelope::parse_public_key_with`]).
 pub fn commitment_with(
     d: &Dealing,
     memo: &dyn crate::envelope::VerifiedSignatures,
 ) -> Result<Vec<blst::min_pk::PublicKey>, Fatal> {
     d.commitment
         .iter()
-        .map(|b| crate::bls::parse_public_key_with(b, memo))
+        .map(|b| crate::envelope::parse_public_key_with(b, memo))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|_| Fatal::Corrupt("stored commitment"))
 }
