@@ -402,4 +402,4 @@ fn stale_corrupt(k: &[u8]) -> StoreError {
 }
 
 mod rebuild;
-pub(crate) use rebuild::{restore_tree, RESTORE_BATCH};
+pub(crate) use rebuild::{index_pairs, restore_tree, RESTORE_BATCH};

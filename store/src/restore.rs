@@ -3,8 +3,9 @@
 //! [`Restore::begin`] takes an empty store (one with no commit; whatever an
 //! interrupted restore left is wiped) and marks it as being restored;
 //! [`Restore::apply`] takes the chunks in order, checks each against the
-//! hash the metadata lists for it, decodes it and writes its pairs; after
-//! the last one it rebuilds the Merkle tree ([`crate::merkle`]), and only if
+//! hash the metadata lists for it, decodes it and writes its pairs (each
+//! also indexed by its key hash for the tree); after the last one it builds
+//! the Merkle tree in key-hash order ([`crate::merkle`]), and only if
 //! the root equals the snapshot's app hash writes the height and app hash
 //! (one synced write that also clears the mark). Any other outcome wipes the
 //! store again: a store is either empty, marked as mid-restore (wiped by
@@ -167,7 +168,10 @@ impl Restore {
             });
         }
         self.last_key = pairs.last().map(|(k, _)| k.clone());
-        let writes: Vec<_> = pairs.into_iter().map(|(k, v)| (k, Some(v))).collect();
+        let mut writes = Vec::with_capacity(pairs.len() * 3);
+        merkle::index_pairs(&pairs, self.meta.height, &mut writes);
+        // The pairs come in key order (decode_chunk checks it).
+        writes.extend(pairs.into_iter().map(|(k, v)| (k, Some(v))));
         self.backend.write_raw(&writes, false)?;
         self.next += 1;
         if self.next < self.meta.chunks() {

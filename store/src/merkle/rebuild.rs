@@ -1,15 +1,16 @@
 //! Building the Merkle tree over a store restored from a snapshot, which
-//! has every pair but no tree: the keys go into the tree in bounded batches
-//! on top of an empty base version, so the root equals the one the
-//! snapshot's source computed block by block (a tree is a function of its
-//! key set).
+//! has every pair but no tree: each pair is indexed by its key hash as its
+//! chunk is written ([`index_pairs`]), then the values go into the tree in
+//! key-hash order, in bounded batches on top of an empty base version
+//! ([`restore_tree`]), so the root equals the one the snapshot's source
+//! computed block by block (a tree is a function of its key set).
 
 use jmt::storage::{LeafNode, Node, NodeKey, TreeReader};
 use jmt::{KeyHash, OwnedValue, Sha256Jmt, Version};
 use sha2::Sha256;
 
 use super::{node_key, preimage_key, push_nodes, tree_err, value_key, RawWrite, Reader};
-use super::{LATEST, OLDEST};
+use super::{LATEST, OLDEST, VALUE};
 use crate::{Backend, StoreError};
 
 /// Keys a restore puts into one tree version (bounds its memory).
@@ -44,15 +45,47 @@ impl TreeReader for RestoreReader<'_> {
     }
 }
 
-/// Builds the tree over every user-space pair of `backend` (restored from a
-/// snapshot, with no tree yet) so that its version `height` holds them all;
-/// returns its root. `pairs` is how many pairs there are. The keys go in
-/// batches of `batch` (default [`RESTORE_BATCH`]) at the versions just below `height`, each
-/// batch written before the next is read, so memory stays bounded; the
-/// nodes a later batch replaces are deleted at once and the oldest whole
-/// version is `height`: no version below it answers proofs. A tree is a
-/// function of its key set, so the root equals the one the snapshot's
-/// source computed block by block.
+/// The tree's reserved entries for restored pairs, written as each chunk
+/// is applied: per pair its value at version `height` (key hash and
+/// version → value) and its preimage (key hash → key). [`restore_tree`]
+/// then reads the values back in key-hash order, which is the tree's own
+/// order. Each kind is pushed in key-hash order, so RocksDB's memtable
+/// inserts every entry next to the one before.
+pub(crate) fn index_pairs(
+    pairs: &[(Vec<u8>, Vec<u8>)],
+    height: u64,
+    raw: &mut Vec<RawWrite>,
+) {
+    let mut by_hash: Vec<(KeyHash, usize)> = pairs
+        .iter()
+        .enumerate()
+        .map(|(i, (k, _))| (KeyHash::with::<Sha256>(k), i))
+        .collect();
+    by_hash.sort_unstable_by_key(|(kh, _)| kh.0);
+    raw.reserve(pairs.len() * 2);
+    for (kh, i) in &by_hash {
+        raw.push((value_key(kh, height), Some(pairs[*i].1.clone())));
+    }
+    for (kh, i) in &by_hash {
+        raw.push((preimage_key(kh), Some(pairs[*i].0.clone())));
+    }
+}
+
+/// Builds the tree over the restored pairs of `backend` (each indexed by
+/// [`index_pairs`] at version `height`, no tree yet) so that its version
+/// `height` holds them all; returns its root. `pairs` is how many there
+/// are.
+///
+/// The values are read back in key-hash order and go into the tree in
+/// batches of `batch` (default [`RESTORE_BATCH`]) at the versions just
+/// below `height`, each batch written before the next is read, so memory
+/// stays bounded. Because each batch's key hashes all follow the previous
+/// batch's, a batch adds a subtree to the right of what is built and
+/// rewrites only the path along the tree's right edge: the tree is built
+/// close to once, not rebuilt per batch (the nodes a batch does replace are
+/// deleted at once). The oldest whole version is `height`: no version
+/// below it answers proofs. A tree is a function of its key set, so the
+/// root equals the one the snapshot's source computed block by block.
 pub(crate) fn restore_tree(
     backend: &dyn Backend,
     height: u64,
@@ -67,32 +100,56 @@ pub(crate) fn restore_tree(
     let first = height + 1 - versions;
     let base = first - 1;
     let mut root = None;
-    let mut next: Vec<u8> = crate::USER_SPACE_START.to_vec();
+    let mut next: Vec<u8> = VALUE.to_vec();
+    let mut seen = 0u64;
     for version in first..=height {
-        let mut kvs: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-        backend.for_each(&next, b"", &mut |k, v| {
-            kvs.push((k.to_vec(), v.to_vec()));
-            (kvs.len() as u64) < batch
+        let mut set: Vec<(KeyHash, OwnedValue)> = Vec::new();
+        let mut last = None;
+        let mut bad = None;
+        backend.for_each_raw(&next, &value_end(), &mut |k, v| {
+            match parse_value_key(k, height) {
+                Some(kh) => set.push((kh, v.to_vec())),
+                None => bad = Some(k.to_vec()),
+            }
+            last = Some(k.to_vec());
+            bad.is_none() && (set.len() as u64) < batch
         })?;
-        if let Some((k, _)) = kvs.last() {
-            next = k.clone();
-            next.push(0);
+        if let Some(k) = bad {
+            return Err(StoreError::Corrupt(format!(
+                "a restored value entry {k:02x?} is not at version {height}"
+            )));
         }
-        let mut raw: Vec<RawWrite> = Vec::with_capacity(kvs.len() * 3);
-        let mut set = Vec::with_capacity(kvs.len());
-        for (k, v) in kvs {
-            let kh = KeyHash::with::<Sha256>(&k);
-            raw.push((value_key(&kh, version), Some(v.clone())));
-            raw.push((preimage_key(&kh), Some(k)));
-            set.push((kh, Some(v)));
+        if let Some(mut k) = last {
+            k.push(0);
+            next = k;
         }
+        seen += set.len() as u64;
         let reader = RestoreReader {
             inner: Reader { backend },
             base,
         };
-        let (r, b) = Sha256Jmt::new(&reader)
-            .put_value_set(set, version)
-            .map_err(tree_err)?;
+        let jmt = Sha256Jmt::new(&reader);
+        let (r, b) = if set.is_empty() {
+            if seen != pairs {
+                return Err(StoreError::Corrupt(format!(
+                    "the restore indexed {seen} values for {pairs} pairs"
+                )));
+            }
+            // A snapshot of no pairs: the empty tree's root.
+            jmt.put_value_set(Vec::new(), version).map_err(tree_err)?
+        } else {
+            // jmt's batch insert builds each node of the batch once (one
+            // insert at a time rehashes the path to the root per key).
+            let (roots, b) = jmt
+                .batch_put_value_sets(vec![set], None, version)
+                .map_err(tree_err)?;
+            let r = roots
+                .last()
+                .copied()
+                .ok_or_else(|| StoreError::Tree("jmt returned no root".into()))?;
+            (r, b)
+        };
+        let mut raw: Vec<RawWrite> = Vec::with_capacity(b.node_batch.nodes().len() + 1);
         push_nodes(&b, &mut raw)?;
         // Nodes of earlier batches the new one replaced serve no version a
         // query may ask for; the empty base root was never stored.
@@ -102,12 +159,40 @@ pub(crate) fn restore_tree(
             }
         }
         raw.push((LATEST.to_vec(), Some(version.to_be_bytes().to_vec())));
+        // In key order RocksDB's memtable inserts each key next to the last.
+        raw.sort_by(|a, b| a.0.cmp(&b.0));
         backend.write_raw(&raw, false)?;
         root = Some(r.0);
+    }
+    if seen != pairs {
+        return Err(StoreError::Corrupt(format!(
+            "the restore indexed {seen} values for {pairs} pairs"
+        )));
     }
     backend.write_raw(
         &[(OLDEST.to_vec(), Some(height.to_be_bytes().to_vec()))],
         false,
     )?;
     root.ok_or_else(|| StoreError::Tree("no version was built".into()))
+}
+
+/// The first key past the value namespace.
+fn value_end() -> Vec<u8> {
+    let mut end = VALUE.to_vec();
+    if let Some(b) = end.last_mut() {
+        *b += 1;
+    }
+    end
+}
+
+/// The key hash of a value entry at exactly `version`; `None` for any
+/// other shape or version.
+fn parse_value_key(k: &[u8], version: u64) -> Option<KeyHash> {
+    let rest = k.strip_prefix(VALUE)?;
+    if rest.len() != 40 || rest[32..] != version.to_be_bytes() {
+        return None;
+    }
+    let mut kh = [0u8; 32];
+    kh.copy_from_slice(&rest[..32]);
+    Some(KeyHash(kh))
 }
