@@ -55,8 +55,8 @@ use super::proposal::{accept_if_enough, current_validator, plan_proposal, propos
 use super::state::{self as st};
 use super::types::ProposalStatus;
 use crate::bls::parse_public_key;
-use crate::envelope::parse_public_key_with;
 use crate::codes::Code;
+use crate::envelope::parse_public_key_with;
 use crate::envelope::VerifiedSignatures;
 use crate::error::{reject, ExecError};
 use crate::proto::{validator_msg::Sum, Ceremony, Dealing, DkgKey, DkgReveal, Proposal};

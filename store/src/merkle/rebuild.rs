@@ -51,11 +51,7 @@ impl TreeReader for RestoreReader<'_> {
 /// then reads the values back in key-hash order, which is the tree's own
 /// order. Each kind is pushed in key-hash order, so RocksDB's memtable
 /// inserts every entry next to the one before.
-pub(crate) fn index_pairs(
-    pairs: &[(Vec<u8>, Vec<u8>)],
-    height: u64,
-    raw: &mut Vec<RawWrite>,
-) {
+pub(crate) fn index_pairs(pairs: &[(Vec<u8>, Vec<u8>)], height: u64, raw: &mut Vec<RawWrite>) {
     let mut by_hash: Vec<(KeyHash, usize)> = pairs
         .iter()
         .enumerate()
