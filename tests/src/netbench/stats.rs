@@ -159,20 +159,89 @@ pub struct StepRow {
     pub query_p99: f64,
     /// Queries answered during the step.
     pub queries: u64,
+    /// CometBFT's mempool counters over the step and its drain, summed
+    /// over the validators (a transaction counts at every node its gossip
+    /// reached): see [`MempoolCounters`].
+    pub mempool: MempoolCounters,
+}
+
+/// Why transactions left or never entered CometBFT's mempools: the deltas
+/// of CometBFT's own counters (`cometbft_mempool_*` on its Prometheus
+/// port). With `broadcast_tx_async` none of these reach the sender: a
+/// transaction counted here was "accepted" and then vanished.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct MempoolCounters {
+    /// `rejected_txs`: CheckTx passed but the mempool was full when its
+    /// answer came back (or the transaction was already there).
+    pub full: f64,
+    /// `failed_txs`: CheckTx refused it (the app's code).
+    pub refused: f64,
+    /// `evicted_txs`: the recheck after a block refused it.
+    pub evicted: f64,
+    /// `recheck_times`: transactions rechecked.
+    pub rechecked: f64,
+    /// Largest `size` (transactions in one mempool) seen at the step's end.
+    pub max_size: f64,
+}
+
+impl MempoolCounters {
+    /// The counters in Prometheus text `metrics`, one node's.
+    pub fn parse(metrics: &str) -> Self {
+        let get = |name: &str| -> f64 {
+            metrics
+                .lines()
+                .filter(|l| !l.starts_with('#'))
+                .filter(|l| {
+                    l.strip_prefix(name)
+                        .is_some_and(|r| r.starts_with('{') || r.starts_with(' '))
+                })
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum()
+        };
+        Self {
+            full: get("cometbft_mempool_rejected_txs"),
+            refused: get("cometbft_mempool_failed_txs"),
+            evicted: get("cometbft_mempool_evicted_txs"),
+            rechecked: get("cometbft_mempool_recheck_times"),
+            max_size: get("cometbft_mempool_size"),
+        }
+    }
+
+    /// Sums the counters of several nodes (`max_size`: the largest).
+    pub fn plus(self, o: Self) -> Self {
+        Self {
+            full: self.full + o.full,
+            refused: self.refused + o.refused,
+            evicted: self.evicted + o.evicted,
+            rechecked: self.rechecked + o.rechecked,
+            max_size: self.max_size.max(o.max_size),
+        }
+    }
+
+    /// What happened between `before` and `self` (`max_size`: `self`'s).
+    pub fn since(self, before: Self) -> Self {
+        Self {
+            full: (self.full - before.full).max(0.0),
+            refused: (self.refused - before.refused).max(0.0),
+            evicted: (self.evicted - before.evicted).max(0.0),
+            rechecked: (self.rechecked - before.rechecked).max(0.0),
+            max_size: self.max_size,
+        }
+    }
 }
 
 /// The CSV header of [`csv_row`].
 pub const CSV_HEADER: &str = "app,records_per_report,tx_bytes,step,offered_tx_s,sent_tx_s,accepted,refused,\
 committed_tx_s,committed_bytes_s,records_s,committed_total,failed,lost,latency_p50_ms,latency_p99_ms,\
 app_cpu_pct,cometbft_cpu_pct,app_rss_mib,cometbft_rss_mib,app_hwm_mib,cometbft_hwm_mib,\
-query_p50_ms,query_p99_ms,queries";
+query_p50_ms,query_p99_ms,queries,mempool_full,mempool_refused,mempool_evicted,mempool_rechecked";
 
 /// One CSV line (no newline) of `r`.
 pub fn csv_row(r: &StepRow) -> String {
     let mut s = String::new();
     let _ = write!(
         s,
-        "{},{},{},{},{:.1},{:.1},{},{},{:.1},{:.0},{:.1},{},{},{},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.2},{:.2},{}",
+        "{},{},{},{},{:.1},{:.1},{},{},{:.1},{:.0},{:.1},{},{},{},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.2},{:.2},{},{:.0},{:.0},{:.0},{:.0}",
         r.app,
         r.records,
         r.tx_bytes,
@@ -197,7 +266,11 @@ pub fn csv_row(r: &StepRow) -> String {
         r.comet_hwm,
         r.query_p50,
         r.query_p99,
-        r.queries
+        r.queries,
+        r.mempool.full,
+        r.mempool.refused,
+        r.mempool.evicted,
+        r.mempool.rechecked
     );
     s
 }
@@ -216,6 +289,38 @@ pub fn csv(rows: &[StepRow]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mempool_counters_are_read_by_exact_name_and_summed_over_labels() {
+        let text = "# HELP cometbft_mempool_rejected_txs x\n\
+# TYPE cometbft_mempool_rejected_txs counter\n\
+cometbft_mempool_rejected_txs{chain_id=\"a\"} 7\n\
+cometbft_mempool_rejected_txs_total{chain_id=\"a\"} 1000\n\
+cometbft_mempool_failed_txs{chain_id=\"a\"} 3\n\
+cometbft_mempool_evicted_txs 2\n\
+cometbft_mempool_recheck_times{chain_id=\"a\"} 1.5e3\n\
+cometbft_mempool_size{chain_id=\"a\"} 4999\n\
+cometbft_mempool_size_bytes{chain_id=\"a\"} 123456\n";
+        let c = MempoolCounters::parse(text);
+        assert_eq!(
+            c,
+            MempoolCounters {
+                full: 7.0,
+                refused: 3.0,
+                evicted: 2.0,
+                rechecked: 1500.0,
+                max_size: 4999.0
+            }
+        );
+        let two = c.plus(MempoolCounters {
+            max_size: 10.0,
+            full: 1.0,
+            ..Default::default()
+        });
+        assert_eq!((two.full, two.max_size), (8.0, 4999.0));
+        let d = two.since(c);
+        assert_eq!((d.full, d.refused, d.max_size), (1.0, 0.0, 4999.0));
+    }
 
     #[test]
     fn percentiles_by_nearest_rank() {
@@ -298,6 +403,13 @@ mod tests {
             lat_p99: 2500.0,
             query_p99: 3.457,
             queries: 300,
+            mempool: MempoolCounters {
+                full: 12.0,
+                refused: 3.0,
+                evicted: 0.0,
+                rechecked: 4567.0,
+                max_size: 5000.0,
+            },
             ..StepRow::default()
         };
         let text = csv(&[r.clone(), r]);
@@ -307,7 +419,7 @@ mod tests {
         assert_eq!(
             lines[1],
             "tally,100,8123,2,75.0,75.0,1124,1,70.2,570641,7025.0,1100,0,0,1234.6,2500.0,\
-             0.0,0.0,0.0,0.0,0.0,0.0,0.00,3.46,300"
+             0.0,0.0,0.0,0.0,0.0,0.0,0.00,3.46,300,12,3,0,4567"
         );
     }
 }

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Result};
 
 use super::load::{self, Batch, Follower, ReportGen};
-use super::net::{App, Kind, Net};
-use super::stats::{self, ProcSample, StepRow};
+use super::net::{App, Kind, Net, VALIDATORS};
+use super::stats::{self, MempoolCounters, ProcSample, StepRow};
 use super::Options;
 
 /// Waits until every validator of `net` reached height `h`.
@@ -70,6 +70,7 @@ pub fn run(
     let sent_at: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(0)).collect();
     let committed_at: Arc<Vec<AtomicU64>> = Arc::new((0..n).map(|_| AtomicU64::new(0)).collect());
     let before = samples(net);
+    let mp_before = mempool_counters(net, &agent);
     let t0 = Instant::now();
     let follower = Follower::start(
         urls[0].clone(),
@@ -89,6 +90,7 @@ pub fn run(
     }
     let window = t0.elapsed().as_secs_f64();
     let after = samples(net);
+    let mp_full_at = mempool_counters(net, &agent);
     stop_q.store(true, Ordering::Relaxed);
     let (mut qlat, _qfail) = reader.and_then(|r| r.join().ok()).unwrap_or_default();
     // Drain: every mempool empty, then the follower up to the top.
@@ -109,6 +111,8 @@ pub fn run(
         std::thread::sleep(Duration::from_millis(50));
     }
     let seen = follower.finish();
+    let mut mempool = mempool_counters(net, &agent).since(mp_before);
+    mempool.max_size = mp_full_at.max_size;
 
     let (ok_rate, bytes_rate) = window_rate(&seen, dur);
     let mut lat: Vec<f64> = sent_at
@@ -147,6 +151,7 @@ pub fn run(
         query_p50,
         query_p99,
         queries: qlat.len() as u64,
+        mempool,
         ..StepRow::default()
     };
     for ((kind, b), (_, a)) in before.iter().zip(&after) {
@@ -161,12 +166,29 @@ pub fn run(
         *r += rss;
         *h += hwm;
     }
+    eprintln!(
+        "    mempools: {} accepted then dropped as full, {} refused by CheckTx, {} evicted by recheck, {} rechecks, {} txs in the fullest at the step's end",
+        mempool.full, mempool.refused, mempool.evicted, mempool.rechecked, mempool.max_size
+    );
     if !sent.reasons.is_empty() {
         let mut r: Vec<_> = sent.reasons.into_iter().collect();
         r.sort_by_key(|x| std::cmp::Reverse(x.1));
         eprintln!("    refused: {:?}", &r[..r.len().min(3)]);
     }
     Ok(row)
+}
+
+/// CometBFT's mempool counters summed over the validators (a node that
+/// does not answer counts as zeros; the step's line says so by its sums).
+fn mempool_counters(net: &Net, agent: &ureq::Agent) -> MempoolCounters {
+    (0..VALIDATORS)
+        .filter_map(|i| {
+            let url = format!("http://127.0.0.1:{}/metrics", net.port(i, 4));
+            let r = agent.get(&url).call().ok()?;
+            r.into_string().ok()
+        })
+        .map(|t| MempoolCounters::parse(&t))
+        .fold(MempoolCounters::default(), MempoolCounters::plus)
 }
 
 /// Committed tx/s and bytes/s while the step sent: over the blocks seen
