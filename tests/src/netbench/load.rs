@@ -117,7 +117,7 @@ pub fn kv_tx(run: u64, i: u64, size: usize) -> Vec<u8> {
 /// A step's transactions, ready to send.
 #[derive(Debug, Default)]
 pub struct Batch {
-    /// JSON-RPC `broadcast_tx_async` request bodies.
+    /// JSON-RPC `broadcast_tx_async` (or `_sync`) request bodies.
     pub bodies: Vec<String>,
     /// Transaction size in bytes, by index.
     pub sizes: Vec<usize>,
@@ -126,15 +126,21 @@ pub struct Batch {
 }
 
 impl Batch {
-    /// A batch of `txs`.
+    /// A batch of `txs`, sent with `broadcast_tx_async`.
     pub fn new(txs: impl Iterator<Item = Vec<u8>>) -> Self {
+        Self::with_method(txs, "broadcast_tx_async")
+    }
+
+    /// A batch of `txs`, sent with the JSON-RPC method `method`
+    /// (`broadcast_tx_async` or `broadcast_tx_sync`).
+    pub fn with_method(txs: impl Iterator<Item = Vec<u8>>, method: &str) -> Self {
         let mut b = Batch::default();
         for tx in txs {
             let h: [u8; 32] = Sha256::digest(&tx).into();
             b.index.insert(h, b.bodies.len());
             b.sizes.push(tx.len());
             b.bodies.push(format!(
-                r#"{{"jsonrpc":"2.0","id":1,"method":"broadcast_tx_async","params":{{"tx":"{}"}}}}"#,
+                r#"{{"jsonrpc":"2.0","id":1,"method":"{method}","params":{{"tx":"{}"}}}}"#,
                 base64::engine::general_purpose::STANDARD.encode(&tx)
             ));
         }

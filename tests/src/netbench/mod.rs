@@ -54,6 +54,9 @@ pub struct Options {
     pub compact: bool,
     /// Users x providers x models x routes the records are spread over.
     pub dims: [usize; 4],
+    /// `broadcast_tx_sync` instead of `broadcast_tx_async`: the sender then
+    /// sees CheckTx's code, and a refusal counts as refused, not lost.
+    pub sync: bool,
 }
 
 /// Tally's network's first port (validator i: + 10 i, + 0..=5).
@@ -64,7 +67,7 @@ pub const KVSTORE_PORT_BASE: u16 = 19656;
 const USAGE: &str = "tally-bench network [--apps tally,kvstore] [--sizes 1,100[,1000]] \
 [--records-per-report N] [--start-rate N] [--factor F] [--rate-cap N] [--step-secs N] \
 [--max-steps N] [--conns N] [--query-rate N] [--drain-secs N] [--encoding compact|plain] \
-[--routes U,P,M,R] [--out DIR] | --plot CSV [PNG]";
+[--routes U,P,M,R] [--broadcast async|sync] [--out DIR] | --plot CSV [PNG]";
 
 impl Options {
     /// Parses the arguments after `network`.
@@ -89,6 +92,7 @@ impl Options {
             out: target.join("bench").join("network"),
             compact: true,
             dims: [20, 10, 2, 5],
+            sync: false,
         };
         let mut it = args.iter();
         while let Some(a) = it.next() {
@@ -150,6 +154,13 @@ impl Options {
                         "compact" => true,
                         "plain" => false,
                         other => bail!("--encoding is compact or plain, got {other:?}"),
+                    }
+                }
+                "--broadcast" => {
+                    o.sync = match val()?.as_str() {
+                        "async" => false,
+                        "sync" => true,
+                        other => bail!("--broadcast is async or sync, got {other:?}"),
                     }
                 }
                 "-h" | "--help" => bail!("usage: {USAGE}"),
@@ -299,4 +310,38 @@ pub fn main(args: &[String]) -> Result<()> {
     std::fs::write(o.out.join("summary.txt"), &summary)?;
     println!("\nCSV: {}\nplot: {}", csv.display(), png.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn broadcast_mode_is_async_unless_sync_is_asked_for() {
+        assert!(!Options::parse(&[]).unwrap().sync);
+        assert!(
+            Options::parse(&args(&["--broadcast", "sync"]))
+                .unwrap()
+                .sync
+        );
+        assert!(
+            !Options::parse(&args(&["--broadcast", "async"]))
+                .unwrap()
+                .sync
+        );
+        let e = Options::parse(&args(&["--broadcast", "commit"])).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--broadcast is async or sync, got \"commit\""
+        );
+        let b = load::Batch::with_method([vec![1u8, 2]].into_iter(), "broadcast_tx_sync");
+        assert_eq!(
+            b.bodies,
+            vec![r#"{"jsonrpc":"2.0","id":1,"method":"broadcast_tx_sync","params":{"tx":"AQI="}}"#]
+        );
+    }
 }

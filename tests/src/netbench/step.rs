@@ -58,9 +58,16 @@ pub fn run(
     // 600 s past the block time are accepted).
     let now = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs();
     let run_id: u64 = rand::random();
+    let method = if o.sync {
+        "broadcast_tx_sync"
+    } else {
+        "broadcast_tx_async"
+    };
     let batch = Arc::new(match net.app {
-        App::Tally => Batch::new((0..n).map(|_| gen.tx(records, now + 500))),
-        App::Kvstore => Batch::new((0..n as u64).map(|i| load::kv_tx(run_id, i, bytes))),
+        App::Tally => Batch::with_method((0..n).map(|_| gen.tx(records, now + 500)), method),
+        App::Kvstore => {
+            Batch::with_method((0..n as u64).map(|i| load::kv_tx(run_id, i, bytes)), method)
+        }
     });
     let urls = net.rpc_urls();
     let agent = ureq::AgentBuilder::new()
