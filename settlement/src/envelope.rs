@@ -115,13 +115,13 @@ pub trait VerifiedSignatures {
     fn insert_valid_point(&self, _bytes: &[u8], _point: &PublicKey) {}
 }
 
-/// [`crate::bls::parse_public_key`], answered from `memo` when this node validated
-/// exactly these bytes before, and remembered there when they validate
-/// now. The answer is the same either way (validity is a function of the
-/// bytes); only the decompression and the subgroup check are saved.
-/// It lives here rather than in `bls` so that `bls` names no memory.
+/// [`crate::bls::parse_public_key`], answered from `memo` when this node
+/// validated exactly these bytes before, and remembered there when they
+/// validate now. The answer is the same either way (validity is a function
+/// of the bytes); only the decompression and the subgroup check are saved.
 /// Bytes that fail are never remembered: they are checked again each time
-/// and fail with the same error.
+/// and fail with the same error. It lives here, beside the memory, rather
+/// than in `bls`, so that `bls` depends on no memory.
 pub fn parse_public_key_with(
     bytes: &[u8],
     memo: &dyn VerifiedSignatures,

@@ -185,8 +185,8 @@ pub fn run(
     Ok(row)
 }
 
-/// CometBFT's mempool counters summed over the validators (a node that
-/// does not answer counts as zeros; the step's line says so by its sums).
+/// CometBFT's mempool counters summed over the validators (a node whose
+/// metrics page does not answer adds nothing).
 fn mempool_counters(net: &Net, agent: &ureq::Agent) -> MempoolCounters {
     (0..VALIDATORS)
         .filter_map(|i| {
