@@ -174,6 +174,12 @@ impl TallyApp {
         self.consensus().pending.set_retain_versions(versions);
     }
 
+    /// Keeps new transactions under CometBFT's mempool `limit` (`None`:
+    /// no limit); see [`crate::mempool`].
+    pub fn set_mempool_limit(&self, limit: Option<crate::mempool::MempoolLimit>) {
+        self.claims().set_limit(limit);
+    }
+
     /// What the last commit's tree update cost.
     pub fn last_tree_stats(&self) -> tally_store::TreeStats {
         self.consensus().pending.last_tree_stats()

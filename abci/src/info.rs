@@ -132,27 +132,22 @@ fn query_key(app: &TallyApp, req: &RequestQuery) -> ResponseQuery {
 }
 
 pub(crate) fn check_tx(app: &TallyApp, req: RequestCheckTx) -> ResponseCheckTx {
-    let r = match settlement::check_tx_claim_with(app.committed_state(), &req.tx, app.signatures())
-    {
-        Ok(checked) => {
-            let claimed = match (&checked.claim, &checked.block_scope) {
-                (Some((scope, expires_at)), _) => {
-                    app.claims().claim(scope, *expires_at, &req.tx, checked.now)
-                }
-                (None, Some(scope)) => app.claims().claim_once(scope, &req.tx),
-                (None, None) => Ok(()),
-            };
-            match claimed {
-                Ok(()) => checked.result,
-                Err(refused) => TxResult::rejected(refused),
-            }
-        }
-        Err(f) => {
-            warn!(error = %f, "CheckTx: local store fault");
-            TxResult::internal(&f)
-        }
+    let recheck = req.r#type == CheckTxType::Recheck as i32;
+    // A new transaction meets a full mempool before anything is verified;
+    // a recheck is of one already held.
+    let full = if recheck {
+        Ok(())
+    } else {
+        app.claims().room_for(req.tx.len())
     };
-    let phase = if req.r#type == CheckTxType::Recheck as i32 {
+    let r = match full {
+        Err(refused) => TxResult::rejected(refused),
+        Ok(()) => check_and_claim(app, &req.tx),
+    };
+    if r.code == Code::Ok {
+        app.claims().admit(req.tx.len());
+    }
+    let phase = if recheck {
         Phase::Recheck
     } else {
         Phase::CheckTx
@@ -164,5 +159,29 @@ pub(crate) fn check_tx(app: &TallyApp, req: RequestCheckTx) -> ResponseCheckTx {
         data: r.data.into(),
         codespace: codespace(r.code),
         ..Default::default()
+    }
+}
+
+/// CheckTx's verdict on `tx` against committed state, with its report or
+/// one-per-block scope claimed when it passes.
+fn check_and_claim(app: &TallyApp, tx: &[u8]) -> TxResult {
+    match settlement::check_tx_claim_with(app.committed_state(), tx, app.signatures()) {
+        Ok(checked) => {
+            let claimed = match (&checked.claim, &checked.block_scope) {
+                (Some((scope, expires_at)), _) => {
+                    app.claims().claim(scope, *expires_at, tx, checked.now)
+                }
+                (None, Some(scope)) => app.claims().claim_once(scope, tx),
+                (None, None) => Ok(()),
+            };
+            match claimed {
+                Ok(()) => checked.result,
+                Err(refused) => TxResult::rejected(refused),
+            }
+        }
+        Err(f) => {
+            warn!(error = %f, "CheckTx: local store fault");
+            TxResult::internal(&f)
+        }
     }
 }

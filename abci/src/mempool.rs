@@ -17,6 +17,31 @@
 //! lapse at the report's expiry. The set is capped at [`MAX_CLAIMS`]
 //! entries (far above CometBFT's mempool size); past that a new report is
 //! refused until the next commit.
+//!
+//! # Room in the mempool
+//!
+//! CometBFT checks that its mempool has room twice: before it sends a
+//! transaction to CheckTx, and again when the answer comes back. A
+//! transaction the app accepted but that finds the mempool full at the
+//! second check is dropped without a word: the RPC caller, even with
+//! `broadcast_tx_sync`, has already been told code 0, and only CometBFT's
+//! `mempool_rejected_txs` counter moves. At saturation that is thousands of
+//! accepted reports a second (measured in `tally-bench network`).
+//!
+//! So the app keeps its own count of what it let into the mempool since the
+//! last commit, [`Claims::admit`], and refuses a new transaction with code
+//! 39 `mempool_full` once that count reaches CometBFT's limits
+//! ([`MempoolLimit`], read from `[mempool]` of the node's `config.toml`).
+//! CometBFT adds accepted transactions in the order the answers arrive, so
+//! when the app accepts one, the mempool holds at most the count before it,
+//! below the limit, and the second check always passes. The count is right
+//! because CometBFT locks the mempool for Commit and the recheck after it:
+//! the count is reset at Commit, and every transaction still in the mempool
+//! is rechecked (and counted again) before any new one is checked. It can
+//! only overcount (a copy CometBFT then throws away as already held), which
+//! refuses early until the next block, never loses. With `recheck = false`
+//! nothing is rechecked and the count would undercount, so then no limit is
+//! kept (the node warns at start).
 
 use std::collections::HashMap;
 
@@ -26,6 +51,25 @@ use tally_settlement::{Code, Rejection};
 /// Most scopes claimed at once.
 pub const MAX_CLAIMS: usize = 100_000;
 
+/// CometBFT's mempool limits (`[mempool] size` and `max_txs_bytes`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MempoolLimit {
+    /// Most transactions.
+    pub txs: usize,
+    /// Most bytes of transactions.
+    pub bytes: u64,
+}
+
+impl Default for MempoolLimit {
+    /// CometBFT v0.38's defaults.
+    fn default() -> Self {
+        MempoolLimit {
+            txs: 5000,
+            bytes: 1 << 30,
+        }
+    }
+}
+
 /// Report scopes claimed by transactions in the mempool.
 #[derive(Debug, Default)]
 pub struct Claims {
@@ -33,6 +77,12 @@ pub struct Claims {
     /// One-per-block scopes (a validator's message kind, a user's allowance
     /// changes) of transactions waiting, with their bytes' hash.
     once: HashMap<Vec<u8>, [u8; 32]>,
+    /// The limits new transactions are kept under (none: no limit).
+    limit: Option<MempoolLimit>,
+    /// Transactions accepted (checked or rechecked) since the last commit.
+    held_txs: usize,
+    /// Their bytes.
+    held_bytes: u64,
 }
 
 #[derive(Debug)]
@@ -106,10 +156,60 @@ impl Claims {
         }
     }
 
-    /// Forgets every claim (at Commit; rechecks claim again).
+    /// Keeps new transactions under `limit` (`None`: no limit).
+    pub fn set_limit(&mut self, limit: Option<MempoolLimit>) {
+        self.limit = limit;
+    }
+
+    /// The limit kept.
+    pub fn limit(&self) -> Option<MempoolLimit> {
+        self.limit
+    }
+
+    /// Refuses (code 39) a new transaction of `len` bytes when the mempool
+    /// has no room for it by the app's count.
+    pub fn room_for(&self, len: usize) -> Result<(), Rejection> {
+        let Some(l) = self.limit else { return Ok(()) };
+        if self.held_txs >= l.txs {
+            return Err(Rejection::new(
+                Code::MempoolFull,
+                format!(
+                    "this node's mempool holds {} transactions, its limit ([mempool] size); send again after the next block",
+                    l.txs
+                ),
+            ));
+        }
+        if self.held_bytes.saturating_add(len as u64) > l.bytes {
+            return Err(Rejection::new(
+                Code::MempoolFull,
+                format!(
+                    "this node's mempool holds {} bytes of transactions, and {len} more would pass its limit ([mempool] max_txs_bytes {}); send again after the next block",
+                    self.held_bytes, l.bytes
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Counts a transaction of `len` bytes that CheckTx (or a recheck)
+    /// accepted: CometBFT keeps it in the mempool.
+    pub fn admit(&mut self, len: usize) {
+        self.held_txs = self.held_txs.saturating_add(1);
+        self.held_bytes = self.held_bytes.saturating_add(len as u64);
+    }
+
+    /// Transactions and bytes counted since the last commit.
+    pub fn held(&self) -> (usize, u64) {
+        (self.held_txs, self.held_bytes)
+    }
+
+    /// Forgets every claim and the count (at Commit; rechecks claim and
+    /// count again).
     pub fn clear(&mut self) {
         self.by_scope.clear();
         self.once.clear();
+        self.held_txs = 0;
+        self.held_bytes = 0;
     }
 
     /// Number of claims.
@@ -145,6 +245,34 @@ mod tests {
         c.claim(&scope, 200, b"tx-b", 100).unwrap(); // ok: unit test
         c.clear();
         c.claim(&scope, 300, b"tx-c", 100).unwrap(); // ok: unit test
+    }
+
+    #[test]
+    fn the_count_refuses_at_the_limit_and_restarts_at_commit() {
+        let mut c = Claims::default();
+        // No limit: always room.
+        for _ in 0..10 {
+            c.admit(100);
+        }
+        assert!(c.room_for(usize::MAX).is_ok());
+        c.clear();
+        c.set_limit(Some(MempoolLimit { txs: 3, bytes: 250 }));
+        // Three 80-byte transactions fit (240 <= 250); a fourth does not,
+        // by count; a 20-byte one would not either.
+        for _ in 0..3 {
+            assert!(c.room_for(80).is_ok());
+            c.admit(80);
+        }
+        assert_eq!(c.held(), (3, 240));
+        assert_eq!(c.room_for(1).unwrap_err().code, Code::MempoolFull); // ok: unit test
+        c.clear();
+        // Bytes: 200 fits, then 51 more would pass 250, 50 would not.
+        c.admit(200);
+        assert_eq!(c.room_for(51).unwrap_err().code, Code::MempoolFull); // ok: unit test
+        assert!(c.room_for(50).is_ok());
+        c.clear();
+        assert_eq!(c.held(), (0, 0));
+        assert!(c.room_for(250).is_ok());
     }
 
     #[test]

@@ -171,6 +171,8 @@ enum Step {
     Twice,
     /// CheckTx code 26: the mempool's report claims are full, for now.
     ClaimsFull,
+    /// CheckTx code 39: the node's mempool is full, for now.
+    MempoolFull,
 }
 
 #[derive(Clone, Default)]
@@ -278,6 +280,12 @@ impl Transport for FakeRpc {
             Some(Step::ClaimsFull) => Ok(Admission::Refused {
                 code: 26,
                 log: "100000 reports are waiting in the mempool; retry after the next block".into(),
+                data: Vec::new(),
+            }),
+            Some(Step::MempoolFull) => Ok(Admission::Refused {
+                code: 39,
+                log: "this node's mempool holds 5000 transactions; send again after the next block"
+                    .into(),
                 data: Vec::new(),
             }),
             Some(Step::Drop) => Ok(Admission::Accepted),
@@ -749,6 +757,18 @@ async fn claims_full_is_retried_and_a_second_copy_in_a_block_counts_once() {
     c.advance();
     assert_eq!(c.inclusions.values().copied().collect::<Vec<_>>(), vec![2]);
     assert_eq!(c.landed.len(), 1, "the second copy got code 7");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_mempool_is_retried_until_the_report_lands() {
+    let rpc = FakeRpc::default();
+    rpc.0.lock().unwrap().script = vec![Step::MempoolFull, Step::MempoolFull];
+    let r = Reporter::start(cfg(&["a"]), key(), rpc.clone()).unwrap();
+    r.record(rec(1)).await.unwrap();
+    let out = shut(r).await;
+    assert_eq!(all_landed(&out), 1, "{out:?}");
+    let c = rpc.0.lock().unwrap();
+    assert_eq!(c.landed.len(), 1);
 }
 
 fn any_step() -> impl proptest::strategy::Strategy<Value = Option<Step>> {

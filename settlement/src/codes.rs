@@ -104,6 +104,10 @@ pub enum Code {
     /// length is not the group's call count, or latency before app version
     /// 4 (ADR 0021).
     BadLatency = 38,
+    /// CheckTx: this node's mempool is full (CometBFT's `[mempool] size`
+    /// or `max_txs_bytes`, counted by the app). Nothing was kept; send it
+    /// again after the next block, or to another node.
+    MempoolFull = 39,
 }
 
 impl Code {
@@ -154,11 +158,12 @@ impl Code {
             Code::GatewayKeyRetired => "gateway_key_retired",
             Code::BadUserMsg => "bad_user_msg",
             Code::BadLatency => "bad_latency",
+            Code::MempoolFull => "mempool_full",
         }
     }
 
     /// Every code, for documentation and tests.
-    pub const ALL: [Code; 39] = [
+    pub const ALL: [Code; 40] = [
         Code::Ok,
         Code::MalformedTx,
         Code::UnknownGateway,
@@ -198,10 +203,43 @@ impl Code {
         Code::GatewayKeyRetired,
         Code::BadUserMsg,
         Code::BadLatency,
+        Code::MempoolFull,
     ];
 
     /// The code with this number.
     pub fn from_value(v: u32) -> Option<Code> {
         Code::ALL.iter().copied().find(|c| c.value() == v)
+    }
+}
+
+// ok: unwraps and panics below are in unit tests only.
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The README's "Result codes" table lists every code, by number and
+    /// name, in order, and nothing else.
+    #[test]
+    fn the_readme_table_is_every_code() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md");
+        let text = std::fs::read_to_string(path).expect("README.md"); // ok: unit test
+        let rows: Vec<(u32, String)> = text
+            .lines()
+            .skip_while(|l| !l.starts_with("| code | name | meaning |"))
+            .skip(2)
+            .take_while(|l| l.starts_with('|'))
+            .map(|l| {
+                let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+                (cells[1].parse().expect("code number"), cells[2].to_string()) // ok: unit test
+            })
+            .collect();
+        let want: Vec<(u32, String)> = Code::ALL
+            .iter()
+            .map(|c| (c.value(), c.name().to_string()))
+            .collect();
+        assert_eq!(rows, want);
+        for (i, c) in Code::ALL.iter().enumerate() {
+            assert_eq!(Code::from_value(c.value()), Some(*c), "{i}");
+        }
     }
 }

@@ -28,7 +28,13 @@
 //!    (the bound the docs give), each batch paid in full (shortfall 0);
 //! 8. `reporter_exactly_once_with_a_killed_validator`: 100,000 records
 //!    through the gateway SDK's reporter with a validator SIGKILLed and
-//!    restarted and one endpoint unreachable land exactly once.
+//!    restarted and one endpoint unreachable land exactly once;
+//! 9. `a_full_mempool_refuses_and_loses_nothing`: validator 3 restarted
+//!    with a 30-transaction mempool and flooded over `broadcast_tx_sync`
+//!    from 32 connections; every report it answered code 0 is in a block
+//!    (CometBFT drops an accepted transaction that finds its mempool full
+//!    without telling the sender; the app refuses with code 39 first), and
+//!    code 39 was answered.
 //!
 //! Needs `cometbft` on PATH (localnet/install-cometbft.sh; without it every
 //! test is reported SKIPPED) and built `tallyd` and `tally-hub` binaries
@@ -44,6 +50,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use ed25519_dalek::SigningKey;
+use sha2::Digest as _;
 use tally_node::records::build_report;
 use tally_node::rpc::Rpc;
 use tally_settlement::bls::{self, Kind, PublicShares};
@@ -59,7 +66,7 @@ use tally_tests::traffic::Traffic;
 const PORT_BASE: u16 = 29656;
 const WINDOW_SECS: u64 = 10;
 
-const TESTS: [Test<Net>; 8] = [
+const TESTS: [Test<Net>; 9] = [
     Test {
         name: "records_reach_every_validator",
         needs: &[],
@@ -99,6 +106,11 @@ const TESTS: [Test<Net>; 8] = [
         name: "reporter_exactly_once_with_a_killed_validator",
         needs: &[],
         run: reporter_exactly_once_with_a_killed_validator,
+    },
+    Test {
+        name: "a_full_mempool_refuses_and_loses_nothing",
+        needs: &[],
+        run: a_full_mempool_refuses_and_loses_nothing,
     },
 ];
 
@@ -1394,4 +1406,118 @@ fn reporter_exactly_once_with_a_killed_validator(f: &mut Net) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     check_model(net, &model, &funded)
+}
+
+fn a_full_mempool_refuses_and_loses_nothing(f: &mut Net) -> Result<()> {
+    // Validator 3 gets a 30-transaction mempool; 32 threads send it 2,400
+    // one-call reports with broadcast_tx_sync, each thread one per 100 ms
+    // (~320/s, ten times what the small mempool passes on, for ~8 s: the
+    // mempool is full and refilled at every block). Each answer is sorted: code
+    // 0 (accepted: it must land), code 39 (the app's full-mempool refusal),
+    // any other code or an RPC error (CometBFT's own "mempool is full"
+    // before CheckTx, also visible). Seen failing: without the app's limit
+    // (`set_mempool_limit(None)`), hundreds of code-0 reports never land.
+    const SIZE: usize = 30;
+    const THREADS: usize = 32;
+    const REPORTS: usize = 2_400;
+    let net = &f.net;
+    let cfg = net.dir().join("node3").join("config").join("config.toml");
+    net.node("stop", 3)?;
+    let text = std::fs::read_to_string(&cfg)?;
+    let text = tally_tests::netbench::net::set_toml(&text, "mempool", "size", &SIZE.to_string())?;
+    std::fs::write(&cfg, text)?;
+    net.node("start", 3)?;
+    net.wait_height(3, net.height(0) + 2, Duration::from_secs(60))?;
+
+    let url = net.rpc_url(3);
+    let (key, chain_id) = (f.key.clone(), f.chain_id.clone());
+    let txs: Vec<Vec<u8>> = (0..REPORTS)
+        .map(|i| {
+            let r = rec(LOAD_USER, &format!("/mempool/{}", i % 8), Outcome::Ok, 0);
+            build_report(&key, &chain_id, vec![r], now() + 300).tx
+        })
+        .collect();
+    let txs = Arc::new(txs);
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    // Per thread: (report index, CheckTx code or RPC error).
+    type Answers = Vec<(usize, std::result::Result<u32, String>)>;
+    let senders: Vec<JoinHandle<Answers>> = (0..THREADS)
+        .map(|_| {
+            let (txs, next, url) = (txs.clone(), next.clone(), url.clone());
+            std::thread::spawn(move || {
+                let rpc = Rpc::new(&url);
+                let mut out = Vec::new();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(tx) = txs.get(i) else { break };
+                    let answer = rpc
+                        .broadcast_tx_sync(tx)
+                        .map(|(code, _, _)| code)
+                        .map_err(|e| e.to_string());
+                    out.push((i, answer));
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                out
+            })
+        })
+        .collect();
+    let mut accepted = Vec::new();
+    let (mut full, mut other, mut rpc_errors) = (0usize, BTreeMap::new(), 0usize);
+    for t in senders {
+        let answers = t.join().map_err(|_| anyhow::anyhow!("sender panicked"))?;
+        for (i, a) in answers {
+            match a {
+                Ok(0) => accepted.push(i),
+                Ok(39) => full += 1,
+                Ok(c) => *other.entry(c).or_insert(0usize) += 1,
+                Err(e) => {
+                    ensure!(e.contains("full"), "report {i}: {e}");
+                    rpc_errors += 1
+                }
+            }
+        }
+    }
+    eprintln!(
+        "    {} accepted, {full} refused with code 39, {rpc_errors} RPC errors, other codes {other:?}",
+        accepted.len()
+    );
+    ensure!(other.is_empty(), "unexpected CheckTx codes: {other:?}");
+    ensure!(!accepted.is_empty(), "nothing was accepted");
+    // Every accepted report must be in a block; the mempools drain first.
+    let client = tx_client(&url);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut lost = Vec::new();
+    for &i in &accepted {
+        let hash: [u8; 32] = sha2::Sha256::digest(&txs[i]).into();
+        loop {
+            match client.tx(&hash) {
+                Ok(Some(r)) => {
+                    ensure!(
+                        r.code == 0,
+                        "report {i} refused in a block: {} {}",
+                        r.code,
+                        r.log
+                    );
+                    break;
+                }
+                _ if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+                _ => {
+                    lost.push(i);
+                    break;
+                }
+            }
+        }
+    }
+    ensure!(
+        lost.is_empty(),
+        "{} of {} reports answered code 0 never landed (first: {:?})",
+        lost.len(),
+        accepted.len(),
+        &lost[..lost.len().min(5)]
+    );
+    ensure!(
+        full > 0,
+        "the flood never met the app's full-mempool refusal (nothing proven)"
+    );
+    Ok(())
 }

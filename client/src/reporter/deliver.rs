@@ -21,11 +21,13 @@ use crate::transport::{Admission, Included, Transport};
 const RETRY_PAUSE: Duration = Duration::from_millis(500);
 
 /// CheckTx codes that say "not now" rather than "never": a node's store
-/// fault (another node, or the same one restarted, may take it), and a full
+/// fault (another node, or the same one restarted, may take it), a full
 /// table of report claims in the mempool ("retry after the next block"; our
-/// own bytes never clash with our own claim).
+/// own bytes never clash with our own claim), and a full mempool.
 fn transient_check_code(code: u32) -> bool {
-    code == Code::Internal.value() || code == Code::ReportPending.value()
+    [Code::Internal, Code::ReportPending, Code::MempoolFull]
+        .iter()
+        .any(|c| c.value() == code)
 }
 
 /// Whether the chain showed that a report expiring at `expires_at` can

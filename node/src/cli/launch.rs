@@ -70,7 +70,48 @@ fn open_store(home: &Path, cfg: &AppConfig) -> anyhow::Result<(TallyApp, Arc<Roc
     });
     let app = TallyApp::new(backend.clone(), halt)?;
     app.set_retain_versions(cfg.state_retain_versions);
+    app.set_mempool_limit(mempool_limit(home));
     Ok((app, backend))
+}
+
+/// The mempool limits CheckTx keeps under (see `tally_abci::mempool`):
+/// `[mempool] size` and `max_txs_bytes` of `<home>/config/config.toml`,
+/// CometBFT's defaults where missing; none when `recheck = false` (the
+/// app's count then has no way to learn what left the mempool) or when
+/// `config.toml` cannot be read (warned).
+fn mempool_limit(home: &Path) -> Option<tally_abci::mempool::MempoolLimit> {
+    let path = home.join("config").join("config.toml");
+    let table = match std::fs::read_to_string(&path)
+        .map_err(|e| e.to_string())
+        .and_then(|t| t.parse::<toml::Table>().map_err(|e| e.to_string()))
+    {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "no mempool limit kept: config.toml unreadable; CometBFT may drop accepted transactions when its mempool fills");
+            return None;
+        }
+    };
+    let limit = parse_mempool_limit(&table);
+    if limit.is_none() {
+        tracing::warn!("[mempool] recheck = false: no mempool limit kept; CometBFT may drop accepted transactions when its mempool fills");
+    }
+    limit
+}
+
+/// [`mempool_limit`] of a parsed `config.toml`.
+fn parse_mempool_limit(config: &toml::Table) -> Option<tally_abci::mempool::MempoolLimit> {
+    let default = tally_abci::mempool::MempoolLimit::default();
+    let Some(m) = config.get("mempool") else {
+        return Some(default);
+    };
+    if m.get("recheck").and_then(|v| v.as_bool()) == Some(false) {
+        return None;
+    }
+    let int = |k: &str| m.get(k).and_then(|v| v.as_integer()).filter(|v| *v > 0);
+    Some(tally_abci::mempool::MempoolLimit {
+        txs: int("size").map_or(default.txs, |v| v as usize),
+        bytes: int("max_txs_bytes").map_or(default.bytes, |v| v as u64),
+    })
 }
 
 /// Gives the app the snapshot directory it offers state sync from.
@@ -296,4 +337,42 @@ fn refuse_missing_version(app: &TallyApp, home: &Path) -> anyhow::Result<()> {
         stop.height, stop.message
     );
     std::process::exit(tally_abci::HaltReason::UpgradeNeeded.exit_code())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tally_abci::mempool::MempoolLimit;
+
+    fn limit(toml_text: &str) -> Option<MempoolLimit> {
+        parse_mempool_limit(&toml_text.parse::<toml::Table>().expect("test toml"))
+    }
+
+    #[test]
+    fn the_mempool_limit_comes_from_config_toml() {
+        assert_eq!(
+            limit("[mempool]\nsize = 1234\nmax_txs_bytes = 99999\nrecheck = true\n"),
+            Some(MempoolLimit {
+                txs: 1234,
+                bytes: 99_999
+            })
+        );
+        // CometBFT's defaults (5000, 1 GiB) where a key or the table is missing.
+        assert_eq!(
+            limit("[mempool]\nsize = 70\n"),
+            Some(MempoolLimit {
+                txs: 70,
+                bytes: 1_073_741_824
+            })
+        );
+        assert_eq!(
+            limit("[rpc]\nladdr = \"x\"\n"),
+            Some(MempoolLimit {
+                txs: 5000,
+                bytes: 1_073_741_824
+            })
+        );
+        // Without rechecks the app cannot count what left: no limit.
+        assert_eq!(limit("[mempool]\nsize = 70\nrecheck = false\n"), None);
+    }
 }
