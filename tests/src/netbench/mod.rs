@@ -9,6 +9,7 @@
 //! `abci_query` latency under load. Output: a table, a CSV and a PNG
 //! ([`plot`]).
 
+pub mod delay;
 pub mod load;
 pub mod net;
 pub mod plot;
@@ -20,8 +21,9 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use ed25519_dalek::SigningKey;
 
+use delay::Latency;
 use load::ReportGen;
-use net::{App, Net, CHAIN_ID};
+use net::{App, Layout, Net, CHAIN_ID, VALIDATORS};
 use stats::StepRow;
 
 /// The benchmark's options.
@@ -57,6 +59,14 @@ pub struct Options {
     /// `broadcast_tx_sync` instead of `broadcast_tx_async`: the sender then
     /// sees CheckTx's code, and a refusal counts as refused, not lost.
     pub sync: bool,
+    /// Every step at the start rate, never stopping at saturation: a soak
+    /// (`--constant --step-secs 60 --max-steps 60` is an hour), with the
+    /// processes' memory, open files and disk per step in `soak.png`.
+    pub constant: bool,
+    /// Validators, namespaces and P2P latency.
+    pub layout: Layout,
+    /// After each sweep, one more step at 80 % of its best committed rate.
+    pub at_80: bool,
 }
 
 /// Tally's network's first port (validator i: + 10 i, + 0..=5).
@@ -67,7 +77,8 @@ pub const KVSTORE_PORT_BASE: u16 = 19656;
 const USAGE: &str = "tally-bench network [--apps tally,kvstore] [--sizes 1,100[,1000]] \
 [--records-per-report N] [--start-rate N] [--factor F] [--rate-cap N] [--step-secs N] \
 [--max-steps N] [--conns N] [--query-rate N] [--drain-secs N] [--encoding compact|plain] \
-[--routes U,P,M,R] [--broadcast async|sync] [--out DIR] | --plot CSV [PNG]";
+[--routes U,P,M,R] [--broadcast async|sync] [--constant] [--validators N] [--netns] \
+[--latency DELAY_MS,JITTER_MS] [--at-80] [--out DIR] | --plot CSV [PNG]";
 
 impl Options {
     /// Parses the arguments after `network`.
@@ -93,6 +104,13 @@ impl Options {
             compact: true,
             dims: [20, 10, 2, 5],
             sync: false,
+            constant: false,
+            at_80: false,
+            layout: Layout {
+                validators: VALIDATORS,
+                netns: false,
+                latency: None,
+            },
         };
         let mut it = args.iter();
         while let Some(a) = it.next() {
@@ -162,6 +180,22 @@ impl Options {
                         "sync" => true,
                         other => bail!("--broadcast is async or sync, got {other:?}"),
                     }
+                }
+                "--constant" => o.constant = true,
+                "--at-80" => o.at_80 = true,
+                "--validators" => o.layout.validators = num(val()?)? as usize,
+                "--netns" => o.layout.netns = true,
+                "--latency" => {
+                    let v: Vec<u64> = val()?
+                        .split(',')
+                        .map(|x| x.parse().ok())
+                        .collect::<Option<_>>()
+                        .filter(|v: &Vec<u64>| v.len() == 2 && v[0] > 0 && v[1] <= v[0])
+                        .context("--latency is DELAY_MS,JITTER_MS (whole ms, delay > 0, jitter <= delay)")?;
+                    o.layout.latency = Some(Latency {
+                        delay: std::time::Duration::from_millis(v[0]),
+                        jitter: std::time::Duration::from_millis(v[1]),
+                    });
                 }
                 "-h" | "--help" => bail!("usage: {USAGE}"),
                 other => bail!("unknown option {other:?}; usage: {USAGE}"),
@@ -241,7 +275,7 @@ pub fn main(args: &[String]) -> Result<()> {
             App::Tally => TALLY_PORT_BASE,
             App::Kvstore => KVSTORE_PORT_BASE,
         };
-        let mut net = Net::start(app, base, &o.out, &gateway, gen.users())
+        let mut net = Net::start(app, base, &o.out, &gateway, gen.users(), o.layout)
             .with_context(|| format!("starting the {} network", app.name()))?;
         step::wait_blocks(&mut net, 3)?;
         if app == App::Tally {
@@ -270,10 +304,31 @@ pub fn main(args: &[String]) -> Result<()> {
                 }
                 rows.push(row);
                 std::fs::write(o.out.join("network.csv"), stats::csv(&rows))?;
+                if o.constant {
+                    continue;
+                }
                 if stats::saturated(&committed, 0.05) || rate * o.factor > o.rate_cap {
                     break;
                 }
                 rate *= o.factor;
+            }
+            if o.at_80 && !o.constant {
+                // One more step at 80 % of the best committed rate.
+                let best = committed.iter().copied().fold(0.0, f64::max);
+                let n = committed.len() + 1;
+                let row = step::run(
+                    &mut net,
+                    &o,
+                    &mut gen,
+                    records,
+                    bytes,
+                    best * 0.8,
+                    n,
+                    clk_tck,
+                )?;
+                println!("{}   <- 80 % of {best:.0}", step::table_line(&row));
+                rows.push(row);
+                std::fs::write(o.out.join("network.csv"), stats::csv(&rows))?;
             }
         }
         if app == App::Tally {
@@ -299,6 +354,13 @@ pub fn main(args: &[String]) -> Result<()> {
     if let Err(e) = plot::draw(&rows, &png) {
         eprintln!("no plot: {e:#}");
     }
+    if o.constant {
+        let soak = o.out.join("soak.png");
+        match plot::draw_soak(&rows, &soak) {
+            Ok(()) => println!("soak plot: {}", soak.display()),
+            Err(e) => eprintln!("no soak plot: {e:#}"),
+        }
+    }
     let summary = step::summary(
         &rows,
         disk.tally_db_start,
@@ -318,6 +380,41 @@ mod tests {
 
     fn args(a: &[&str]) -> Vec<String> {
         a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn layout_options() {
+        let o = Options::parse(&[]).unwrap();
+        assert_eq!(
+            (o.layout.validators, o.layout.netns, o.layout.latency),
+            (4, false, None)
+        );
+        let o = Options::parse(&args(&[
+            "--validators",
+            "16",
+            "--netns",
+            "--latency",
+            "50,10",
+        ]))
+        .unwrap();
+        assert_eq!(o.layout.validators, 16);
+        assert!(o.layout.netns);
+        assert_eq!(
+            o.layout.latency,
+            Some(Latency {
+                delay: std::time::Duration::from_millis(50),
+                jitter: std::time::Duration::from_millis(10)
+            })
+        );
+        for bad in ["50", "0,0", "50,60", "a,b", "50,10,1"] {
+            assert!(Options::parse(&args(&["--latency", bad])).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn constant_is_off_unless_asked_for() {
+        assert!(!Options::parse(&[]).unwrap().constant);
+        assert!(Options::parse(&args(&["--constant"])).unwrap().constant);
     }
 
     #[test]

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use ed25519_dalek::SigningKey;
 
+use super::delay::{DelayMesh, Latency};
 use crate::localnet::repo_root;
 
 /// Which application the validators run.
@@ -34,8 +35,26 @@ impl App {
     }
 }
 
-/// Validators per network.
+/// Validators per network unless `--validators` says otherwise.
 pub const VALIDATORS: usize = 4;
+
+/// How the validators are laid out: how many, whether each has its own
+/// network namespace, and the latency on their P2P links.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Layout {
+    /// Validators.
+    pub validators: usize,
+    /// Each validator in its own network namespace (`scripts/qa-netns.sh`,
+    /// root): validator `i` at `10.77.0.<i+1>`, the host at `10.77.0.254`.
+    pub netns: bool,
+    /// Emulated one-way latency on every P2P link ([`DelayMesh`]).
+    pub latency: Option<Latency>,
+}
+
+/// The host side of the namespaces' bridge.
+const BRIDGE_HOST: &str = "10.77.0.254";
+/// The delay forwarders' ports start this far above the network's base.
+const MESH_OFFSET: u16 = 500;
 /// Chain id of both networks.
 pub const CHAIN_ID: &str = "tally-netbench";
 /// The consensus interval, as the localnet's.
@@ -92,6 +111,12 @@ pub struct Net {
     /// Every process, CometBFT's first.
     pub procs: Vec<Proc>,
     watchdog: Option<Child>,
+    /// When the processes were started.
+    pub started: Instant,
+    /// The layout.
+    pub layout: Layout,
+    /// The delay forwarders (with `layout.latency`).
+    mesh: Option<DelayMesh>,
 }
 
 const WATCHDOG: &str = r#"trap '' INT TERM HUP
@@ -99,6 +124,7 @@ while kill -0 "$1" 2>/dev/null; do sleep 1; done
 shift; dir="$1"; shift
 kill "$@" 2>/dev/null; sleep 2; kill -9 "$@" 2>/dev/null
 case "$dir" in */tally-netbench-*) rm -rf -- "$dir" ;; esac
+[ -n "${NETNS_SCRIPT:-}" ] && bash "$NETNS_SCRIPT" down
 "#;
 
 /// Replaces `key = ...` in `[section]` (`""`: before the first section)
@@ -179,11 +205,35 @@ impl Net {
         self.base + (10 * i + off) as u16
     }
 
+    /// Validators.
+    pub fn validators(&self) -> usize {
+        self.layout.validators
+    }
+
+    /// The address validator `i` listens on: its namespace's, or loopback.
+    pub fn host(&self, i: usize) -> String {
+        if self.layout.netns {
+            format!("10.77.0.{}", i + 1)
+        } else {
+            "127.0.0.1".into()
+        }
+    }
+
     /// RPC URLs of the validators.
     pub fn rpc_urls(&self) -> Vec<String> {
-        (0..VALIDATORS)
-            .map(|i| format!("http://127.0.0.1:{}", self.port(i, 1)))
+        (0..self.validators())
+            .map(|i| format!("http://{}:{}", self.host(i), self.port(i, 1)))
             .collect()
+    }
+
+    /// CometBFT's metrics page of validator `i`.
+    pub fn metrics_url(&self, i: usize) -> String {
+        format!("http://{}:{}/metrics", self.host(i), self.port(i, 4))
+    }
+
+    /// The network namespace script.
+    fn netns_script() -> PathBuf {
+        repo_root().join("scripts").join("qa-netns.sh")
     }
 
     /// Home directory of validator `i`.
@@ -200,12 +250,18 @@ impl Net {
         parent: &Path,
         gateway: &SigningKey,
         users: &[String],
+        layout: Layout,
     ) -> Result<Self> {
-        for i in 0..VALIDATORS {
-            for off in 0..6 {
-                let p = base + (10 * i + off) as u16;
-                if std::net::TcpListener::bind(("127.0.0.1", p)).is_err() {
-                    bail!("port {p} is in use (another benchmark running?)");
+        if !(1..=50).contains(&layout.validators) {
+            bail!("--validators must be 1..=50, got {}", layout.validators);
+        }
+        if !layout.netns {
+            for i in 0..layout.validators {
+                for off in 0..6 {
+                    let p = base + (10 * i + off) as u16;
+                    if std::net::TcpListener::bind(("127.0.0.1", p)).is_err() {
+                        bail!("port {p} is in use (another benchmark running?)");
+                    }
                 }
             }
         }
@@ -219,26 +275,79 @@ impl Net {
             base,
             procs: Vec::new(),
             watchdog: None,
+            started: Instant::now(),
+            layout,
+            mesh: None,
         };
+        if layout.netns {
+            run(Command::new("bash").arg(Self::netns_script()).args([
+                "up",
+                &layout.validators.to_string(),
+                "0",
+                "0",
+            ]))
+            .context("creating the network namespaces (needs root)")?;
+        }
+        if let Some(lat) = layout.latency {
+            let (n, listen) = (layout.validators, net.mesh_host());
+            let upstream = |j: usize| format!("{}:{}", net.host(j), net.port(j, 0));
+            net.mesh = Some(DelayMesh::start(
+                n,
+                &listen,
+                base + MESH_OFFSET,
+                upstream,
+                lat,
+            )?);
+        }
         net.create(gateway, users)?;
         net.launch()?;
+        net.started = Instant::now();
         Ok(net)
+    }
+
+    /// Where the delay forwarders listen: the bridge's host side, or
+    /// loopback.
+    fn mesh_host(&self) -> String {
+        if self.layout.netns {
+            BRIDGE_HOST.into()
+        } else {
+            "127.0.0.1".into()
+        }
+    }
+
+    /// `persistent_peers` of validator `i`: every other validator, directly
+    /// or through its delay forwarder.
+    fn peers_of(&self, i: usize, ids: &[String]) -> String {
+        let n = self.validators();
+        (0..n)
+            .filter(|j| *j != i)
+            .map(|j| match &self.layout.latency {
+                Some(_) => format!(
+                    "{}@{}:{}",
+                    ids[j],
+                    self.mesh_host(),
+                    DelayMesh::port_of(self.base + MESH_OFFSET, n, i, j)
+                ),
+                None => format!("{}@{}:{}", ids[j], self.host(j), self.port(j, 0)),
+            })
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
     fn create(&self, gateway: &SigningKey, users: &[String]) -> Result<()> {
         let d = self.dir.path();
+        let n = self.validators();
         run(Command::new("cometbft")
-            .args(["testnet", "--v", "4", "--o"])
+            .args(["testnet", "--v", &n.to_string(), "--o"])
             .arg(d)
             .arg("--populate-persistent-peers=false"))?;
-        let mut peers = Vec::new();
-        for i in 0..VALIDATORS {
+        let mut ids = Vec::new();
+        for i in 0..n {
             let id = run(Command::new("cometbft")
                 .args(["show-node-id", "--home"])
                 .arg(self.home(i)))?;
-            peers.push(format!("{}@127.0.0.1:{}", id.trim(), self.port(i, 0)));
+            ids.push(id.trim().to_string());
         }
-        let peers = peers.join(",");
         // One genesis, node0's, for every validator.
         let g0 = self.home(0).join("config").join("genesis.json");
         let mut genesis: serde_json::Value = serde_json::from_str(&fs::read_to_string(&g0)?)?;
@@ -255,7 +364,8 @@ impl Net {
                 .args(["genesis", "validate"]))?;
         }
         let lib = repo_root().join("localnet").join("lib.sh");
-        for i in 0..VALIDATORS {
+        for i in 0..n {
+            let peers = self.peers_of(i, &ids);
             let h = self.home(i);
             let cfg = h.join("config");
             if i > 0 {
@@ -277,6 +387,23 @@ impl Net {
                 text = set_toml(&text, sec, key, val)?;
             }
             text = set_toml(&text, "", "moniker", &format!("\"validator{i}\""))?;
+            if self.layout.latency.is_some() {
+                // Only the forwarders' addresses: no node may learn a real
+                // one and route around the delay.
+                text = set_toml(&text, "p2p", "pex", "false")?;
+            }
+            if self.layout.netns {
+                // Reachable from the host (load, metrics, forwarders).
+                let host = self.host(i);
+                for (sec, key, off) in [("p2p", "laddr", 0), ("rpc", "laddr", 1)] {
+                    let v = format!("\"tcp://{host}:{}\"", self.port(i, off));
+                    text = set_toml(&text, sec, key, &v)?;
+                }
+                let v = format!("\"{host}:{}\"", self.port(i, 4));
+                text = set_toml(&text, "instrumentation", "prometheus_listen_addr", &v)?;
+                let v = format!("\"tcp://{host}:{}\"", self.port(i, 2));
+                text = set_toml(&text, "", "proxy_app", &v)?;
+            }
             if self.app == App::Kvstore {
                 text = set_toml(&text, "", "proxy_app", "\"kvstore\"")?;
             }
@@ -286,7 +413,7 @@ impl Net {
                     .arg("--home")
                     .arg(&h)
                     .args(["init", "--force", "--abci-listen"])
-                    .arg(format!("127.0.0.1:{}", self.port(i, 2))))?;
+                    .arg(format!("{}:{}", self.host(i), self.port(i, 2))))?;
                 let app = cfg.join("app.toml");
                 let mut t = fs::read_to_string(&app)?;
                 // No state-sync snapshots: the benchmark measures the report path.
@@ -295,7 +422,7 @@ impl Net {
                     &t,
                     "",
                     "metrics_listen",
-                    &format!("\"127.0.0.1:{}\"", self.port(i, 5)),
+                    &format!("\"{}:{}\"", self.host(i), self.port(i, 5)),
                 )?;
                 fs::write(&app, t)?;
             }
@@ -310,7 +437,15 @@ impl Net {
             Kind::Comet => (PathBuf::from("cometbft"), "cometbft.log"),
         };
         let log = fs::File::create(h.join(log))?;
-        let mut cmd = Command::new(prog);
+        // In its namespace: `ip netns exec` execs the program itself, so
+        // the child's pid is the program's.
+        let mut cmd = if self.layout.netns {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", &format!("tqa{i}")]).arg(prog);
+            c
+        } else {
+            Command::new(prog)
+        };
         match kind {
             Kind::App => cmd.arg("start").arg("--home").arg(&h),
             Kind::Comet => cmd.arg("node").arg("--home").arg(&h),
@@ -330,14 +465,17 @@ impl Net {
     }
 
     fn launch(&mut self) -> Result<()> {
+        let n = self.validators();
         if self.app == App::Tally {
-            for i in 0..VALIDATORS {
+            for i in 0..n {
                 self.spawn(Kind::App, i)?;
             }
             // CometBFT dials the app at start: wait for the ABCI ports.
             let start = Instant::now();
-            for i in 0..VALIDATORS {
-                while std::net::TcpStream::connect(("127.0.0.1", self.port(i, 2))).is_err() {
+            for i in 0..n {
+                while std::net::TcpStream::connect((self.host(i).as_str(), self.port(i, 2)))
+                    .is_err()
+                {
                     if start.elapsed() > Duration::from_secs(30) {
                         bail!(
                             "tallyd of validator {i} does not listen; see {}",
@@ -348,7 +486,7 @@ impl Net {
                 }
             }
         }
-        for i in 0..VALIDATORS {
+        for i in 0..n {
             self.spawn(Kind::Comet, i)?;
         }
         let pids: Vec<String> = self.procs.iter().map(|p| p.pid().to_string()).collect();
@@ -360,6 +498,11 @@ impl Net {
                 .arg(std::process::id().to_string())
                 .arg(self.dir.path())
                 .args(&pids)
+                .envs(
+                    self.layout
+                        .netns
+                        .then(|| ("NETNS_SCRIPT", Self::netns_script())),
+                )
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
@@ -428,6 +571,14 @@ impl Net {
         if let Some(mut w) = self.watchdog.take() {
             let _ = w.kill();
             let _ = w.wait();
+        }
+        self.mesh = None;
+        if self.layout.netns {
+            let _ = Command::new("bash")
+                .arg(Self::netns_script())
+                .arg("down")
+                .stderr(Stdio::null())
+                .status();
         }
     }
 

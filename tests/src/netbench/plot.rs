@@ -85,10 +85,12 @@ pub fn draw(rows: &[StepRow], path: &Path) -> Result<()> {
     .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], BLACK.mix(0.25)));
     for (i, (label, s)) in all.iter().enumerate() {
         let col = colors[i % colors.len()];
-        let pts: Vec<(f64, f64)> = s
+        let mut pts: Vec<(f64, f64)> = s
             .iter()
             .map(|r| (r.offered, r.committed.max(0.5)))
             .collect();
+        // In offered order (an `--at-80` step comes last in the run).
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
         c.draw_series(LineSeries::new(pts.clone(), col.stroke_width(2)))?
             .label(label.clone())
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], col.stroke_width(2)));
@@ -114,11 +116,12 @@ pub fn draw(rows: &[StepRow], path: &Path) -> Result<()> {
         .draw()?;
     for (i, (label, s)) in all.iter().enumerate() {
         let col = colors[i % colors.len()];
-        let pts: Vec<(f64, f64)> = s
+        let mut pts: Vec<(f64, f64)> = s
             .iter()
             .filter(|r| r.lat_p99 > 0.0)
             .map(|r| (r.offered, r.lat_p99.max(100.0)))
             .collect();
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
         c.draw_series(LineSeries::new(pts.clone(), col.stroke_width(2)))?
             .label(label.clone())
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], col.stroke_width(2)));
@@ -130,6 +133,102 @@ pub fn draw(rows: &[StepRow], path: &Path) -> Result<()> {
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+/// A labelled series of the soak plot: its value in a row.
+type Series<'a> = (&'a str, fn(&StepRow) -> f64);
+
+/// One panel of the soak plot: `series` (label, value of a row) over the
+/// rows' elapsed minutes.
+fn soak_panel(
+    area: &DrawingArea<BitMapBackend, plotters::coord::Shift>,
+    title: &str,
+    unit: &str,
+    rows: &[StepRow],
+    series: &[Series<'_>],
+) -> Result<()> {
+    let max_x = rows.iter().map(|r| r.elapsed_s / 60.0).fold(1.0, f64::max);
+    let max_y = rows
+        .iter()
+        .flat_map(|r| series.iter().map(move |(_, f)| f(r)))
+        .fold(1.0, f64::max)
+        * 1.25;
+    let colors = [RED, BLUE, GREEN, MAGENTA];
+    let mut c = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..max_x, 0.0..max_y)?;
+    c.configure_mesh()
+        .x_desc("minutes")
+        .y_desc(unit)
+        .label_style(("sans-serif", 13))
+        .draw()?;
+    for (i, (label, f)) in series.iter().enumerate() {
+        let col = colors[i % colors.len()];
+        let pts: Vec<(f64, f64)> = rows.iter().map(|r| (r.elapsed_s / 60.0, f(r))).collect();
+        c.draw_series(LineSeries::new(pts, col.stroke_width(2)))?
+            .label(*label)
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], col.stroke_width(2)));
+    }
+    c.configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .label_font(("sans-serif", 13))
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()?;
+    Ok(())
+}
+
+/// Draws a soak (`--constant`) into a PNG at `path`: throughput and
+/// latency, memory, open files and disk over time, one point per step.
+pub fn draw_soak(rows: &[StepRow], path: &Path) -> Result<()> {
+    load_font()?;
+    if rows.is_empty() {
+        anyhow::bail!("no steps to draw");
+    }
+    let root = BitMapBackend::new(path, (1500, 1000)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let panels = root.split_evenly((2, 2));
+    soak_panel(
+        &panels[0],
+        "throughput and latency",
+        "tx/s, ms",
+        rows,
+        &[
+            ("offered tx/s", |r| r.offered),
+            ("committed tx/s", |r| r.committed),
+            ("p99 broadcast to commit, ms", |r| r.lat_p99),
+            ("lost", |r| r.lost as f64),
+        ],
+    )?;
+    soak_panel(
+        &panels[1],
+        "resident memory (sum over validators)",
+        "MiB",
+        rows,
+        &[
+            ("app RSS", |r| r.app_rss),
+            ("CometBFT RSS", |r| r.comet_rss),
+        ],
+    )?;
+    soak_panel(
+        &panels[2],
+        "open files (sum over processes)",
+        "files",
+        rows,
+        &[("open files", |r| r.fds as f64)],
+    )?;
+    soak_panel(
+        &panels[3],
+        "disk (sum of validator homes)",
+        "MiB",
+        rows,
+        &[("disk", |r| r.disk_mib)],
+    )?;
     root.present()?;
     Ok(())
 }
@@ -205,6 +304,9 @@ mod tests {
         let bytes = std::fs::read(&p).unwrap();
         assert_eq!(&bytes[1..4], b"PNG");
         // The CSV the benchmark writes reads back to the same series.
+        let p = d.path().join("soak.png");
+        draw_soak(&rows, &p).unwrap();
+        assert_eq!(&std::fs::read(&p).unwrap()[1..4], b"PNG");
         let back = read_csv(&super::super::stats::csv(&rows)).unwrap();
         assert_eq!(back.len(), 3);
         assert_eq!(

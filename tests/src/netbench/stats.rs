@@ -47,6 +47,8 @@ pub struct ProcSample {
     pub rss_kib: u64,
     /// Peak resident set size (VmHWM), KiB.
     pub hwm_kib: u64,
+    /// Open file descriptors (entries of `/proc/PID/fd`).
+    pub fds: u64,
 }
 
 /// utime + stime (fields 14 and 15) of a `/proc/PID/stat` line. The
@@ -80,6 +82,9 @@ pub fn sample(pid: u32) -> Option<ProcSample> {
         ticks: stat_ticks(&stat)?,
         rss_kib: status_kib(&status, "VmRSS").unwrap_or(0),
         hwm_kib: status_kib(&status, "VmHWM").unwrap_or(0),
+        fds: std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|d| d.count() as u64)
+            .unwrap_or(0),
     })
 }
 
@@ -159,6 +164,12 @@ pub struct StepRow {
     pub query_p99: f64,
     /// Queries answered during the step.
     pub queries: u64,
+    /// Seconds from the network's start to the step's end.
+    pub elapsed_s: f64,
+    /// Open files of every process at the step's end (sum).
+    pub fds: u64,
+    /// Bytes under every validator's home at the step's end (sum), MiB.
+    pub disk_mib: f64,
     /// CometBFT's mempool counters over the step and its drain, summed
     /// over the validators (a transaction counts at every node its gossip
     /// reached): see [`MempoolCounters`].
@@ -234,14 +245,15 @@ impl MempoolCounters {
 pub const CSV_HEADER: &str = "app,records_per_report,tx_bytes,step,offered_tx_s,sent_tx_s,accepted,refused,\
 committed_tx_s,committed_bytes_s,records_s,committed_total,failed,lost,latency_p50_ms,latency_p99_ms,\
 app_cpu_pct,cometbft_cpu_pct,app_rss_mib,cometbft_rss_mib,app_hwm_mib,cometbft_hwm_mib,\
-query_p50_ms,query_p99_ms,queries,mempool_full,mempool_refused,mempool_evicted,mempool_rechecked";
+query_p50_ms,query_p99_ms,queries,mempool_full,mempool_refused,mempool_evicted,mempool_rechecked,\
+elapsed_s,open_files,disk_mib";
 
 /// One CSV line (no newline) of `r`.
 pub fn csv_row(r: &StepRow) -> String {
     let mut s = String::new();
     let _ = write!(
         s,
-        "{},{},{},{},{:.1},{:.1},{},{},{:.1},{:.0},{:.1},{},{},{},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.2},{:.2},{},{:.0},{:.0},{:.0},{:.0}",
+        "{},{},{},{},{:.1},{:.1},{},{},{:.1},{:.0},{:.1},{},{},{},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.2},{:.2},{},{:.0},{:.0},{:.0},{:.0},{:.0},{},{:.1}",
         r.app,
         r.records,
         r.tx_bytes,
@@ -270,7 +282,10 @@ pub fn csv_row(r: &StepRow) -> String {
         r.mempool.full,
         r.mempool.refused,
         r.mempool.evicted,
-        r.mempool.rechecked
+        r.mempool.rechecked,
+        r.elapsed_s,
+        r.fds,
+        r.disk_mib
     );
     s
 }
@@ -410,6 +425,9 @@ cometbft_mempool_size_bytes{chain_id=\"a\"} 123456\n";
                 rechecked: 4567.0,
                 max_size: 5000.0,
             },
+            elapsed_s: 600.4,
+            fds: 321,
+            disk_mib: 45.67,
             ..StepRow::default()
         };
         let text = csv(&[r.clone(), r]);
@@ -419,7 +437,7 @@ cometbft_mempool_size_bytes{chain_id=\"a\"} 123456\n";
         assert_eq!(
             lines[1],
             "tally,100,8123,2,75.0,75.0,1124,1,70.2,570641,7025.0,1100,0,0,1234.6,2500.0,\
-             0.0,0.0,0.0,0.0,0.0,0.0,0.00,3.46,300,12,3,0,4567"
+             0.0,0.0,0.0,0.0,0.0,0.0,0.00,3.46,300,12,3,0,4567,600,321,45.7"
         );
     }
 }

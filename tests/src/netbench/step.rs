@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Result};
 
 use super::load::{self, Batch, Follower, ReportGen};
-use super::net::{App, Kind, Net, VALIDATORS};
+use super::net::{App, Kind, Net};
 use super::stats::{self, MempoolCounters, ProcSample, StepRow};
 use super::Options;
 
@@ -161,6 +161,12 @@ pub fn run(
         mempool,
         ..StepRow::default()
     };
+    row.elapsed_s = net.started.elapsed().as_secs_f64();
+    row.fds = after.iter().filter_map(|(_, a)| a.map(|a| a.fds)).sum();
+    row.disk_mib = (0..net.validators())
+        .map(|i| stats::dir_bytes(&net.home(i)))
+        .sum::<u64>() as f64
+        / (1024.0 * 1024.0);
     for ((kind, b), (_, a)) in before.iter().zip(&after) {
         let (Some(b), Some(a)) = (b, a) else { continue };
         let cpu = stats::cpu_pct(a.ticks.saturating_sub(b.ticks), clk_tck, window);
@@ -188,9 +194,9 @@ pub fn run(
 /// CometBFT's mempool counters summed over the validators (a node whose
 /// metrics page does not answer adds nothing).
 fn mempool_counters(net: &Net, agent: &ureq::Agent) -> MempoolCounters {
-    (0..VALIDATORS)
+    (0..net.validators())
         .filter_map(|i| {
-            let url = format!("http://127.0.0.1:{}/metrics", net.port(i, 4));
+            let url = net.metrics_url(i);
             let r = agent.get(&url).call().ok()?;
             r.into_string().ok()
         })
