@@ -78,7 +78,7 @@ const USAGE: &str = "tally-bench network [--apps tally,kvstore] [--sizes 1,100[,
 [--records-per-report N] [--start-rate N] [--factor F] [--rate-cap N] [--step-secs N] \
 [--max-steps N] [--conns N] [--query-rate N] [--drain-secs N] [--encoding compact|plain] \
 [--routes U,P,M,R] [--broadcast async|sync] [--constant] [--validators N] [--netns] \
-[--latency DELAY_MS,JITTER_MS] [--at-80] [--out DIR] | --plot CSV [PNG]";
+[--latency DELAY_MS,JITTER_MS] [--at-80] [--out DIR] | --plot CSV [PNG] | --plot-soak CSV [PNG]";
 
 impl Options {
     /// Parses the arguments after `network`.
@@ -225,13 +225,17 @@ struct Disk {
 /// Runs the benchmark with the arguments after `network`.
 pub fn main(args: &[String]) -> Result<()> {
     if let [flag, csv, rest @ ..] = args {
-        if flag == "--plot" {
+        if flag == "--plot" || flag == "--plot-soak" {
             // Redraw a finished run's plot from its CSV.
             let rows = plot::read_csv(&std::fs::read_to_string(csv)?)?;
             let png = rest
                 .first()
                 .map_or_else(|| PathBuf::from(csv).with_extension("png"), PathBuf::from);
-            plot::draw(&rows, &png)?;
+            if flag == "--plot" {
+                plot::draw(&rows, &png)?;
+            } else {
+                plot::draw_soak(&rows, &png)?;
+            }
             println!("plot: {}", png.display());
             return Ok(());
         }

@@ -190,23 +190,32 @@ pub fn draw_soak(rows: &[StepRow], path: &Path) -> Result<()> {
     if rows.is_empty() {
         anyhow::bail!("no steps to draw");
     }
-    let root = BitMapBackend::new(path, (1500, 1000)).into_drawing_area();
+    let root = BitMapBackend::new(path, (1500, 1350)).into_drawing_area();
     root.fill(&WHITE)?;
-    let panels = root.split_evenly((2, 2));
+    let panels = root.split_evenly((3, 2));
     soak_panel(
         &panels[0],
-        "throughput and latency",
-        "tx/s, ms",
+        "throughput (per step)",
+        "tx/s; transactions",
         rows,
         &[
             ("offered tx/s", |r| r.offered),
             ("committed tx/s", |r| r.committed),
-            ("p99 broadcast to commit, ms", |r| r.lat_p99),
-            ("lost", |r| r.lost as f64),
+            ("lost per second", |r| r.lost as f64 / r.step_secs.max(1.0)),
         ],
     )?;
     soak_panel(
         &panels[1],
+        "broadcast to commit latency",
+        "s",
+        rows,
+        &[
+            ("p50", |r| r.lat_p50 / 1000.0),
+            ("p99", |r| r.lat_p99 / 1000.0),
+        ],
+    )?;
+    soak_panel(
+        &panels[2],
         "resident memory (sum over validators)",
         "MiB",
         rows,
@@ -216,14 +225,21 @@ pub fn draw_soak(rows: &[StepRow], path: &Path) -> Result<()> {
         ],
     )?;
     soak_panel(
-        &panels[2],
+        &panels[3],
+        "CPU (sum over validators; 200 = both cores)",
+        "%",
+        rows,
+        &[("app", |r| r.app_cpu), ("CometBFT", |r| r.comet_cpu)],
+    )?;
+    soak_panel(
+        &panels[4],
         "open files (sum over processes)",
         "files",
         rows,
         &[("open files", |r| r.fds as f64)],
     )?;
     soak_panel(
-        &panels[3],
+        &panels[5],
         "disk (sum of validator homes)",
         "MiB",
         rows,
@@ -233,8 +249,9 @@ pub fn draw_soak(rows: &[StepRow], path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Rows read back from a `network.csv` (the columns the plot uses), to
-/// redraw a finished run: `tally-bench network --plot CSV`.
+/// Rows read back from a `network.csv` (the columns the plots use), to
+/// redraw a finished run: `tally-bench network --plot CSV` (or
+/// `--plot-soak CSV`).
 pub fn read_csv(text: &str) -> anyhow::Result<Vec<StepRow>> {
     let mut lines = text.lines();
     let head: Vec<&str> = lines.next().context("empty CSV")?.split(',').collect();
@@ -256,6 +273,14 @@ pub fn read_csv(text: &str) -> anyhow::Result<Vec<StepRow>> {
         .map(|l| {
             let f: Vec<&str> = l.split(',').collect();
             let get = |i: usize| f.get(i).copied().context("short CSV line");
+            // Columns of a soak, read when the CSV has them (0 if not).
+            let opt = |name: &str| -> f64 {
+                head.iter()
+                    .position(|h| *h == name)
+                    .and_then(|i| f.get(i))
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0.0)
+            };
             Ok(StepRow {
                 app: get(app)?.to_string(),
                 records: get(rec)?.parse()?,
@@ -263,6 +288,16 @@ pub fn read_csv(text: &str) -> anyhow::Result<Vec<StepRow>> {
                 offered: get(off)?.parse()?,
                 committed: get(com)?.parse()?,
                 lat_p99: get(p99)?.parse()?,
+                lat_p50: opt("latency_p50_ms"),
+                lost: opt("lost") as u64,
+                app_cpu: opt("app_cpu_pct"),
+                comet_cpu: opt("cometbft_cpu_pct"),
+                app_rss: opt("app_rss_mib"),
+                comet_rss: opt("cometbft_rss_mib"),
+                elapsed_s: opt("elapsed_s"),
+                step_secs: opt("step_secs"),
+                fds: opt("open_files") as u64,
+                disk_mib: opt("disk_mib"),
                 ..StepRow::default()
             })
         })

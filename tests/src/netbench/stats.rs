@@ -166,6 +166,8 @@ pub struct StepRow {
     pub queries: u64,
     /// Seconds from the network's start to the step's end.
     pub elapsed_s: f64,
+    /// The step's length, s.
+    pub step_secs: f64,
     /// Open files of every process at the step's end (sum).
     pub fds: u64,
     /// Bytes under every validator's home at the step's end (sum), MiB.
@@ -246,14 +248,14 @@ pub const CSV_HEADER: &str = "app,records_per_report,tx_bytes,step,offered_tx_s,
 committed_tx_s,committed_bytes_s,records_s,committed_total,failed,lost,latency_p50_ms,latency_p99_ms,\
 app_cpu_pct,cometbft_cpu_pct,app_rss_mib,cometbft_rss_mib,app_hwm_mib,cometbft_hwm_mib,\
 query_p50_ms,query_p99_ms,queries,mempool_full,mempool_refused,mempool_evicted,mempool_rechecked,\
-elapsed_s,open_files,disk_mib";
+elapsed_s,open_files,disk_mib,step_secs";
 
 /// One CSV line (no newline) of `r`.
 pub fn csv_row(r: &StepRow) -> String {
     let mut s = String::new();
     let _ = write!(
         s,
-        "{},{},{},{},{:.1},{:.1},{},{},{:.1},{:.0},{:.1},{},{},{},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.2},{:.2},{},{:.0},{:.0},{:.0},{:.0},{:.0},{},{:.1}",
+        "{},{},{},{},{:.1},{:.1},{},{},{:.1},{:.0},{:.1},{},{},{},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.2},{:.2},{},{:.0},{:.0},{:.0},{:.0},{:.0},{},{:.1},{:.0}",
         r.app,
         r.records,
         r.tx_bytes,
@@ -285,7 +287,8 @@ pub fn csv_row(r: &StepRow) -> String {
         r.mempool.rechecked,
         r.elapsed_s,
         r.fds,
-        r.disk_mib
+        r.disk_mib,
+        r.step_secs
     );
     s
 }
@@ -428,6 +431,7 @@ cometbft_mempool_size_bytes{chain_id=\"a\"} 123456\n";
             elapsed_s: 600.4,
             fds: 321,
             disk_mib: 45.67,
+            step_secs: 60.0,
             ..StepRow::default()
         };
         let text = csv(&[r.clone(), r]);
@@ -437,7 +441,7 @@ cometbft_mempool_size_bytes{chain_id=\"a\"} 123456\n";
         assert_eq!(
             lines[1],
             "tally,100,8123,2,75.0,75.0,1124,1,70.2,570641,7025.0,1100,0,0,1234.6,2500.0,\
-             0.0,0.0,0.0,0.0,0.0,0.0,0.00,3.46,300,12,3,0,4567,600,321,45.7"
+             0.0,0.0,0.0,0.0,0.0,0.0,0.00,3.46,300,12,3,0,4567,600,321,45.7,60"
         );
     }
 }

@@ -162,6 +162,7 @@ pub fn run(
         ..StepRow::default()
     };
     row.elapsed_s = net.started.elapsed().as_secs_f64();
+    row.step_secs = secs;
     row.fds = after.iter().filter_map(|(_, a)| a.map(|a| a.fds)).sum();
     row.disk_mib = (0..net.validators())
         .map(|i| stats::dir_bytes(&net.home(i)))
