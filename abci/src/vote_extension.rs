@@ -7,6 +7,8 @@
 //! proposer verifies the signatures and drops invalid partials), so an
 //! honest extension is never refused.
 
+use std::collections::BTreeSet;
+
 use prost::Message;
 use tally_settlement::proto::{tx, SyncTxStart};
 use tally_settlement::{self as settlement, Block};
@@ -34,18 +36,41 @@ pub(crate) fn extend_vote(app: &TallyApp, req: RequestExtendVote) -> ResponseExt
     let Some((epoch, share)) = signers.into_iter().find(|(e, _)| *e == active) else {
         return ResponseExtendVote::default();
     };
-    // Batches started in the block being voted on are signed right away.
-    let proposed: Vec<SyncTxStart> = req
-        .txs
-        .iter()
-        .filter_map(|t| match settlement::decode_tx(t).ok()?.sum {
-            Some(tx::Sum::SyncStart(s)) => Some(s),
-            _ => None,
-        })
-        .collect();
+    // Batches started in the block being voted on are signed right away;
+    // hub results and blocks this node's partial already rides in that
+    // block are not signed again, so the extension signs the next ones
+    // (with app version 5 several hub blocks are in flight, ADR 0024).
+    let mut proposed: Vec<SyncTxStart> = Vec::new();
+    let mut in_block: BTreeSet<Vec<u8>> = BTreeSet::new();
+    for t in &req.txs {
+        match settlement::decode_tx(t).ok().and_then(|d| d.sum) {
+            Some(tx::Sum::SyncStart(s)) => proposed.push(s),
+            Some(tx::Sum::Partials(p)) => in_block.extend(
+                p.partials
+                    .into_iter()
+                    .filter(|q| q.index == share.index)
+                    .map(|q| q.digest),
+            ),
+            _ => {}
+        }
+    }
     let (observed, blocks) = {
         let inbox = app.inbox();
-        (inbox.results().to_vec(), inbox.blocks().to_vec())
+        let fresh = |d: [u8; 32]| !in_block.contains(d.as_slice());
+        (
+            inbox
+                .results()
+                .iter()
+                .filter(|r| fresh(settlement::sync::result_digest(r)))
+                .cloned()
+                .collect::<Vec<_>>(),
+            inbox
+                .blocks()
+                .iter()
+                .filter(|b| fresh(settlement::sync::block_digest(b)))
+                .cloned()
+                .collect::<Vec<_>>(),
+        )
     };
     let block: Block = convert::block(req.height, req.time.as_ref());
     let start = match app.committed_pending() {

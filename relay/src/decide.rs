@@ -57,6 +57,38 @@ pub fn hub_block(
     }
 }
 
+/// The messages of hub heights `from..=to` from sequence number
+/// `first_seq` on: [`hub_block`] from `first_seq`, then from the deposit
+/// after its last while it says `more`, at most `max` of them (at least
+/// one: a range with nothing from `first_seq` on is one empty message).
+/// With app version 5 the chain waits for several messages at once
+/// (ADR 0024); every honest relay splits a range the same way, so each
+/// message's slot and bytes agree.
+pub fn range_messages(
+    chain: &str,
+    (from, to): (u64, u64),
+    mut all: Vec<HubDeposit>,
+    deposit_count: u64,
+    first_seq: u64,
+    cap: usize,
+    max: usize,
+) -> Vec<HubBlock> {
+    all.retain(|d| d.seq >= first_seq);
+    all.sort_by_key(|d| d.seq);
+    let mut out = Vec::new();
+    let mut next = first_seq;
+    loop {
+        let b = hub_block(chain, (from, to), all.clone(), deposit_count, next, cap);
+        let more = b.more;
+        next = b.deposits.last().map_or(next, |d| d.seq.saturating_add(1));
+        out.push(b);
+        if !more || out.len() >= max.max(1) {
+            return out;
+        }
+        all.retain(|d| d.seq >= next);
+    }
+}
+
 /// What the hub showed for the current nonce.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HubView {

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use crate::chain::SharedChain;
 use crate::config::RelayConfig;
 use crate::decide;
+use crate::hub::protocol::Deposits;
 use crate::hub::{Hub, HubError, Payload, Tip};
 use crate::metrics::{Refusal, RelayMetrics};
 use crate::submission::{
@@ -262,10 +263,14 @@ impl Relay {
     /// `confirmations` blocks deep, goes to the signer, as the next message
     /// of at most `max_block_deposits` deposits from the chain's sequence
     /// cursor with the hub's deposit count (see [`decide::hub_block`]).
-    /// The range is read on `tip`'s endpoint at `tip`'s height; an answer
-    /// from below the range's end, or one the chain would not credit (a
-    /// short list under its count), is refused and counted, never handed
-    /// in. A failed read abandons the step until the next poll.
+    /// From app version 5 the chain waits for up to
+    /// `sync::deposits::in_flight` messages at once (ADR 0024): the rest of
+    /// that range's messages and the following ranges' go too, as far as
+    /// the hub is deep enough. Each range is read on `tip`'s endpoint at
+    /// `tip`'s height; an answer from below the range's end, or one the
+    /// chain would not credit (a short list under its count), is refused
+    /// and counted, never handed in, and ends the step. A failed read
+    /// abandons the step until the next poll.
     async fn deposits(
         &self,
         kv: &impl tally_store::KvRead,
@@ -283,60 +288,89 @@ impl Relay {
         let range = p.hub_block_range;
         self.metrics
             .set_cursor_lag(tip.height.saturating_sub(cursor.saturating_sub(1)));
-        let Some((from, to)) =
-            decide::deposit_range(cursor, range, tip.height, self.cfg.confirmations)
-        else {
-            return;
-        };
-        let (h, c) = (self.hub.clone(), chain.to_string());
-        let read = move || h.deposits(&c, tip, from, to);
-        let answer = match tokio::task::spawn_blocking(read).await {
-            Ok(Ok(a)) => a,
-            Ok(Err(e @ HubError::Stale { .. })) => {
-                self.metrics.refused_answer(Refusal::Stale);
-                tracing::warn!(endpoint = tip.endpoint, error = %e, "hub deposit answer refused: from a lagging node");
-                return;
-            }
-            Ok(Err(e)) => {
-                tracing::debug!(endpoint = tip.endpoint, error = %e, "hub deposits not readable");
-                return;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "hub read task failed");
-                return;
-            }
-        };
-        let mut deposits = answer.deposits;
         // Before app version 3 the chain binds no keys: every honest relay
         // leaves them out, so all sign the same message (ADR 0020).
         let version = tally_settlement::state::chain::app_version(kv).unwrap_or(1);
-        if version < tally_settlement::types::GROWTH_VERSION {
-            for d in &mut deposits {
-                d.pubkey.clear();
+        let window = sync::deposits::in_flight(p, version) as usize;
+        let (mut from_height, mut first_seq, mut built) = (cursor, deposit_seq, 0usize);
+        while built < window {
+            let Some((from, to)) =
+                decide::deposit_range(from_height, range, tip.height, self.cfg.confirmations)
+            else {
+                return;
+            };
+            let Some(answer) = self.read_deposits(chain, tip, from, to).await else {
+                return;
+            };
+            let mut deposits = answer.deposits;
+            if version < tally_settlement::types::GROWTH_VERSION {
+                for d in &mut deposits {
+                    d.pubkey.clear();
+                }
             }
+            let messages = decide::range_messages(
+                chain,
+                (from, to),
+                deposits,
+                answer.count,
+                first_seq,
+                p.max_block_deposits as usize,
+                window - built,
+            );
+            for block in messages {
+                match sync::deposits::check_slot(kv, p, &block) {
+                    Ok(Ok(_)) => self.app.hand_in_block(block),
+                    Ok(Err(why)) => {
+                        self.metrics.refused_answer(Refusal::Inconsistent);
+                        tracing::warn!(
+                            endpoint = tip.endpoint,
+                            from,
+                            to,
+                            answer_height = answer.height,
+                            error = %why,
+                            "hub deposit answer refused: the chain would not credit it"
+                        );
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "committed state not readable");
+                        return;
+                    }
+                }
+                built += 1;
+            }
+            from_height = to.saturating_add(1);
+            first_seq = answer.count.saturating_add(1);
         }
-        let block = decide::hub_block(
-            chain,
-            (from, to),
-            deposits,
-            answer.count,
-            deposit_seq,
-            p.max_block_deposits as usize,
-        );
-        match sync::deposits::check_block(kv, p, &block) {
-            Ok(Ok(())) => self.app.hand_in_block(block),
-            Ok(Err(why)) => {
-                self.metrics.refused_answer(Refusal::Inconsistent);
-                tracing::warn!(
-                    endpoint = tip.endpoint,
-                    from,
-                    to,
-                    answer_height = answer.height,
-                    error = %why,
-                    "hub deposit answer refused: the chain would not credit it"
-                );
+    }
+
+    /// The hub's deposits in heights `from..=to` of `chain`, read on
+    /// `tip`'s endpoint; `None` (counted or logged) if the answer is from
+    /// a lagging node or the hub could not be read.
+    async fn read_deposits(
+        &self,
+        chain: &str,
+        tip: Tip,
+        from: u64,
+        to: u64,
+    ) -> Option<Deposits> {
+        let (h, c) = (self.hub.clone(), chain.to_string());
+        let read = move || h.deposits(&c, tip, from, to);
+        match tokio::task::spawn_blocking(read).await {
+            Ok(Ok(a)) => Some(a),
+            Ok(Err(e @ HubError::Stale { .. })) => {
+                self.metrics.refused_answer(Refusal::Stale);
+                tracing::warn!(endpoint = tip.endpoint, error = %e, "hub deposit answer refused: from a lagging node");
+                None
             }
-            Err(e) => tracing::debug!(error = %e, "committed state not readable"),
+            Ok(Err(e)) => {
+                tracing::debug!(endpoint = tip.endpoint, error = %e, "hub deposits not readable");
+                None
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "hub read task failed");
+                None
+            }
         }
     }
 

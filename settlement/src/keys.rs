@@ -90,6 +90,10 @@ pub const PEXP: &[u8] = b"pexp/";
 pub const HUB_CURSOR: &[u8] = b"hubcur/";
 /// `depseq/<chain>`: the next deposit sequence number.
 pub const DEPOSIT_SEQ: &[u8] = b"depseq/";
+/// `hubheld/<chain>\0<from_height><first_seq>`: a threshold-signed hub
+/// block ahead of the deposit cursor, credited once the cursor reaches it
+/// (app version 5, ADR 0024).
+pub const HUB_HELD: &[u8] = b"hubheld/";
 /// `meta/last_height`: the height of the last block.
 pub const LAST_HEIGHT: &[u8] = b"meta/last_height";
 /// `meta/app_version`: the app version the state runs under (absent: 1).
@@ -416,6 +420,20 @@ pub fn hub_cursor(chain: &str) -> Vec<u8> {
 /// `depseq/<chain>`.
 pub fn deposit_seq(chain: &str) -> Vec<u8> {
     cat(&[DEPOSIT_SEQ, chain.as_bytes()])
+}
+
+/// `hubheld/<chain>\0`: every held hub block of a hub chain.
+pub fn hub_held_prefix(chain: &str) -> Vec<u8> {
+    cat(&[HUB_HELD, chain.as_bytes(), b"\0"])
+}
+
+/// `hubheld/<chain>\0<from_height u64><first_seq u64>`.
+pub fn hub_held(chain: &str, from_height: u64, first_seq: u64) -> Vec<u8> {
+    cat(&[
+        &hub_held_prefix(chain),
+        &from_height.to_be_bytes(),
+        &first_seq.to_be_bytes(),
+    ])
 }
 
 #[cfg(test)]

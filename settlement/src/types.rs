@@ -238,6 +238,11 @@ pub const GROWTH_VERSION: u64 = 3;
 /// credits, and latency buckets in reports (ADR 0021).
 pub const SLO_VERSION: u64 = 4;
 
+/// The first app version with hub-block messages in flight: deposits of
+/// later messages are signed before earlier ones are credited, held, and
+/// credited in order (ADR 0024).
+pub const PIPELINE_VERSION: u64 = 5;
+
 /// The kind of a hub call that pays its provider.
 pub const CALL_PAY: u32 = 0;
 /// The kind of a hub call that returns credits to its user (ADR 0020).

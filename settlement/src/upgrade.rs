@@ -26,7 +26,8 @@
 //!   ids in expiry buckets, [`crate::state::replay`]) and 3 (parameter and
 //!   gateway proposals, [`crate::gov`]; no migration) and 4 (objectives,
 //!   verdicts and credits, latency in reports, [`crate::slo`]; no
-//!   migration). A genesis may start
+//!   migration) and 5 (hub-block messages in flight,
+//!   [`crate::sync::deposits`]; no migration). A genesis may start
 //!   at any of them (CometBFT's `consensus_params.version.app`). Every version's rules stay
 //!   in the binary, so a node replays old heights with old rules.
 
@@ -44,7 +45,7 @@ use crate::state::replay::{migrate_step, start_migration};
 use crate::types::{Block, Event};
 
 /// The newest app version this build carries.
-pub const LATEST_APP_VERSION: u64 = 4;
+pub const LATEST_APP_VERSION: u64 = 5;
 /// A plan's height must be at least this many blocks above the height it
 /// is proposed and accepted at.
 pub const MIN_LEAD_BLOCKS: u64 = 20;

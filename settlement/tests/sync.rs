@@ -11,7 +11,7 @@ use tally_settlement::proto::{
 };
 use tally_settlement::sync::{self, result_digest, HubCursor};
 use tally_settlement::{
-    begin_block, init_chain, sign_report, BatchStatus, Block, Code, GatewayEntry, Genesis, KeyEpoch,
+    begin_block, sign_report, BatchStatus, Block, Code, GatewayEntry, Genesis, KeyEpoch,
 };
 use tally_store::{MemBackend, Pending};
 
@@ -35,6 +35,11 @@ struct Env {
 
 impl Env {
     fn new() -> Self {
+        Self::at(1, |_| {})
+    }
+
+    /// A chain at genesis app `version`, its genesis changed by `edit`.
+    fn at(version: u64, edit: impl FnOnce(&mut Genesis)) -> Self {
         let gw = SigningKey::from_bytes(&[5; 32]);
         let coeffs: Vec<[u8; 64]> = (0..3u8).map(|i| [i + 40; 64]).collect();
         let (pubs, shares) = deal(4, 3, &coeffs).unwrap();
@@ -63,8 +68,10 @@ impl Env {
             }),
             ..Genesis::default()
         };
+        let mut g = g;
+        edit(&mut g);
         let mut kv = Pending::open(Arc::new(MemBackend::new())).unwrap();
-        init_chain(&mut kv, CHAIN, &g).unwrap();
+        tally_settlement::machine::init_chain_at(&mut kv, CHAIN, &g, version).unwrap();
         Env {
             kv,
             shares,
@@ -491,4 +498,101 @@ fn dkg_query_shows_which_validator_holds_each_share() {
         .unwrap();
     assert_eq!(key.index_of(&[2u8; 20]), Some(3));
     assert_eq!(key.index_of(&[9u8; 20]), None);
+}
+
+/// App version 5 (ADR 0024): messages after the cursor are signed, held
+/// and credited in order. Hub heights 1..=10 hold deposits 1..=5, split
+/// at a cap of 2 into A = [1, 2] (more), B = [3, 4] (more) and C = [5];
+/// heights 11..=20 hold D = [6]. Signed in the order D, C, A, B, nothing
+/// is credited until A; A alone moves the cursor to deposit 3; B then
+/// credits B, C and D at once. Slots that no honest relay builds are
+/// refused; before version 5 only the message at the cursor is.
+#[test]
+fn messages_ahead_of_the_cursor_are_held_and_credited_in_order() {
+    let dep = |seq, amount| HubDeposit {
+        seq,
+        user: "alice".into(),
+        amount,
+        pubkey: Vec::new(),
+    };
+    let msg = |from: u64, deposits: Vec<HubDeposit>, more, count| HubBlock {
+        chain: "hub".into(),
+        from_height: from,
+        to_height: from + 9,
+        deposits,
+        more,
+        deposit_count: count,
+    };
+    let a = msg(1, vec![dep(1, 1), dep(2, 2)], true, 5);
+    let b = msg(1, vec![dep(3, 4), dep(4, 8)], true, 5);
+    let c = msg(1, vec![dep(5, 16)], false, 5);
+    let d = msg(11, vec![dep(6, 32)], false, 6);
+    let cap2 = |g: &mut Genesis| g.params.max_block_deposits = 2;
+    use sync::deposits::{check_slot, BlockRefusal, Slot};
+
+    // Version 4: B is not the message at the cursor.
+    let old = Env::at(4, cap2);
+    let p = tally_settlement::params(&old.kv).unwrap();
+    assert_eq!(check_slot(&old.kv, &p, &a).unwrap(), Ok(Slot::Next));
+    assert!(check_slot(&old.kv, &p, &b).unwrap().is_err());
+
+    let mut env = Env::at(5, cap2);
+    let p = tally_settlement::params(&env.kv).unwrap();
+    for (m, want) in [(&a, Slot::Next), (&b, Slot::Ahead), (&c, Slot::Ahead), (&d, Slot::Ahead)] {
+        assert_eq!(check_slot(&env.kv, &p, m).unwrap(), Ok(want), "{m:?}");
+    }
+    // In the cursor's range a message starts a whole number of caps past
+    // the next deposit; ranges are aligned; 16 messages in flight at most.
+    let misaligned = msg(1, vec![dep(2, 2), dep(3, 4)], true, 5);
+    let off_range = msg(5, vec![dep(6, 32)], false, 6);
+    let too_far = msg(1 + 16 * 10, vec![dep(6, 32)], false, 6);
+    let too_many = msg(1, vec![dep(33, 1), dep(34, 1)], true, 40);
+    for m in [&misaligned, &off_range, &too_far, &too_many] {
+        assert!(
+            matches!(
+                check_slot(&env.kv, &p, m).unwrap(),
+                Err(BlockRefusal::OutOfWindow { .. })
+            ),
+            "{m:?}"
+        );
+    }
+    // A message ahead is still checked whole: its count must agree.
+    let short = msg(11, vec![dep(6, 32)], false, 7);
+    assert!(matches!(
+        check_slot(&env.kv, &p, &short).unwrap(),
+        Err(BlockRefusal::Count { .. })
+    ));
+
+    let cursor = |env: &Env| {
+        let c = sync::hub_cursor(&env.kv, "hub").unwrap();
+        (c.height, c.deposit_seq)
+    };
+    let sign = |env: &mut Env, m: &HubBlock| {
+        let r = env.block(vec![partials_tx(block_partials(env, m, &[0, 1, 2]))], 1);
+        let last = r.last().unwrap().clone();
+        assert_eq!(last.0, Code::Ok, "{r:?}");
+        last.1
+    };
+    for m in [&d, &c] {
+        assert!(sign(&mut env, m).contains("3 partial"));
+        assert_eq!((balance(&env, "alice"), cursor(&env)), (1000, (1, 1)));
+    }
+    // Held: no longer awaited, so partials for it are ignored.
+    assert!(sign(&mut env, &d).contains("0 partial"));
+    sign(&mut env, &a);
+    assert_eq!((balance(&env, "alice"), cursor(&env)), (1003, (1, 3)));
+    sign(&mut env, &b);
+    assert_eq!((balance(&env, "alice"), cursor(&env)), (1063, (21, 7)));
+    assert_eq!(
+        sync::deposits::check_slot(&env.kv, &p, &d).unwrap(),
+        Err(BlockRefusal::OutOfWindow {
+            from: 11,
+            first_seq: 6,
+            cursor: 21,
+            next_seq: 7,
+            window: 16
+        })
+    );
+    let held = tally_settlement::state::sync::held_block_count(&env.kv, "hub", 10).unwrap();
+    assert_eq!(held, 0, "held messages are deleted once credited");
 }

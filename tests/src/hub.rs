@@ -119,30 +119,50 @@ impl Hub {
         }
         self.rotate(kv)?;
         let cursor = sync::hub_cursor(kv, &chain)?;
-        let to = cursor.height + p.hub_block_range - 1;
-        if self.tip >= to {
-            // Before app version 3 honest relays leave keys out.
-            let keyed = tally_settlement::state::chain::app_version(kv)?
-                >= tally_settlement::types::GROWTH_VERSION;
-            let all = self
+        let version = tally_settlement::state::chain::app_version(kv)?;
+        // Before app version 3 honest relays leave keys out.
+        let keyed = version >= tally_settlement::types::GROWTH_VERSION;
+        // From app version 5 the chain waits for the messages after the
+        // cursor's too (ADR 0024): twice max_block_messages of them.
+        let window = if version >= tally_settlement::types::PIPELINE_VERSION {
+            2 * p.max_block_messages as usize
+        } else {
+            1
+        };
+        let (mut from, mut next_seq, mut built) = (cursor.height, cursor.deposit_seq, 0);
+        while built < window {
+            let to = from + p.hub_block_range - 1;
+            if self.tip < to {
+                break;
+            }
+            let all: Vec<HubDeposit> = self
                 .deposits
                 .iter()
-                .filter(|(h, _)| (cursor.height..=to).contains(h))
+                .filter(|(h, _)| (from..=to).contains(h))
                 .map(|(_, d)| HubDeposit {
                     pubkey: if keyed { d.pubkey.clone() } else { Vec::new() },
                     ..d.clone()
                 })
                 .collect();
-            let (deposits, more) =
-                deposit_message(all, cursor.deposit_seq, p.max_block_deposits as usize);
-            out.push(HandIn::Block(HubBlock {
-                chain,
-                from_height: cursor.height,
-                to_height: to,
-                deposits,
-                more,
-                deposit_count: self.count_through(to),
-            }));
+            loop {
+                let (deposits, more) =
+                    deposit_message(all.clone(), next_seq, p.max_block_deposits as usize);
+                next_seq = deposits.last().map_or(next_seq, |d| d.seq + 1);
+                out.push(HandIn::Block(HubBlock {
+                    chain: chain.clone(),
+                    from_height: from,
+                    to_height: to,
+                    deposits,
+                    more,
+                    deposit_count: self.count_through(to),
+                }));
+                built += 1;
+                if !more || built >= window {
+                    break;
+                }
+            }
+            next_seq = self.count_through(to) + 1;
+            from = to + 1;
         }
         Ok(out)
     }

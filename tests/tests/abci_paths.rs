@@ -543,3 +543,75 @@ fn a_cached_signature_vouches_for_no_other_body_or_key() {
     let user = query(&net, "/balance/user-0");
     assert_eq!(user["balance"], 1000 - 5, "charged once, the original's 5");
 }
+
+/// Blocks a four-validator net at genesis app `version` takes to credit a
+/// burst of deposits split into 4-deposit messages: 70 in hub heights
+/// 1..=10 (18 messages), 33 in 11..=20 (9) and none in 21..=30 (one
+/// empty message), 28 messages in all. Also checks that every balance
+/// ends as its genesis funds plus the hub's deposits and that the cursor ends past
+/// the three ranges.
+fn burst_blocks(version: u64) -> u64 {
+    let gw = gateway_key(7);
+    let traffic = Traffic::new(13, gw.clone(), CHAIN, [2, 2, 1, 1]);
+    let (state, shares) = genesis(&traffic, &gw, true);
+    let mut state: serde_json::Value = serde_json::from_str(&state).expect("json");
+    state["params"]["max_block_deposits"] = 4.into();
+    let mut net = Net::in_memory(4, CHAIN, T0).expect("net");
+    net.genesis_version = version;
+    net.init(&state.to_string()).expect("init");
+    net.set_signers(shares);
+    let mut hub = Hub::default();
+    for i in 0..70u64 {
+        hub.deposit(1 + i % 10, &format!("user-{}", i % 5), 1 + i);
+    }
+    for i in 0..33u64 {
+        hub.deposit(11 + i % 10, &format!("user-{}", i % 3), 100 + i);
+    }
+    hub.tip = 30;
+    let want: std::collections::BTreeMap<String, u64> = hub.deposited();
+    net.hub = Some(hub);
+    let mut blocks = 0;
+    loop {
+        net.block(Vec::new(), 1).expect("block");
+        blocks += 1;
+        let st = query(&net, "/sync/hub");
+        if st["hub_cursor"].as_u64() == Some(31) {
+            assert_eq!(st["next_deposit_seq"].as_u64(), Some(104), "{st}");
+            break;
+        }
+        assert!(blocks < 400, "deposits not credited after 400 blocks: {st}");
+    }
+    for (user, amount) in want {
+        let funded = state["balances"]
+            .as_array()
+            .expect("balances")
+            .iter()
+            .find(|b| b["user"] == user.as_str())
+            .map_or(0, |b| b["amount"].as_u64().expect("amount"));
+        let b = query(&net, &format!("/balance/{user}"));
+        assert_eq!(b["balance"].as_u64(), Some(funded + amount), "{user}: {b}");
+    }
+    blocks
+}
+
+/// Before app version 5 the chain waits for one hub-block message at a
+/// time, signed in one block and credited in the next: the 28 messages
+/// take at least 56 blocks. From version 5 (ADR 0024) up to 16 are in
+/// flight and each block credits up to max_block_messages = 8 of them, so
+/// the same burst is credited within ceil(28 / 8) = 4 blocks of the
+/// first signatures, plus the block those are signed in and one per
+/// range boundary the relay has not built ahead yet: at most 8.
+#[test]
+fn deposit_messages_in_flight_credit_a_burst_in_a_few_blocks() {
+    let one_at_a_time = burst_blocks(4);
+    assert!(
+        one_at_a_time >= 56,
+        "version 4 took {one_at_a_time} blocks for 28 messages"
+    );
+    let in_flight = burst_blocks(5);
+    eprintln!("28 deposit messages: version 4 {one_at_a_time} blocks, version 5 {in_flight}");
+    assert!(
+        in_flight <= 8,
+        "version 5 took {in_flight} blocks for 28 messages (version 4: {one_at_a_time})"
+    );
+}

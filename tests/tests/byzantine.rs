@@ -45,6 +45,8 @@ struct Scenario {
     lead: fn(i64, bool) -> bool,
     /// Bytes offered in every height's mempool as well.
     mempool_extra: Option<Vec<u8>>,
+    /// The genesis app version (0: the default, 1).
+    version: u64,
 }
 
 /// A finished scenario.
@@ -52,6 +54,8 @@ struct Run {
     net: Net,
     byz: Vec<usize>,
     acts: Vec<&'static str>,
+    /// Hub blocks signed ahead of the deposit cursor and held.
+    held: usize,
 }
 
 impl Run {
@@ -119,7 +123,7 @@ fn query(net: &Net, i: usize, path: &str) -> serde_json::Value {
 }
 
 /// `n` validators with threshold `n - f`.
-fn setup(n: usize) -> (Net, Traffic) {
+fn setup(n: usize, version: u64) -> (Net, Traffic) {
     let f = (n - 1) / 3;
     let t = n - f;
     let key = gateway_key(4);
@@ -146,6 +150,7 @@ fn setup(n: usize) -> (Net, Traffic) {
         },
     });
     let mut net = Net::in_memory(n, CHAIN, T0).expect("net");
+    net.genesis_version = version;
     net.init(&app_state.to_string()).expect("init");
     net.set_signers(shares);
     (net, traffic)
@@ -188,7 +193,7 @@ fn run(n: usize, s: Scenario) -> Run {
     // The byzantine nodes come first: their extensions lead every list of
     // votes, and they propose right before honest nodes.
     let byz: Vec<usize> = (0..f).collect();
-    let (mut net, mut traffic) = setup(n);
+    let (mut net, mut traffic) = setup(n, s.version);
     let acts = Acts::default();
     for &i in &byz {
         net.nodes[i].behaviour = Some((s.make)(&acts));
@@ -206,6 +211,7 @@ fn run(n: usize, s: Scenario) -> Run {
     let mut started: BTreeMap<String, i64> = BTreeMap::new();
     let mut signed: BTreeMap<String, i64> = BTreeMap::new();
     let limit = T0 + 180 + 600;
+    let mut held = 0usize;
     loop {
         let mut txs = Vec::new();
         if net.now < T0 + 180 {
@@ -233,6 +239,7 @@ fn run(n: usize, s: Scenario) -> Run {
                 .find(|a| a.key == "nonce")
                 .map(|a| a.value.clone());
             match (e.r#type.as_str(), nonce) {
+                ("hub_block_held", _) => held += 1,
                 ("sync_start", Some(x)) => {
                     started.entry(x).or_insert(out.block.height);
                 }
@@ -379,7 +386,12 @@ fn run(n: usize, s: Scenario) -> Run {
         .iter()
         .map(|a| a.2)
         .collect();
-    Run { net, byz, acts }
+    Run {
+        net,
+        byz,
+        acts,
+        held,
+    }
 }
 
 fn both(s: fn() -> Scenario, check: fn(&Run)) {
@@ -394,6 +406,7 @@ fn votes(make: fn(&Acts) -> Box<dyn Behaviour>) -> Scenario {
         make,
         lead: |_, _| false,
         mempool_extra: None,
+        version: 0,
     }
 }
 
@@ -402,6 +415,7 @@ fn leads(make: fn(&Acts) -> Box<dyn Behaviour>, lead: fn(i64, bool) -> bool) -> 
         make,
         lead,
         mempool_extra: None,
+        version: 0,
     }
 }
 
@@ -523,6 +537,7 @@ fn forged_replayed_and_reordered_system_txs() {
         || Scenario {
             make: |a| Box::new(Forger::new(a)),
             lead: |h, due| due || h % 3 == 0,
+            version: 0,
             mempool_extra: Some(
                 start_tx(SyncTxStart {
                     chain: "hub".into(),
@@ -559,7 +574,7 @@ fn proposer_with_a_conflicting_sync_start() {
     for n in [4, 7] {
         // First the probe: at the first due start, honest ExtendVote signs
         // the honest batch but not a conflicting one.
-        let (mut net, mut traffic) = setup(n);
+        let (mut net, mut traffic) = setup(n, 0);
         let recs = traffic.records(8, 9);
         net.block(vec![traffic.report(recs, net.now as u64, 300)], 5)
             .expect("block");
@@ -598,6 +613,7 @@ fn proposer_with_a_conflicting_sync_start() {
             make: |a| Box::new(Conflicter::new(a)),
             lead: |_, due| due,
             mempool_extra: None,
+            version: 0,
         },
         |r| {
             let n = r.altered_proposals_refused();
@@ -620,17 +636,39 @@ fn hub_deposit_burst_with_lying_relays() {
                 |h, _| h % 3 != 0,
             )
         },
+        check_lying_relays,
+    );
+}
+
+/// The same at app version 5 (ADR 0024), where the lying relays forge
+/// every message in flight after the cursor as well: a forgery ahead of
+/// the cursor is never held or credited either.
+#[test]
+fn hub_deposit_burst_with_lying_relays_and_messages_in_flight() {
+    both(
+        || Scenario {
+            version: tally_settlement::types::PIPELINE_VERSION,
+            ..leads(
+                |a| Box::new(LyingRelay { acts: a.clone() }),
+                |h, _| h % 3 != 0,
+            )
+        },
         |r| {
-            assert!(r.acted("forged deposits"));
-            // The forgeries were signed and carried (stored below the
-            // threshold), never credited (checked by the run).
-            let forged = r.net.blocks.iter().any(|b| {
-                b.txs.iter().any(|t| {
-                    matches!(tally_settlement::decode_tx(t).map(|d| d.sum),
-                        Ok(Some(tx::Sum::Partials(p))) if p.hub_blocks.iter().any(|hb| hb.deposits.iter().any(|d| d.user == THIEF)))
-                })
-            });
-            assert!(forged, "a forged hub block was proposed");
+            check_lying_relays(r);
+            assert!(r.held > 0, "no message was signed ahead of the cursor");
         },
     );
+}
+
+fn check_lying_relays(r: &Run) {
+    assert!(r.acted("forged deposits"));
+    // The forgeries were signed and carried (stored below the
+    // threshold), never credited (checked by the run).
+    let forged = r.net.blocks.iter().any(|b| {
+        b.txs.iter().any(|t| {
+            matches!(tally_settlement::decode_tx(t).map(|d| d.sum),
+                Ok(Some(tx::Sum::Partials(p))) if p.hub_blocks.iter().any(|hb| hb.deposits.iter().any(|d| d.user == THIEF)))
+        })
+    });
+    assert!(forged, "a forged hub block was proposed");
 }

@@ -52,6 +52,10 @@ pub const LAYOUT: &[(&[u8], &str)] = &[
     (PEXP, "partial expiry"),
     (HUB_CURSOR, "next hub height per hub chain"),
     (DEPOSIT_SEQ, "next deposit sequence per hub chain"),
+    (
+        HUB_HELD,
+        "signed hub blocks ahead of the deposit cursor (app version 5)",
+    ),
     (LAST_HEIGHT, "height of the last block"),
     (APP_VERSION, "app version the state runs under"),
     (V1_IDS_LEFT, "version-1 report ids still being migrated"),

@@ -9,7 +9,7 @@ use tally_store::{prefix_end, Kv, KvRead};
 use super::{load, put_u64, u64_or};
 use crate::error::Fatal;
 use crate::keys;
-use crate::proto::{BatchRecord, HubCall, PendingMessage, SyncState};
+use crate::proto::{BatchRecord, HubBlock, HubCall, PendingMessage, SyncState};
 use crate::types::{BatchStatus, HubCursor};
 
 /// A hub chain's sync state (zeroes and nonce 1 before the first attempt).
@@ -116,6 +116,45 @@ pub fn put_hub_height(kv: &mut impl Kv, chain: &str, height: u64) {
 /// Sets the next deposit sequence number expected from `chain`.
 pub fn put_deposit_seq(kv: &mut impl Kv, chain: &str, seq: u64) {
     put_u64(kv, keys::deposit_seq(chain), seq);
+}
+
+/// The threshold-signed hub block held at `(from_height, first_seq)` of
+/// `chain`, if any (app version 5, ADR 0024).
+pub fn held_block(
+    kv: &impl KvRead,
+    chain: &str,
+    from_height: u64,
+    first_seq: u64,
+) -> Result<Option<HubBlock>, Fatal> {
+    load(
+        kv,
+        &keys::hub_held(chain, from_height, first_seq),
+        "held hub block",
+    )
+}
+
+/// Holds the signed hub block `b` at `(from_height, first_seq)` until the
+/// deposit cursor reaches it.
+pub fn put_held_block(kv: &mut impl Kv, b: &HubBlock, first_seq: u64) {
+    kv.put(
+        keys::hub_held(&b.chain, b.from_height, first_seq),
+        b.encode_to_vec(),
+    );
+}
+
+/// Deletes `chain`'s held hub blocks below `(height, seq)`: the ones the
+/// deposit cursor has reached or passed.
+pub fn drop_held_blocks_below(kv: &mut impl Kv, chain: &str, height: u64, seq: u64) {
+    kv.delete_range(
+        keys::hub_held_prefix(chain),
+        keys::hub_held(chain, height, seq),
+    );
+}
+
+/// How many hub blocks `chain` holds ahead of its deposit cursor (at
+/// most `limit`).
+pub fn held_block_count(kv: &impl KvRead, chain: &str, limit: usize) -> Result<usize, Fatal> {
+    Ok(kv.scan_prefix(&keys::hub_held_prefix(chain), limit)?.len())
 }
 
 /// Whether signer `index` has a partial stored for `digest`.

@@ -24,6 +24,25 @@
 //! emitted. A range without deposits is signed too and just moves the
 //! cursor. `/sync/{chain}` shows `hub_cursor` and `next_deposit_seq`.
 //! Digest layout: `docs/signing.md` 3.3.
+//!
+//! **Messages in flight** (app version 5, ADR 0024). Before version 5 the
+//! chain waits for exactly one message, the one at the cursor, so deposits
+//! move one message per two blocks (signed in one block's extensions,
+//! credited in the next). From version 5 it also waits for the messages
+//! that follow it: up to [`in_flight`] `= 2 × max_block_messages` of them,
+//! each at a *slot* `(from_height, first_seq)` that an honest relay
+//! reaches by splitting the ranges after the cursor the same way
+//! ([`check_slot`]): a range `k < in_flight` ranges past the cursor, a
+//! first sequence number at most `in_flight × max_block_deposits` past the
+//! next expected one (a multiple of the cap within the cursor's own range),
+//! deposits numbered on from it and a count that agrees. A message signed
+//! at the cursor is credited at once and then every held message the
+//! cursor reaches, in order ([`block_signed`]); one signed ahead of it is
+//! held under `hubheld/<chain>` until then, and no longer awaited. Held
+//! messages the cursor passes are deleted, so a range split differently
+//! can never be credited twice. Structure is all the chain can check of a
+//! message ahead, as of one at the cursor: that its deposits are the hub's
+//! rests on `t` validators' relays having signed it, as before.
 
 use tally_store::{Kv, KvRead};
 
@@ -34,9 +53,13 @@ use crate::ident;
 use crate::proto::HubBlock;
 use crate::state::allowance::{put_user_key, user_key};
 use crate::state::chain::{app_version, balance, put_balance};
-use crate::state::sync::{hub_cursor, put_deposit_seq, put_hub_height};
+use crate::keys;
+use crate::state::sync::{
+    drop_held_blocks_below, held_block, hub_cursor, put_deposit_seq, put_held_block,
+    put_hub_height,
+};
 use crate::types::Event;
-use crate::types::GROWTH_VERSION;
+use crate::types::{GROWTH_VERSION, PIPELINE_VERSION};
 
 /// Why the chain does not wait for a signature on a hub block: it is not
 /// the message an honest relay would build for the chain's cursor.
@@ -57,6 +80,22 @@ pub enum BlockRefusal {
         want_from: u64,
         /// The cursor's range end.
         want_to: u64,
+    },
+    /// From app version 5: not in any slot the chain waits for (a range
+    /// not aligned with the cursor's or too far past it, a first sequence
+    /// number behind the cursor or too far past it).
+    #[error("hub block at heights from {from}, first deposit {first_seq}, is in no slot the chain waits for (cursor {cursor}, next deposit {next_seq}, {window} messages in flight)")]
+    OutOfWindow {
+        /// The block's first height.
+        from: u64,
+        /// Its first sequence number ([`first_seq`]).
+        first_seq: u64,
+        /// The chain's hub cursor.
+        cursor: u64,
+        /// The next deposit expected.
+        next_seq: u64,
+        /// [`in_flight`].
+        window: u64,
     },
     /// More than `max_block_deposits`, or fewer with `more` set.
     #[error("hub block carries {len} deposits with more={more}; the cap is {cap} (exactly {cap} when more)")]
@@ -155,19 +194,119 @@ pub fn check_block(
             want_to,
         }));
     }
+    if let Err(why) = check_size(p, b) {
+        return Ok(Err(why));
+    }
+    if let Err(why) = check_deposits(kv, b, cursor.deposit_seq)? {
+        return Ok(Err(why));
+    }
+    Ok(check_count(cursor.deposit_seq, b))
+}
+
+/// How many hub-block messages the chain waits for at once under `p` at
+/// app `version`: the one at the cursor and those after it.
+pub fn in_flight(p: &Params, version: u64) -> u64 {
+    if version >= PIPELINE_VERSION {
+        u64::from(p.max_block_messages).saturating_mul(2).max(1)
+    } else {
+        1
+    }
+}
+
+/// The sequence number a message's slot is keyed by: its first deposit's,
+/// or for a message without deposits the one after its count (what the
+/// cursor expects next once the range before it is credited).
+pub fn first_seq(b: &HubBlock) -> u64 {
+    b.deposits
+        .first()
+        .map_or(b.deposit_count.saturating_add(1), |d| d.seq)
+}
+
+/// Where a message the chain waits for sits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Slot {
+    /// At the cursor: credited as soon as it is signed.
+    Next,
+    /// After it: held once signed, credited when the cursor reaches it.
+    Ahead,
+}
+
+/// Whether hub block `b` is a message the chain waits for, and where:
+/// [`check_block`] for the one at the cursor; from app version 5 also
+/// one in the slots after it (see the module doc). The outer `Result` is
+/// the store; the inner one says why `b` is refused.
+pub fn check_slot(
+    kv: &impl KvRead,
+    p: &Params,
+    b: &HubBlock,
+) -> Result<Result<Slot, BlockRefusal>, Fatal> {
+    let window = in_flight(p, app_version(kv)?);
+    let cursor = hub_cursor(kv, &p.hub_chain)?;
+    let first = first_seq(b);
+    if window <= 1 || (b.from_height == cursor.height && first == cursor.deposit_seq) {
+        return Ok(check_block(kv, p, b)?.map(|()| Slot::Next));
+    }
+    let range = p.hub_block_range;
+    let ranges_ahead = b
+        .from_height
+        .checked_sub(cursor.height)
+        .filter(|d| d % range == 0)
+        .map(|d| d / range);
+    let placed = b.chain == p.hub_chain
+        && ranges_ahead.is_some_and(|k| k < window)
+        && b.to_height == b.from_height.saturating_add(range - 1);
+    let cap = u64::from(p.max_block_deposits);
+    let seqs_ahead = first.checked_sub(cursor.deposit_seq);
+    let seq_ok = seqs_ahead.is_some_and(|a| {
+        a / cap < window
+            && (b.from_height != cursor.height || (a % cap == 0 && !b.deposits.is_empty()))
+    });
+    if !placed || !seq_ok {
+        return Ok(Err(BlockRefusal::OutOfWindow {
+            from: b.from_height,
+            first_seq: first,
+            cursor: cursor.height,
+            next_seq: cursor.deposit_seq,
+            window,
+        }));
+    }
+    if let Err(why) = check_size(p, b) {
+        return Ok(Err(why));
+    }
+    if let Err(why) = check_deposits(kv, b, first)? {
+        return Ok(Err(why));
+    }
+    Ok(check_count(first, b).map(|()| Slot::Ahead))
+}
+
+/// The size rule: at most `max_block_deposits`, exactly that many when
+/// `more` is set.
+fn check_size(p: &Params, b: &HubBlock) -> Result<(), BlockRefusal> {
     let cap = p.max_block_deposits as usize;
     let sized = if b.more {
         b.deposits.len() == cap
     } else {
         b.deposits.len() <= cap
     };
-    if !sized {
-        return Ok(Err(BlockRefusal::Size {
+    if sized {
+        Ok(())
+    } else {
+        Err(BlockRefusal::Size {
             len: b.deposits.len(),
             more: b.more,
             cap,
-        }));
+        })
     }
+}
+
+/// Each deposit numbered `first, first + 1, ...`, positive, for a valid
+/// user, with a key that is an ed25519 point or none (none before app
+/// version 3).
+fn check_deposits(
+    kv: &impl KvRead,
+    b: &HubBlock,
+    first: u64,
+) -> Result<Result<(), BlockRefusal>, Fatal> {
     let keyed = app_version(kv)? >= GROWTH_VERSION;
     for (i, d) in b.deposits.iter().enumerate() {
         if !d.pubkey.is_empty() {
@@ -182,7 +321,7 @@ pub fn check_block(
                 return Ok(Err(BlockRefusal::Key { index: i, why }));
             }
         }
-        let want = cursor.deposit_seq.saturating_add(i as u64);
+        let want = first.saturating_add(i as u64);
         if d.seq != want || d.amount == 0 || ident::check_party("user", &d.user).is_err() {
             return Ok(Err(BlockRefusal::Deposit {
                 index: i,
@@ -193,7 +332,7 @@ pub fn check_block(
             }));
         }
     }
-    Ok(check_count(cursor.deposit_seq, b))
+    Ok(Ok(()))
 }
 
 /// Whether `key` may ride in a deposit: 32 bytes that are an ed25519
@@ -215,7 +354,71 @@ pub fn awaits_block(
     b: &HubBlock,
     digest: &[u8; 32],
 ) -> Result<bool, Fatal> {
-    Ok(check_block(kv, p, b)?.is_ok() && block_digest(b) == *digest)
+    if block_digest(b) != *digest {
+        return Ok(false);
+    }
+    Ok(match check_slot(kv, p, b)? {
+        Ok(Slot::Next) => true,
+        // A slot already holding a signed message waits for nothing more.
+        Ok(Slot::Ahead) => held_block(kv, &b.chain, b.from_height, first_seq(b))?.is_none(),
+        Err(_) => false,
+    })
+}
+
+/// A hub block signed by `t` validators: at the cursor its deposits are
+/// credited, then every held message the cursor reaches in turn; ahead of
+/// it, it is held (app version 5). A message in no slot (the state moved
+/// since it was recognised) is left alone.
+pub fn block_signed(kv: &mut impl Kv, p: &Params, b: &HubBlock) -> Result<Vec<Event>, Fatal> {
+    match check_slot(kv, p, b)? {
+        Ok(Slot::Next) => credit_in_order(kv, p, b),
+        Ok(Slot::Ahead) => {
+            let first = first_seq(b);
+            put_held_block(kv, b, first);
+            Ok(vec![Event::new(
+                "hub_block_held",
+                [
+                    ("chain", b.chain.clone()),
+                    ("from_height", b.from_height.to_string()),
+                    ("first_seq", first.to_string()),
+                    ("deposits", b.deposits.len().to_string()),
+                ],
+            )])
+        }
+        Err(_) => Ok(Vec::new()),
+    }
+}
+
+/// Credits `b` (at the cursor), then from app version 5 each held message
+/// at the cursor it leaves, until none is held there; held messages the
+/// cursor passed are deleted on the way.
+fn credit_in_order(kv: &mut impl Kv, p: &Params, b: &HubBlock) -> Result<Vec<Event>, Fatal> {
+    let mut events = credit_deposits(kv, b)?;
+    if in_flight(p, app_version(kv)?) <= 1 {
+        return Ok(events);
+    }
+    loop {
+        let c = hub_cursor(kv, &b.chain)?;
+        drop_held_blocks_below(kv, &b.chain, c.height, c.deposit_seq);
+        let Some(next) = held_block(kv, &b.chain, c.height, c.deposit_seq)? else {
+            break;
+        };
+        kv.delete(keys::hub_held(&b.chain, c.height, c.deposit_seq));
+        if check_block(kv, p, &next)?.is_err() {
+            // Held when it fitted its slot; the parameters changed since.
+            events.push(Event::new(
+                "hub_block_dropped",
+                [
+                    ("chain", next.chain.clone()),
+                    ("from_height", next.from_height.to_string()),
+                    ("first_seq", c.deposit_seq.to_string()),
+                ],
+            ));
+            break;
+        }
+        events.extend(credit_deposits(kv, &next)?);
+    }
+    Ok(events)
 }
 
 /// A hub block signed by t validators: its deposits are credited once and

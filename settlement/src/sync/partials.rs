@@ -11,7 +11,7 @@ use tally_store::{Kv, KvRead};
 
 use super::awaited::{recognize, Bodies};
 use super::batch::batch_signed;
-use super::deposits::credit_deposits;
+use super::deposits::block_signed;
 use super::results::hub_sync_end;
 use crate::bls::{Kind, Partial, PublicShares};
 use crate::codes::Code;
@@ -312,7 +312,7 @@ fn record_and_act(
             None => Vec::new(),
         },
         Kind::HubBlock => match &a.hub_block {
-            Some(b) => credit_deposits(kv, b)?,
+            Some(b) => block_signed(kv, p, b)?,
             None => Vec::new(),
         },
     })
