@@ -284,6 +284,39 @@ mod tests {
     }
 
     #[test]
+    fn a_range_splits_into_every_message_from_the_first_seq() {
+        // Hand-computed: seqs 5..=12 (unordered), cap 3.
+        let all: Vec<HubDeposit> = [12, 5, 9, 6, 7, 8, 11, 10].into_iter().map(dep).collect();
+        let seqs = |v: &[HubBlock]| -> Vec<(Vec<u64>, bool)> {
+            v.iter()
+                .map(|b| (b.deposits.iter().map(|d| d.seq).collect(), b.more))
+                .collect()
+        };
+        let m = range_messages("hub", (1, 10), all.clone(), 12, 5, 3, 10);
+        assert_eq!(
+            seqs(&m),
+            [
+                (vec![5, 6, 7], true),
+                (vec![8, 9, 10], true),
+                (vec![11, 12], false)
+            ]
+        );
+        assert!(m.iter().all(|b| b.deposit_count == 12 && b.from_height == 1));
+        // At most `max`; from a later first seq; exactly cap left.
+        let m = range_messages("hub", (1, 10), all.clone(), 12, 5, 3, 2);
+        assert_eq!(seqs(&m).len(), 2);
+        let m = range_messages("hub", (1, 10), all.clone(), 12, 7, 3, 10);
+        assert_eq!(
+            seqs(&m),
+            [(vec![7, 8, 9], true), (vec![10, 11, 12], false)]
+        );
+        // Nothing from the first seq on: one empty message; max 0 still
+        // builds one.
+        let m = range_messages("hub", (1, 10), all.clone(), 12, 13, 3, 0);
+        assert_eq!(seqs(&m), [(vec![], false)]);
+    }
+
+    #[test]
     fn nothing_without_an_attempt() {
         let mut st = state();
         st.attempt = 0;

@@ -290,3 +290,69 @@ async fn a_short_list_under_its_count_is_not_handed_in() {
     r.poll().await;
     assert_eq!(app.held().blocks().len(), 1);
 }
+
+/// From app version 5 (ADR 0024) one poll hands in every message the
+/// chain waits for, as far as the hub is deep: the rest of the cursor's
+/// range and the ranges after it, at most `2 × max_block_messages` of
+/// them. Hand-computed for cap 1 and the script's four deposits: the
+/// cursor's range 1..=10 splits into [1] (more) and [2]; 11..=20 into [3]
+/// (more) and [4]; 21..=30 (tip 40) is one empty message; 31..=40 is not
+/// confirmed yet (tip 40, one confirmation needed).
+#[tokio::test]
+async fn from_version_5_one_poll_hands_in_the_messages_in_flight() {
+    let hub = FakeHub::start(deposits_script(40));
+    let params = Params {
+        max_block_deposits: 1,
+        ..Params::default()
+    };
+    let backend = chain_with_cursor(&params, 1, 1);
+    commit(&backend, |kv| {
+        chain_state::put_app_version(kv, tally_settlement::types::PIPELINE_VERSION)
+    });
+    let chain = app(&backend);
+    let metrics = Metrics::new("tally");
+    let mut cfg = config(vec![hub.url.clone()]);
+    cfg.confirmations = 1;
+    let mut r = relay(chain.clone(), cfg, &metrics);
+    r.poll().await;
+    let got: Vec<(u64, Vec<u64>, bool, u64)> = chain
+        .held()
+        .blocks()
+        .iter()
+        .map(|b| {
+            (
+                b.from_height,
+                b.deposits.iter().map(|d| d.seq).collect(),
+                b.more,
+                b.deposit_count,
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (1, vec![1], true, 2),
+            (1, vec![2], false, 2),
+            (11, vec![3], true, 4),
+            (11, vec![4], false, 4),
+            (21, vec![], false, 4),
+        ]
+    );
+    // Capped at 2 × max_block_messages.
+    let backend = chain_with_cursor(
+        &Params {
+            max_block_messages: 1,
+            ..params
+        },
+        1,
+        1,
+    );
+    commit(&backend, |kv| {
+        chain_state::put_app_version(kv, tally_settlement::types::PIPELINE_VERSION)
+    });
+    let chain = app(&backend);
+    let mut cfg = config(vec![hub.url.clone()]);
+    cfg.confirmations = 1;
+    relay(chain.clone(), cfg, &metrics).poll().await;
+    assert_eq!(chain.held().blocks().len(), 2);
+}
