@@ -9,6 +9,7 @@
 
 use std::collections::BTreeSet;
 
+use bytes::Bytes;
 use prost::Message;
 use tally_settlement::proto::{tx, SyncTxStart};
 use tally_settlement::{self as settlement, Block};
@@ -20,6 +21,30 @@ use tracing::warn;
 
 use crate::app::TallyApp;
 use crate::convert;
+
+/// What the block being voted on (`txs`) holds for this signer (share
+/// `index`): the batches started in it, signed right away, and the digests
+/// its SubmitPartials already carries a partial of this signer for. Those
+/// hub results and blocks are not signed again, so the extension signs the
+/// next ones (with app version 5 several hub blocks are in flight, ADR
+/// 0024).
+fn voted_block(txs: &[Bytes], index: u32) -> (Vec<SyncTxStart>, BTreeSet<Vec<u8>>) {
+    let mut proposed: Vec<SyncTxStart> = Vec::new();
+    let mut in_block: BTreeSet<Vec<u8>> = BTreeSet::new();
+    for t in txs {
+        match settlement::decode_tx(t).ok().and_then(|d| d.sum) {
+            Some(tx::Sum::SyncStart(s)) => proposed.push(s),
+            Some(tx::Sum::Partials(p)) => in_block.extend(
+                p.partials
+                    .into_iter()
+                    .filter(|q| q.index == index)
+                    .map(|q| q.digest),
+            ),
+            _ => {}
+        }
+    }
+    (proposed, in_block)
+}
 
 pub(crate) fn extend_vote(app: &TallyApp, req: RequestExtendVote) -> ResponseExtendVote {
     let signers = app
@@ -36,24 +61,7 @@ pub(crate) fn extend_vote(app: &TallyApp, req: RequestExtendVote) -> ResponseExt
     let Some((epoch, share)) = signers.into_iter().find(|(e, _)| *e == active) else {
         return ResponseExtendVote::default();
     };
-    // Batches started in the block being voted on are signed right away;
-    // hub results and blocks this node's partial already rides in that
-    // block are not signed again, so the extension signs the next ones
-    // (with app version 5 several hub blocks are in flight, ADR 0024).
-    let mut proposed: Vec<SyncTxStart> = Vec::new();
-    let mut in_block: BTreeSet<Vec<u8>> = BTreeSet::new();
-    for t in &req.txs {
-        match settlement::decode_tx(t).ok().and_then(|d| d.sum) {
-            Some(tx::Sum::SyncStart(s)) => proposed.push(s),
-            Some(tx::Sum::Partials(p)) => in_block.extend(
-                p.partials
-                    .into_iter()
-                    .filter(|q| q.index == share.index)
-                    .map(|q| q.digest),
-            ),
-            _ => {}
-        }
-    }
+    let (proposed, in_block) = voted_block(&req.txs, share.index);
     let (observed, blocks) = {
         let inbox = app.inbox();
         let fresh = |d: [u8; 32]| !in_block.contains(d.as_slice());

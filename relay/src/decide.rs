@@ -301,15 +301,14 @@ mod tests {
                 (vec![11, 12], false)
             ]
         );
-        assert!(m.iter().all(|b| b.deposit_count == 12 && b.from_height == 1));
+        assert!(m
+            .iter()
+            .all(|b| b.deposit_count == 12 && b.from_height == 1));
         // At most `max`; from a later first seq; exactly cap left.
         let m = range_messages("hub", (1, 10), all.clone(), 12, 5, 3, 2);
         assert_eq!(seqs(&m).len(), 2);
         let m = range_messages("hub", (1, 10), all.clone(), 12, 7, 3, 10);
-        assert_eq!(
-            seqs(&m),
-            [(vec![7, 8, 9], true), (vec![10, 11, 12], false)]
-        );
+        assert_eq!(seqs(&m), [(vec![7, 8, 9], true), (vec![10, 11, 12], false)]);
         // Nothing from the first seq on: one empty message; max 0 still
         // builds one.
         let m = range_messages("hub", (1, 10), all.clone(), 12, 13, 3, 0);

@@ -347,13 +347,7 @@ impl Relay {
     /// The hub's deposits in heights `from..=to` of `chain`, read on
     /// `tip`'s endpoint; `None` (counted or logged) if the answer is from
     /// a lagging node or the hub could not be read.
-    async fn read_deposits(
-        &self,
-        chain: &str,
-        tip: Tip,
-        from: u64,
-        to: u64,
-    ) -> Option<Deposits> {
+    async fn read_deposits(&self, chain: &str, tip: Tip, from: u64, to: u64) -> Option<Deposits> {
         let (h, c) = (self.hub.clone(), chain.to_string());
         let read = move || h.deposits(&c, tip, from, to);
         match tokio::task::spawn_blocking(read).await {

@@ -538,7 +538,12 @@ fn messages_ahead_of_the_cursor_are_held_and_credited_in_order() {
 
     let mut env = Env::at(5, cap2);
     let p = tally_settlement::params(&env.kv).unwrap();
-    for (m, want) in [(&a, Slot::Next), (&b, Slot::Ahead), (&c, Slot::Ahead), (&d, Slot::Ahead)] {
+    for (m, want) in [
+        (&a, Slot::Next),
+        (&b, Slot::Ahead),
+        (&c, Slot::Ahead),
+        (&d, Slot::Ahead),
+    ] {
         assert_eq!(check_slot(&env.kv, &p, m).unwrap(), Ok(want), "{m:?}");
     }
     // In the cursor's range a message starts a whole number of caps past

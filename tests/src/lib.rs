@@ -9,6 +9,7 @@
 
 pub mod adversary;
 pub mod chaos;
+pub mod depositbench;
 pub mod dkgbench;
 pub mod dkgnet;
 pub mod driver;

@@ -19,6 +19,12 @@
 //! and reshare phases).
 //! Any other change to them is a change of consensus behaviour
 //! and must be deliberate.
+//!
+//! [`GOLDEN_V5`] pins the same kind of run at app version 5 (ADR 0024),
+//! recorded when that version was added: the hub is the driver's model
+//! (`tally_tests::hub::Hub`), whose relay hands in every hub-block message
+//! in flight, with 2 deposits per message so that ranges split and
+//! messages are held ahead of the cursor.
 
 use sha2::{Digest, Sha256};
 use tally_settlement::bls::deal;
@@ -42,6 +48,22 @@ const GOLDEN: [(usize, &str); 3] = [
     (
         1000,
         "6302b32d7d339f0b27dd646126a24f8011cc583df8bcb7056f8a8116151500c7",
+    ),
+];
+
+/// Hex app hashes at heights 100, 300 and 600 of the app-version-5 run.
+const GOLDEN_V5: [(usize, &str); 3] = [
+    (
+        100,
+        "fa286039a7d1775a3e6b428d9aa2d1a8c9f76a492d069c4867f92b242f986100",
+    ),
+    (
+        300,
+        "68f46ea9078655c0ba99fea087c7dc25f40562f7ad91414d369487a976a5e541",
+    ),
+    (
+        600,
+        "f84e55deb61ebc746a58a787d0b0c4af8a185c8373816ded1af037ba4cb013b1",
     ),
 ];
 
@@ -205,5 +227,105 @@ fn app_hashes_match_the_recorded_golden_values() -> anyhow::Result<()> {
         GOLDEN_CODES,
         "the result codes of the 1,000 blocks"
     );
+    Ok(())
+}
+
+/// 600 blocks at app version 5: seeded traffic, batches settled by the
+/// driver's hub model, and a hub that takes 0 to 6 deposits at each of
+/// its heights (its tip one height per block), split into messages of 2.
+/// Returns the app hashes at 100, 300, 600 and how many messages were
+/// held ahead of the cursor.
+fn run_v5() -> anyhow::Result<(Vec<String>, usize)> {
+    let key = gateway_key(9);
+    let mut traffic = Traffic::new(2025, key.clone(), CHAIN, [5, 3, 2, 3]);
+    let coeffs: Vec<[u8; 64]> = (0..3u8).map(|i| [i + 51; 64]).collect();
+    let (pubs, shares) = deal(4, 3, &coeffs)?;
+    let hexkey = |k: &blst::min_pk::PublicKey| hex::encode(k.compress());
+    let app_state = serde_json::json!({
+        "params": {
+            "settlement_window_secs": 30,
+            "hub_chain": "hub",
+            "max_batch_calls": 5,
+            "partial_expiry_blocks": 6,
+            "hub_block_range": 4,
+            "max_block_deposits": 2,
+            "dkg_phase_blocks": 5,
+        },
+        "gateways": [{"name": "gw", "pubkey": hex::encode(key.verifying_key().to_bytes())}],
+        "allowances": tally_tests::traffic::allowances(&traffic.users, "gw"),
+        "balances": traffic.users.iter()
+            .map(|u| serde_json::json!({"user": u, "amount": 150_000}))
+            .collect::<Vec<_>>(),
+        "dkg": {
+            "threshold": 3,
+            "group_key": hexkey(&pubs.group),
+            "public_shares": pubs.shares.iter().map(hexkey).collect::<Vec<_>>(),
+            "signers": tally_tests::driver::signers(4),
+        },
+    });
+    let mut net = Net::in_memory(4, CHAIN, T0)?;
+    net.genesis_version = 5;
+    net.init(&app_state.to_string())?;
+    net.set_signers(shares);
+    let mut hub = tally_tests::hub::Hub::default();
+    for height in 1..=600u64 {
+        for i in 0..(height * 7 % 11) / 2 {
+            let u = &traffic.users[((height + i) as usize) % traffic.users.len()];
+            hub.deposit(height, u, 10 + height + i);
+        }
+    }
+    let deposited = hub.deposits.len();
+    net.hub = Some(hub);
+    let mut hashes = Vec::new();
+    let mut held = 0usize;
+    for h in 1..=600u64 {
+        let mut txs = Vec::new();
+        for _ in 0..traffic.pick(0..3) {
+            let n = traffic.pick(1..12);
+            let recs = traffic.records(n, 9);
+            txs.push(traffic.report(recs, net.now as u64, 120));
+        }
+        if let Some(hub) = &mut net.hub {
+            hub.tip = h;
+        }
+        let step = 1 + traffic.pick(0..3) as i64;
+        let out = net.block(txs, step)?;
+        held += out
+            .tx_results
+            .iter()
+            .flat_map(|r| &r.events)
+            .filter(|e| e.r#type == "hub_block_held")
+            .count();
+        if [100, 300, 600].contains(&h) {
+            hashes.push(hex::encode(&out.app_hash));
+        }
+    }
+    let sync = query(&net, "/sync/hub");
+    println!("version 5, final sync state: {sync}; {held} messages held");
+    let credited = sync["next_deposit_seq"].as_u64().unwrap_or(0) - 1;
+    anyhow::ensure!(
+        credited + 60 > deposited as u64 && credited > 600,
+        "{credited} of {deposited} deposits credited: {sync}"
+    );
+    anyhow::ensure!(
+        query(&net, "/batch/hub/10")["status"] == "settled",
+        "fewer than 10 batches settled: {sync}"
+    );
+    Ok((hashes, held))
+}
+
+#[test]
+fn app_hashes_at_version_5_match_the_recorded_golden_values() -> anyhow::Result<()> {
+    let (got, held) = run_v5()?;
+    anyhow::ensure!(
+        held > 0,
+        "no hub-block message was held ahead of the cursor"
+    );
+    for ((height, _), got) in GOLDEN_V5.iter().zip(&got) {
+        println!("version 5, height {height}: {got}");
+    }
+    for ((height, want), got) in GOLDEN_V5.iter().zip(&got) {
+        assert_eq!(got, want, "app hash at height {height} (app version 5)");
+    }
     Ok(())
 }

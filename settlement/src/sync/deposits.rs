@@ -50,13 +50,12 @@ use super::digest::block_digest;
 use crate::error::Fatal;
 use crate::genesis::Params;
 use crate::ident;
+use crate::keys;
 use crate::proto::HubBlock;
 use crate::state::allowance::{put_user_key, user_key};
 use crate::state::chain::{app_version, balance, put_balance};
-use crate::keys;
 use crate::state::sync::{
-    drop_held_blocks_below, held_block, hub_cursor, put_deposit_seq, put_held_block,
-    put_hub_height,
+    drop_held_blocks_below, held_block, hub_cursor, put_deposit_seq, put_held_block, put_hub_height,
 };
 use crate::types::Event;
 use crate::types::{GROWTH_VERSION, PIPELINE_VERSION};

@@ -31,6 +31,10 @@
 //! each on a 4-validator loopback network with the same CometBFT settings,
 //! open-loop load rising step by step to saturation; table, CSV and PNG in
 //! `$CARGO_TARGET_DIR/bench/network` (`tally_tests::netbench`).
+//! `deposits [--deposits N] [--app-version V] [--senders S]`: a burst of N
+//! hub deposits (default 30,000) on a 4-validator localnet with its
+//! reference hub, and how fast Tally credits them (ADR 0024;
+//! `tally_tests::depositbench`).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -500,6 +504,9 @@ fn main() -> Result<()> {
     }
     if args.first().is_some_and(|a| a == "dkg") {
         return tally_tests::dkgbench::main(&args[1..]);
+    }
+    if args.first().is_some_and(|a| a == "deposits") {
+        return tally_tests::depositbench::main(&args[1..]);
     }
     let mut blocks = 30;
     let mut validators = 100u32;
