@@ -40,6 +40,9 @@ pub fn sync_state(a: &Ask) -> Result<Value, ExecError> {
         "sync_window_secs": p.sync_window_secs,
         "hub_cursor": sync::hub_cursor(kv, chain)?.height,
         "next_deposit_seq": sync::hub_cursor(kv, chain)?.deposit_seq,
+        // Signed hub blocks held ahead of the cursor (app version 5; at
+        // most 2 x max_block_messages while the parameters stand).
+        "held_hub_blocks": crate::state::sync::held_block_count(kv, chain, 1024)?,
         "failure_backdate_secs": p.failure_backdate_secs,
     }))
 }
