@@ -78,13 +78,19 @@ fn query(net: &Net, path: &str) -> serde_json::Value {
     serde_json::from_slice(&r.value).unwrap_or(serde_json::Value::Null)
 }
 
-fn run() -> anyhow::Result<Vec<String>> {
-    let key = gateway_key(9);
-    let mut traffic = Traffic::new(2024, key.clone(), CHAIN, [5, 3, 2, 3]);
-    let coeffs: Vec<[u8; 64]> = (0..3u8).map(|i| [i + 41; 64]).collect();
+/// Genesis JSON for `traffic` with gateway `key` and a 3-of-4 key dealt
+/// from coefficients seeded by `seed`; `extra` params override the
+/// recorded ones. Returns it with the shares.
+fn genesis(
+    traffic: &Traffic,
+    key: &ed25519_dalek::SigningKey,
+    seed: u8,
+    extra: serde_json::Value,
+) -> anyhow::Result<(serde_json::Value, Vec<tally_settlement::bls::SecretShare>)> {
+    let coeffs: Vec<[u8; 64]> = (0..3u8).map(|i| [i + seed; 64]).collect();
     let (pubs, shares) = deal(4, 3, &coeffs)?;
     let hexkey = |k: &blst::min_pk::PublicKey| hex::encode(k.compress());
-    let app_state = serde_json::json!({
+    let mut app_state = serde_json::json!({
         "params": {
             "settlement_window_secs": 30,
             "hub_chain": "hub",
@@ -107,6 +113,18 @@ fn run() -> anyhow::Result<Vec<String>> {
             "signers": tally_tests::driver::signers(4),
         },
     });
+    if let Some(m) = extra.as_object() {
+        for (k, v) in m {
+            app_state["params"][k] = v.clone();
+        }
+    }
+    Ok((app_state, shares))
+}
+
+fn run() -> anyhow::Result<Vec<String>> {
+    let key = gateway_key(9);
+    let mut traffic = Traffic::new(2024, key.clone(), CHAIN, [5, 3, 2, 3]);
+    let (app_state, shares) = genesis(&traffic, &key, 41, serde_json::json!({}))?;
     let mut net = Net::in_memory(4, CHAIN, T0)?;
     net.init(&app_state.to_string())?;
     net.set_signers(shares);
@@ -238,31 +256,12 @@ fn app_hashes_match_the_recorded_golden_values() -> anyhow::Result<()> {
 fn run_v5() -> anyhow::Result<(Vec<String>, usize)> {
     let key = gateway_key(9);
     let mut traffic = Traffic::new(2025, key.clone(), CHAIN, [5, 3, 2, 3]);
-    let coeffs: Vec<[u8; 64]> = (0..3u8).map(|i| [i + 51; 64]).collect();
-    let (pubs, shares) = deal(4, 3, &coeffs)?;
-    let hexkey = |k: &blst::min_pk::PublicKey| hex::encode(k.compress());
-    let app_state = serde_json::json!({
-        "params": {
-            "settlement_window_secs": 30,
-            "hub_chain": "hub",
-            "max_batch_calls": 5,
-            "partial_expiry_blocks": 6,
-            "hub_block_range": 4,
-            "max_block_deposits": 2,
-            "dkg_phase_blocks": 5,
-        },
-        "gateways": [{"name": "gw", "pubkey": hex::encode(key.verifying_key().to_bytes())}],
-        "allowances": tally_tests::traffic::allowances(&traffic.users, "gw"),
-        "balances": traffic.users.iter()
-            .map(|u| serde_json::json!({"user": u, "amount": 150_000}))
-            .collect::<Vec<_>>(),
-        "dkg": {
-            "threshold": 3,
-            "group_key": hexkey(&pubs.group),
-            "public_shares": pubs.shares.iter().map(hexkey).collect::<Vec<_>>(),
-            "signers": tally_tests::driver::signers(4),
-        },
-    });
+    let (app_state, shares) = genesis(
+        &traffic,
+        &key,
+        51,
+        serde_json::json!({"max_block_deposits": 2}),
+    )?;
     let mut net = Net::in_memory(4, CHAIN, T0)?;
     net.genesis_version = 5;
     net.init(&app_state.to_string())?;
