@@ -27,9 +27,10 @@ use tally_node::rpc::Rpc;
 use crate::localnet::{free_port_base, Localnet};
 
 /// Users the deposits go to, round robin.
-const USERS: u64 = 200;
+pub const USERS: u64 = 200;
 
-fn user(i: u64) -> String {
+/// The user deposit `i` goes to.
+pub fn user(i: u64) -> String {
     format!("dep-{:04}", i % USERS)
 }
 
@@ -91,14 +92,7 @@ fn run(n: u64, version: u64, senders: usize) -> Result<()> {
         "deposits: {n} on the reference hub, 4 validators, app version {version}, {senders} senders (credited before: {before})"
     );
     let start = Instant::now();
-    let sent = Arc::new(AtomicU64::new(0));
-    let hub_url = net.hub_rpc_url();
-    let threads: Vec<_> = (0..senders as u64)
-        .map(|s| {
-            let (url, sent) = (hub_url.clone(), sent.clone());
-            std::thread::spawn(move || send(&url, s, senders as u64, n, &sent))
-        })
-        .collect();
+    let threads = put_deposits(&net.hub_rpc_url(), n, senders);
     let mut samples: Vec<Sample> = Vec::new();
     let mut hub_done: Option<f64> = None;
     let deadline = Duration::from_secs(600 + n / 10);
@@ -128,7 +122,7 @@ fn run(n: u64, version: u64, senders: usize) -> Result<()> {
     // Every validator credited every deposit: a sampled user's balance is
     // the sum of its deposits (users start at zero on a hub localnet).
     for u in [0, 1, USERS - 1] {
-        let want: u64 = (0..n).filter(|i| i % USERS == u).map(amount).sum();
+        let want = deposited_for(u, n);
         for i in 0..4 {
             let got = net.balance(i, &user(u))?;
             ensure!(
@@ -142,9 +136,32 @@ fn run(n: u64, version: u64, senders: usize) -> Result<()> {
     Ok(())
 }
 
+/// Starts `senders` threads that put deposits `0..n` on the hub at
+/// `hub_url` (deposit `i` of [`amount`]`(i)` to [`user`]`(i)`); join them
+/// to learn whether every one was taken.
+pub fn put_deposits(
+    hub_url: &str,
+    n: u64,
+    senders: usize,
+) -> Vec<std::thread::JoinHandle<Result<()>>> {
+    let sent = Arc::new(AtomicU64::new(0));
+    (0..senders as u64)
+        .map(|s| {
+            let (url, sent) = (hub_url.to_string(), sent.clone());
+            std::thread::spawn(move || send(&url, s, senders as u64, n, &sent))
+        })
+        .collect()
+}
+
+/// What [`put_deposits`] deposited for user number `u` (of [`USERS`]) when
+/// it put `n` deposits.
+pub fn deposited_for(u: u64, n: u64) -> u64 {
+    (0..n).filter(|i| i % USERS == u).map(amount).sum()
+}
+
 /// Deposits credited on `rpc`'s node: the next deposit sequence number
 /// minus one.
-fn credited(rpc: &Rpc) -> Result<u64> {
+pub fn credited(rpc: &Rpc) -> Result<u64> {
     let a = rpc.abci_query("/sync/hub")?;
     ensure!(a.code == 0, "/sync/hub: {}", a.log);
     let v: serde_json::Value = serde_json::from_slice(&a.value)?;

@@ -14,22 +14,28 @@
 //! 4. `deposit_credited_on_every_validator`: a hub deposit is credited once
 //!    on every validator, judged once its deposit cursor is several hub
 //!    blocks past the deposit;
-//! 5. `validator_killed_under_load_catches_up`: a validator SIGKILLed under
+//! 5. `a_deposit_burst_is_credited_in_flight`: 3,000 deposits put on the hub
+//!    at once are credited on every validator (sampled users' balances
+//!    exact) within 12 Tally blocks of the first credit: at least 12
+//!    messages of 256, which one at a time (before app version 5) take two
+//!    blocks each, while the localnet's version 5 has 16 in flight
+//!    (ADR 0024);
+//! 6. `validator_killed_under_load_catches_up`: a validator SIGKILLed under
 //!    load; the chain keeps going, the validator catches up with the same
 //!    app hashes; every validator shows exactly what committed (a model in
 //!    the test: every route and counter, balance, owed; no load report
 //!    refused in a block, as the model refuses none) and the hub pays it;
-//! 6. `relay_metrics_served`: every relay's metrics beside its node, with
+//! 7. `relay_metrics_served`: every relay's metrics beside its node, with
 //!    values: a batch the test makes settle moves the relays' `ok`
 //!    submissions by exactly one per batch and `refused`/`failed` by none;
 //!    validator 0's circuits closed, its attempts and failures the chain's;
-//! 7. `hub_outage_settles_after_return`: the hub down for 3 minutes, an
+//! 8. `hub_outage_settles_after_return`: the hub down for 3 minutes, an
 //!    attempt about every 60 s, settlement at most 75 s after it returns
 //!    (the bound the docs give), each batch paid in full (shortfall 0);
-//! 8. `reporter_exactly_once_with_a_killed_validator`: 100,000 records
+//! 9. `reporter_exactly_once_with_a_killed_validator`: 100,000 records
 //!    through the gateway SDK's reporter with a validator SIGKILLed and
 //!    restarted and one endpoint unreachable land exactly once;
-//! 9. `a_full_mempool_refuses_and_loses_nothing`: validator 3 restarted
+//! 10. `a_full_mempool_refuses_and_loses_nothing`: validator 3 restarted
 //!    with a 30-transaction mempool and flooded over `broadcast_tx_sync`
 //!    from 32 connections; every report it answered code 0 is in a block
 //!    (CometBFT drops an accepted transaction that finds its mempool full
@@ -66,7 +72,7 @@ use tally_tests::traffic::Traffic;
 const PORT_BASE: u16 = 29656;
 const WINDOW_SECS: u64 = 10;
 
-const TESTS: [Test<Net>; 9] = [
+const TESTS: [Test<Net>; 10] = [
     Test {
         name: "records_reach_every_validator",
         needs: &[],
@@ -86,6 +92,11 @@ const TESTS: [Test<Net>; 9] = [
         name: "deposit_credited_on_every_validator",
         needs: &[],
         run: deposit_credited_on_every_validator,
+    },
+    Test {
+        name: "a_deposit_burst_is_credited_in_flight",
+        needs: &[],
+        run: a_deposit_burst_is_credited_in_flight,
     },
     Test {
         name: "validator_killed_under_load_catches_up",
@@ -472,6 +483,67 @@ fn deposit_credited_on_every_validator(f: &mut Net) -> Result<()> {
             "node{i}: dave has {got} with the cursor {CURSOR_PAST}+ hub blocks past the deposit of 77"
         );
     }
+    Ok(())
+}
+
+/// Deposits in [`a_deposit_burst_is_credited_in_flight`]: at 256 a
+/// message at least 12 messages.
+const BURST: u64 = 3_000;
+
+/// Most Tally blocks from the first credit of the burst to its last: one
+/// message at a time would take two blocks per message (23 or more for 12
+/// messages); with 16 in flight and 8 credited a block, 2 blocks plus one
+/// per hub range boundary the relay had not read ahead yet.
+const BURST_BLOCKS: u64 = 12;
+
+fn a_deposit_burst_is_credited_in_flight(f: &mut Net) -> Result<()> {
+    use tally_tests::depositbench::{credited, deposited_for, put_deposits, user, USERS};
+    let net = &f.net;
+    let rpc = net.rpc(0);
+    let before = credited(&rpc)?;
+    for t in put_deposits(&net.hub_rpc_url(), BURST, 4) {
+        t.join()
+            .map_err(|_| anyhow::anyhow!("a deposit sender panicked"))??;
+    }
+    // The height is read after the count, so `first` is at or after the
+    // block of the first credit and `last` at or after that of the last.
+    let start = Instant::now();
+    let mut first: Option<u64> = None;
+    let last = loop {
+        let c = credited(&rpc)?.saturating_sub(before);
+        let h = net.height(0);
+        if c > 0 && first.is_none() {
+            first = Some(h);
+        }
+        if c >= BURST {
+            ensure!(c == BURST, "{c} deposits credited, {BURST} made");
+            break h;
+        }
+        ensure!(
+            start.elapsed() < Duration::from_secs(180),
+            "{c} of {BURST} deposits credited after 180 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let first = first.unwrap_or(last);
+    ensure!(
+        last - first <= BURST_BLOCKS,
+        "the burst took {} Tally blocks ({first}..{last}), at most {BURST_BLOCKS} with messages in flight",
+        last - first
+    );
+    for u in [0, 7, USERS - 1] {
+        let want = deposited_for(u, BURST);
+        for i in 0..4 {
+            // Every validator reaches the height validator 0 credited at.
+            net.wait_height(i, last, Duration::from_secs(30))?;
+            let got = net.balance(i, &user(u))?;
+            ensure!(got == want, "node{i}: {} has {got}, deposited {want}", user(u));
+        }
+    }
+    eprintln!(
+        "a_deposit_burst_is_credited_in_flight: {BURST} deposits in {} blocks ({first}..{last})",
+        last - first
+    );
     Ok(())
 }
 
