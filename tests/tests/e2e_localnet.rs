@@ -36,11 +36,11 @@
 //!    through the gateway SDK's reporter with a validator SIGKILLed and
 //!    restarted and one endpoint unreachable land exactly once;
 //! 10. `a_full_mempool_refuses_and_loses_nothing`: validator 3 restarted
-//!    with a 30-transaction mempool and flooded over `broadcast_tx_sync`
-//!    from 32 connections; every report it answered code 0 is in a block
-//!    (CometBFT drops an accepted transaction that finds its mempool full
-//!    without telling the sender; the app refuses with code 39 first), and
-//!    code 39 was answered.
+//!     with a 30-transaction mempool and flooded over `broadcast_tx_sync`
+//!     from 32 connections; every report it answered code 0 is in a block
+//!     (CometBFT drops an accepted transaction that finds its mempool full
+//!     without telling the sender; the app refuses with code 39 first), and
+//!     code 39 was answered.
 //!
 //! Needs `cometbft` on PATH (localnet/install-cometbft.sh; without it every
 //! test is reported SKIPPED) and built `tallyd` and `tally-hub` binaries
@@ -538,7 +538,11 @@ fn a_deposit_burst_is_credited_in_flight(f: &mut Net) -> Result<()> {
             // Every validator reaches the height validator 0 credited at.
             net.wait_height(i, last, Duration::from_secs(30))?;
             let got = net.balance(i, &user(u))?;
-            ensure!(got == want, "node{i}: {} has {got}, deposited {want}", user(u));
+            ensure!(
+                got == want,
+                "node{i}: {} has {got}, deposited {want}",
+                user(u)
+            );
         }
     }
     eprintln!(
