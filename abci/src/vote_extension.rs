@@ -1,7 +1,9 @@
 //! ExtendVote and VerifyVoteExtension. A signing validator's extension
 //! carries partial signatures on what the chain waits for: a batch started
 //! in the block voted on (only if this node derives the same batch from its
-//! own state), the current batch, and the relay's hand-ins. Verification
+//! own state), the current batch, and the relay's hand-ins, less those
+//! this validator's partial already rides in that block for (so with app
+//! version 5 it signs the next hub blocks in flight, ADR 0024). Verification
 //! checks size, structure and that every partial is under the sender's own
 //! share index, never state this node may not have seen yet (the next
 //! proposer verifies the signatures and drops invalid partials), so an

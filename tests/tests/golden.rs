@@ -78,6 +78,18 @@ fn query(net: &Net, path: &str) -> serde_json::Value {
     serde_json::from_slice(&r.value).unwrap_or(serde_json::Value::Null)
 }
 
+/// Zero to two seeded reports of 1 to 11 records each, signed at `now`
+/// to expire 120 s later: every block's traffic in both runs.
+fn reports(traffic: &mut Traffic, now: u64) -> Vec<Vec<u8>> {
+    let mut txs = Vec::new();
+    for _ in 0..traffic.pick(0..3) {
+        let n = traffic.pick(1..12);
+        let recs = traffic.records(n, 9);
+        txs.push(traffic.report(recs, now, 120));
+    }
+    txs
+}
+
 /// Genesis JSON for `traffic` with gateway `key` and a 3-of-4 key dealt
 /// from coefficients seeded by `seed`; `extra` params override the
 /// recorded ones. Returns it with the shares.
@@ -133,12 +145,7 @@ fn run() -> anyhow::Result<Vec<String>> {
     let mut hashes = Vec::new();
     let mut results = Sha256::new();
     for h in 1..=1000u64 {
-        let mut txs = Vec::new();
-        for _ in 0..traffic.pick(0..3) {
-            let n = traffic.pick(1..12);
-            let recs = traffic.records(n, 9);
-            txs.push(traffic.report(recs, net.now as u64, 120));
-        }
+        let mut txs = reports(&mut traffic, net.now as u64);
         match h % 37 {
             5 => txs.extend(replay.take()),
             11 => txs.push(vec![0xba, 0xad, 0xf0, 0x0d]),
@@ -278,12 +285,7 @@ fn run_v5() -> anyhow::Result<(Vec<String>, usize)> {
     let mut hashes = Vec::new();
     let mut held = 0usize;
     for h in 1..=600u64 {
-        let mut txs = Vec::new();
-        for _ in 0..traffic.pick(0..3) {
-            let n = traffic.pick(1..12);
-            let recs = traffic.records(n, 9);
-            txs.push(traffic.report(recs, net.now as u64, 120));
-        }
+        let txs = reports(&mut traffic, net.now as u64);
         if let Some(hub) = &mut net.hub {
             hub.tip = h;
         }

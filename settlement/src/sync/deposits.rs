@@ -15,14 +15,15 @@
 //! Per hub chain the state keeps a cursor `hubcur/<chain>` (first hub
 //! height not yet covered; absent: 1) and `depseq/<chain>` (next deposit
 //! number expected; absent: 1). A `HubBlock {chain, from_height,
-//! to_height, deposits}` is recognised only if it covers exactly `[cursor,
+//! to_height, deposits}` is recognised at the cursor only if it covers exactly `[cursor,
 //! cursor + hub_block_range - 1]` and its deposits are numbered `next_seq,
 //! next_seq + 1, ...` with valid users and non-zero amounts. When `t`
 //! validators have signed one, each deposit is added to its user's
 //! balance, the sequence moves past the last deposit, the cursor moves to
 //! `to_height + 1` unless `more` is set, and a `hub_deposits` event is
 //! emitted. A range without deposits is signed too and just moves the
-//! cursor. `/sync/{chain}` shows `hub_cursor` and `next_deposit_seq`.
+//! cursor. `/sync/{chain}` shows `hub_cursor`, `next_deposit_seq` and
+//! `held_hub_blocks`.
 //! Digest layout: `docs/signing.md` 3.3.
 //!
 //! **Messages in flight** (app version 5, ADR 0024). Before version 5 the
@@ -170,8 +171,9 @@ pub fn check_count(next_seq: u64, b: &HubBlock) -> Result<(), BlockRefusal> {
     }
 }
 
-/// Whether hub block `b` is the message the chain waits for (digest
-/// aside): the hub chain's next range, deposits numbered on from the
+/// Whether hub block `b` is the message at the cursor (digest aside; from
+/// app version 5 others are awaited too, [`check_slot`]): the hub chain's
+/// next range, deposits numbered on from the
 /// cursor, each positive and for a valid user, at most
 /// `max_block_deposits` of them and exactly that many when `more` is set,
 /// and a `deposit_count` that meets [`check_count`]. The outer `Result` is
