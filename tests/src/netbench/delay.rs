@@ -113,7 +113,9 @@ impl DelayMesh {
     ) -> Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let open: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
-        let mut threads = Vec::new();
+        // Bind every listener before starting any thread, so that a port
+        // in use fails the start with nothing left running.
+        let mut listeners = Vec::new();
         let mut addrs = Vec::new();
         for i in 0..n {
             for j in (0..n).filter(|j| *j != i) {
@@ -121,39 +123,43 @@ impl DelayMesh {
                 let l = TcpListener::bind((listen_host, port))
                     .with_context(|| format!("binding the delay forwarder {listen_host}:{port}"))?;
                 addrs.push((listen_host.to_string(), port));
-                let (up, stop, open) = (upstream(j), stop.clone(), open.clone());
-                threads.push(std::thread::spawn(move || {
-                    for inbound in l.incoming() {
-                        if stop.load(Ordering::Relaxed) {
-                            return;
-                        }
-                        let Ok(inbound) = inbound else { continue };
-                        let Ok(outbound) = TcpStream::connect(&up) else {
-                            let _ = inbound.shutdown(Shutdown::Both);
-                            continue;
-                        };
-                        let _ = inbound.set_nodelay(true);
-                        let _ = outbound.set_nodelay(true);
-                        let (Ok(i2), Ok(o2), Ok(i3), Ok(o3)) = (
-                            inbound.try_clone(),
-                            outbound.try_clone(),
-                            inbound.try_clone(),
-                            outbound.try_clone(),
-                        ) else {
-                            continue;
-                        };
-                        if let Ok(mut o) = open.lock() {
-                            o.retain(|s| s.peer_addr().is_ok());
-                            o.push(i3);
-                            o.push(o3);
-                        }
-                        let s1 = stop.clone();
-                        std::thread::spawn(move || pump(inbound, o2, lat, s1));
-                        let s2 = stop.clone();
-                        std::thread::spawn(move || pump(outbound, i2, lat, s2));
-                    }
-                }));
+                listeners.push((j, l));
             }
+        }
+        let mut threads = Vec::new();
+        for (j, l) in listeners {
+            let (up, stop, open) = (upstream(j), stop.clone(), open.clone());
+            threads.push(std::thread::spawn(move || {
+                for inbound in l.incoming() {
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let Ok(inbound) = inbound else { continue };
+                    let Ok(outbound) = TcpStream::connect(&up) else {
+                        let _ = inbound.shutdown(Shutdown::Both);
+                        continue;
+                    };
+                    let _ = inbound.set_nodelay(true);
+                    let _ = outbound.set_nodelay(true);
+                    let (Ok(i2), Ok(o2), Ok(i3), Ok(o3)) = (
+                        inbound.try_clone(),
+                        outbound.try_clone(),
+                        inbound.try_clone(),
+                        outbound.try_clone(),
+                    ) else {
+                        continue;
+                    };
+                    if let Ok(mut o) = open.lock() {
+                        o.retain(|s| s.peer_addr().is_ok());
+                        o.push(i3);
+                        o.push(o3);
+                    }
+                    let s1 = stop.clone();
+                    std::thread::spawn(move || pump(inbound, o2, lat, s1));
+                    let s2 = stop.clone();
+                    std::thread::spawn(move || pump(outbound, i2, lat, s2));
+                }
+            }));
         }
         Ok(Self {
             addrs,
@@ -229,21 +235,28 @@ mod tests {
                 });
             }
         });
-        let free = TcpListener::bind("127.0.0.1:0").unwrap();
-        let base = free.local_addr().unwrap().port();
-        drop(free);
         let lat = Latency {
             delay: Duration::from_millis(40),
             jitter: Duration::from_millis(5),
         };
-        let mesh = DelayMesh::start(
-            2,
-            "127.0.0.1",
-            base,
-            |_| format!("127.0.0.1:{echo_port}"),
-            lat,
-        )
-        .unwrap();
+        // Ports below the kernel's ephemeral range (32768..) so that no
+        // other test's client socket can take them between the pick and
+        // the bind; a port some other test listens on moves to the next.
+        let mut rng = rand::thread_rng();
+        let (mesh, base) = (0..50)
+            .find_map(|_| {
+                let base = rng.gen_range(22_000u16..32_000);
+                DelayMesh::start(
+                    2,
+                    "127.0.0.1",
+                    base,
+                    |_| format!("127.0.0.1:{echo_port}"),
+                    lat,
+                )
+                .ok()
+                .map(|m| (m, base))
+            })
+            .expect("no free pair of ports in 50 tries");
         let mut s = TcpStream::connect(("127.0.0.1", DelayMesh::port_of(base, 2, 1, 0))).unwrap();
         let msg: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
         let t = Instant::now();
