@@ -124,6 +124,7 @@ fn query_key(app: &TallyApp, req: &RequestQuery) -> ResponseQuery {
             | ProofError::Empty
             | ProofError::EmptyState(_)),
         ) => answer(Code::HeightUnavailable, e.to_string(), height),
+        Err(e @ ProofError::Side(_)) => answer(Code::BadArgument, e.to_string(), height),
         Err(ProofError::Store(e)) => {
             warn!(error = %e, height, "Query /key: local store fault");
             answer(Code::Internal, format!("local store fault: {e}"), height)

@@ -266,4 +266,21 @@ impl Kv for Pending {
             .retain(|k, _| !in_range(k, &start, &end));
         self.changes.ranges.push((start, end));
     }
+
+    fn for_each_buffered(&self, start: &[u8], end: &[u8], f: &mut dyn FnMut(&[u8], &[u8]) -> bool) {
+        if end <= start {
+            return;
+        }
+        let range = self
+            .changes
+            .writes
+            .range::<[u8], _>((std::ops::Bound::Included(start), std::ops::Bound::Excluded(end)));
+        for (k, v) in range {
+            if let Some(v) = v {
+                if !f(k, v) {
+                    return;
+                }
+            }
+        }
+    }
 }

@@ -11,6 +11,13 @@
 //! and for the Merkle tree over user space ([`merkle`]) whose root is the app
 //! hash; [`proof`] proves single keys against it.
 //!
+//! Keys starting with byte `0x01` are **side state** ([`is_side`]): written,
+//! read, scanned, snapshot and restored like every user key, but not leaves
+//! of the tree, so they cost no tree nodes and are in no proof. The state
+//! machine must commit to them itself, in tree keys of its own, and check
+//! a restored store's side state against those (Tally's report ids, ADR
+//! 0025).
+//!
 //! [`snapshot`] writes committed state as the chunks of a state-sync
 //! snapshot and [`restore`] rebuilds a store, tree included, from them.
 //!
@@ -116,6 +123,12 @@ pub trait Kv: KvRead {
     fn delete_prefix(&mut self, prefix: &[u8]) {
         self.delete_range(prefix.to_vec(), prefix_end(prefix));
     }
+    /// Visits the puts buffered since the last commit (the current block's)
+    /// whose key is in `[start, end)` (`end` not empty), in key order,
+    /// until `f` returns `false`; deletes and committed pairs are not
+    /// visited. Costs what the buffered range holds, nothing of the
+    /// backend: how a block commits to the side state it wrote.
+    fn for_each_buffered(&self, start: &[u8], end: &[u8], f: &mut dyn FnMut(&[u8], &[u8]) -> bool);
 }
 
 /// A durable store of committed state.
@@ -235,6 +248,18 @@ pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 
 /// First key after the metadata namespace.
 pub(crate) const USER_SPACE_START: &[u8] = b"\x01";
+
+/// First byte of side-state keys: stored and snapshot, never tree leaves.
+pub const SIDE: u8 = 0x01;
+
+/// First key after side state: the tree holds every user key from here on.
+pub(crate) const TREE_SPACE_START: &[u8] = b"\x02";
+
+/// Whether `key` is side state (first byte [`SIDE`]): not in the Merkle
+/// tree, not provable.
+pub fn is_side(key: &[u8]) -> bool {
+    key.first() == Some(&SIDE)
+}
 
 /// Clamps a scan's start to user space so metadata is never visited.
 pub(crate) fn user_start(start: &[u8]) -> &[u8] {

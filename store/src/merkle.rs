@@ -3,7 +3,8 @@
 //!
 //! # What is committed
 //!
-//! Every user-space pair (key ≥ `0x01`) of the store is a leaf of the tree:
+//! Every user-space pair (key ≥ `0x01`) of the store except side state
+//! (first byte `0x01`, [`crate::is_side`]) is a leaf of the tree:
 //! the leaf's key hash is `sha256(key)`, its value hash `sha256(value)`. The
 //! tree's version is the block height; a block's change set becomes one tree
 //! version, range deletes expanded into point deletes of the committed keys
@@ -46,7 +47,7 @@ use jmt::storage::{HasPreimage, LeafNode, Node, NodeKey, TreeReader, TreeUpdateB
 use jmt::{KeyHash, OwnedValue, Sha256Jmt, Version};
 use sha2::Sha256;
 
-use crate::{Backend, ChangeSet, StoreError};
+use crate::{is_side, Backend, ChangeSet, StoreError, TREE_SPACE_START};
 
 pub(crate) const NODE: &[u8] = b"\x00t/n/";
 pub(crate) const VALUE: &[u8] = b"\x00t/v/";
@@ -197,12 +198,22 @@ fn updates(
 ) -> Result<BTreeMap<Vec<u8>, Option<Vec<u8>>>, StoreError> {
     let mut out: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
     for (s, e) in &changes.ranges {
+        // Side state is no leaf: a range delete touches the tree only
+        // where it reaches past it (and reads nothing of the side keys).
+        let s = if s.as_slice() < TREE_SPACE_START {
+            TREE_SPACE_START
+        } else {
+            s.as_slice()
+        };
+        if !e.is_empty() && e.as_slice() <= s {
+            continue;
+        }
         backend.for_each(s, e, &mut |k, _| {
             out.insert(k.to_vec(), None);
             true
         })?;
     }
-    for (k, v) in &changes.writes {
+    for (k, v) in changes.writes.iter().filter(|(k, _)| !is_side(k)) {
         match v {
             Some(v) => {
                 out.insert(k.clone(), Some(v.clone()));

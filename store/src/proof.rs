@@ -55,6 +55,10 @@ pub enum ProofError {
     /// non-existence proof for an empty tree.
     #[error("the state is empty at height {0}: there is nothing to prove against")]
     EmptyState(u64),
+    /// The key is side state ([`crate::is_side`]): not a leaf of the tree,
+    /// so no proof, of presence or absence, can be given for it.
+    #[error("key {0:02x?} is side state, which the Merkle tree does not hold: no proof exists for it")]
+    Side(Vec<u8>),
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -92,6 +96,9 @@ pub fn versions(backend: &dyn Backend) -> Result<Option<(u64, u64)>, StoreError>
 
 /// The value of `key` at `version` with its proof.
 pub fn prove(backend: &dyn Backend, key: &[u8], version: u64) -> Result<Proven, ProofError> {
+    if crate::is_side(key) {
+        return Err(ProofError::Side(key.to_vec()));
+    }
     let (oldest, latest) = versions(backend)?.ok_or(ProofError::Empty)?;
     if version > latest {
         return Err(ProofError::Future { version, latest });

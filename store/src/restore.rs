@@ -4,7 +4,8 @@
 //! interrupted restore left is wiped) and marks it as being restored;
 //! [`Restore::apply`] takes the chunks in order, checks each against the
 //! hash the metadata lists for it, decodes it and writes its pairs (each
-//! also indexed by its key hash for the tree); after the last one it builds
+//! also indexed by its key hash for the tree, except side state, which is
+//! no leaf); after the last one it builds
 //! the Merkle tree in key-hash order ([`crate::merkle`]), and only if
 //! the root equals the snapshot's app hash writes the height and app hash
 //! (one synced write that also clears the mark). Any other outcome wipes the
@@ -89,6 +90,8 @@ pub struct Restore {
     next: u32,
     last_key: Option<Vec<u8>>,
     pairs: u64,
+    /// Of those, the pairs that are tree leaves (not side state).
+    leaves: u64,
     tree_batch: u64,
 }
 
@@ -107,6 +110,7 @@ impl Restore {
             next: 0,
             last_key: None,
             pairs: 0,
+            leaves: 0,
             tree_batch: merkle::RESTORE_BATCH,
         })
     }
@@ -169,7 +173,9 @@ impl Restore {
         }
         self.last_key = pairs.last().map(|(k, _)| k.clone());
         let mut writes = Vec::with_capacity(pairs.len() * 3);
+        let before = writes.len();
         merkle::index_pairs(&pairs, self.meta.height, &mut writes);
+        self.leaves += ((writes.len() - before) / 2) as u64;
         // The pairs come in key order (decode_chunk checks it).
         writes.extend(pairs.into_iter().map(|(k, v)| (k, Some(v))));
         self.backend.write_raw(&writes, false)?;
@@ -186,7 +192,7 @@ impl Restore {
         let root = merkle::restore_tree(
             self.backend.as_ref(),
             self.meta.height,
-            self.pairs,
+            self.leaves,
             self.tree_batch,
         )?;
         if root != self.meta.app_hash {

@@ -46,8 +46,9 @@ impl TreeReader for RestoreReader<'_> {
 }
 
 /// The tree's reserved entries for restored pairs, written as each chunk
-/// is applied: per pair its value at version `height` (key hash and
-/// version → value) and its preimage (key hash → key). [`restore_tree`]
+/// is applied: per pair that is a leaf (side state is not) its value at
+/// version `height` (key hash and version → value) and its preimage (key
+/// hash → key). [`restore_tree`]
 /// then reads the values back in key-hash order, which is the tree's own
 /// order. Each kind is pushed in key-hash order, so RocksDB's memtable
 /// inserts every entry next to the one before.
@@ -55,6 +56,7 @@ pub(crate) fn index_pairs(pairs: &[(Vec<u8>, Vec<u8>)], height: u64, raw: &mut V
     let mut by_hash: Vec<(KeyHash, usize)> = pairs
         .iter()
         .enumerate()
+        .filter(|(_, (k, _))| !crate::is_side(k))
         .map(|(i, (k, _))| (KeyHash::with::<Sha256>(k), i))
         .collect();
     by_hash.sort_unstable_by_key(|(kh, _)| kh.0);
