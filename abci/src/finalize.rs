@@ -80,6 +80,7 @@ fn execute(
             ..Default::default()
         });
     }
+    settlement::end_block(pending, block)?;
     let updates = settlement::dkg::validator_updates(pending, block.height)?;
     let version = settlement::state::chain::app_version(pending)?;
     let app_hash = pending

@@ -134,7 +134,15 @@ pub(crate) fn offer_snapshot(app: &TallyApp, req: RequestOfferSnapshot) -> Respo
     let height = meta.height;
     let chunks = meta.chunks();
     match Restore::begin(app.committed_state().clone(), meta) {
-        Ok(r) => {
+        Ok(mut r) => {
+            // The tree covers the digests of the report ids, not the ids
+            // (side state, ADR 0025): they must match before the restore
+            // is accepted.
+            r.set_side_check(Box::new(|b| {
+                tally_settlement::state::replay::check_side_ids(b)
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            }));
             info!(height, chunks, "restoring a snapshot");
             *restore = Some(r);
             result(OfferResult::Accept)

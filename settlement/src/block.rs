@@ -91,3 +91,11 @@ pub fn begin_block_with(
     events.extend(crate::dkg::begin_block(kv, block)?);
     Ok(events)
 }
+
+/// Runs the end-of-block work of `block`, after its last transaction: from
+/// app version 6, the digests of the report ids it filed as side state
+/// ([`crate::state::replay::commit_block_ids`], ADR 0025).
+pub fn end_block(kv: &mut impl Kv, block: &Block) -> Result<(), Fatal> {
+    crate::state::replay::commit_block_ids(kv, block.height)?;
+    Ok(())
+}

@@ -2,8 +2,8 @@
 //!
 //! No I/O, no clock, no floats, ordered maps only. State is read and written
 //! through [`tally_store::Kv`]; time is the block header's. The ABCI adapter
-//! calls [`init_chain`], then per block [`begin_block`] and [`deliver_tx`]
-//! for each transaction; proposals go through [`prepare_system`] and
+//! calls [`init_chain`], then per block [`begin_block`], [`deliver_tx`]
+//! for each transaction and [`end_block`]; proposals go through [`prepare_system`] and
 //! [`verify_system`], mempool checks through [`check_tx`] and reads through
 //! [`query::query`].
 //!
@@ -82,7 +82,7 @@ pub mod upgrade;
 pub mod user;
 
 pub use allowance::{sign_allowance, ALLOWANCE_SIGN_DOMAIN};
-pub use block::{begin_block, begin_block_with};
+pub use block::{begin_block, begin_block_with, end_block};
 pub use codes::Code;
 pub use dkg::key::{KeyCache, KeyEpoch};
 pub use envelope::{VerifiedSignatures, VerifyAll};

@@ -34,7 +34,7 @@ use crate::state::chain::{
 };
 use crate::state::gateway::{gateway_key, GatewayKey};
 use crate::state::replay::{put_report, report_seen};
-use crate::types::{Event, PartyWindow, TxResult, WindowInfo};
+use crate::types::{Event, PartyWindow, TxResult, WindowInfo, SIDE_IDS_VERSION};
 
 /// Domain prefix of a gateway's report signature: the signed message is
 /// `REPORT_SIGN_DOMAIN || body`.
@@ -59,6 +59,9 @@ pub struct Plan {
     body_hash: [u8; 32],
     /// The app version planned under (the report-id layout).
     app_version: u64,
+    /// The block's height (0 before app version 6, which files the report
+    /// id with it).
+    height: u64,
     report_id: Vec<u8>,
     expires_at: u64,
     gateway: String,
@@ -251,6 +254,13 @@ pub fn plan_report(
     };
     let records = call_count(&report);
     let version = app_version(kv)?;
+    // The block's height (begin_block recorded it), which version 6 files
+    // the report id with; CheckTx's plan is never applied.
+    let height = if version >= SIDE_IDS_VERSION {
+        crate::dkg::state::last_height(kv)?
+    } else {
+        0
+    };
     let CallTotals {
         routes,
         debits,
@@ -268,6 +278,7 @@ pub fn plan_report(
         scope,
         body_hash,
         app_version: version,
+        height,
         report_id: report.report_id,
         expires_at: report.expires_at,
         gateway,
@@ -385,6 +396,7 @@ impl Plan {
         put_report(
             kv,
             self.app_version,
+            self.height,
             &self.scope,
             self.expires_at,
             &self.body_hash,

@@ -243,6 +243,11 @@ pub const SLO_VERSION: u64 = 4;
 /// credited in order (ADR 0024).
 pub const PIPELINE_VERSION: u64 = 5;
 
+/// The first app version that keeps report ids as side state, out of the
+/// Merkle tree, committed to by one tree entry per bucket and block (ADR
+/// 0025).
+pub const SIDE_IDS_VERSION: u64 = 6;
+
 /// The kind of a hub call that pays its provider.
 pub const CALL_PAY: u32 = 0;
 /// The kind of a hub call that returns credits to its user (ADR 0020).

@@ -41,11 +41,11 @@ use crate::keys;
 use crate::proto::{Proposal, UpgradePlan};
 use crate::state::chain::{app_version, put_app_version};
 use crate::state::load;
-use crate::state::replay::{migrate_step, start_migration};
+use crate::state::replay::{migrate_step, start_migration, start_side_ids};
 use crate::types::{Block, Event};
 
 /// The newest app version this build carries.
-pub const LATEST_APP_VERSION: u64 = 5;
+pub const LATEST_APP_VERSION: u64 = 6;
 /// A plan's height must be at least this many blocks above the height it
 /// is proposed and accepted at.
 pub const MIN_LEAD_BLOCKS: u64 = 20;
@@ -255,6 +255,7 @@ pub fn begin_block(kv: &mut impl Kv, block: &Block, max_version: u64) -> Result<
 fn migrate(kv: &mut impl Kv, version: u64, block: &Block) -> Result<u64, Fatal> {
     match version {
         2 => start_migration(kv, block.time),
+        6 => start_side_ids(kv, block.time),
         _ => Ok(0),
     }
 }

@@ -44,7 +44,18 @@ fn documented_in(doc: &str, heading: &str) -> Result<BTreeSet<String>, String> {
 fn code_prefixes() -> BTreeSet<String> {
     LAYOUT
         .iter()
-        .map(|(p, _)| String::from_utf8_lossy(p).into_owned())
+        // A control byte (side state's leading 0x01) is written `\x01`.
+        .map(|(p, _)| {
+            p.iter()
+                .map(|&b| {
+                    if b < 0x20 {
+                        format!("\\x{b:02x}")
+                    } else {
+                        (b as char).to_string()
+                    }
+                })
+                .collect()
+        })
         .collect()
 }
 

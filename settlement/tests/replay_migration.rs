@@ -58,7 +58,7 @@ fn check_seen(kv: &Pending) {
 fn version_1_ids_move_to_buckets_in_bounded_steps_and_stay_duplicates() {
     let mut kv = Pending::open(Arc::new(MemBackend::new())).unwrap();
     for i in 0..IDS {
-        put_report(&mut kv, 1, &scope(i), expiry(i), &hash(i));
+        put_report(&mut kv, 1, 0, &scope(i), expiry(i), &hash(i));
     }
     put_app_version(&mut kv, 1);
     let plan = UpgradePlan {

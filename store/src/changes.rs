@@ -271,10 +271,10 @@ impl Kv for Pending {
         if end <= start {
             return;
         }
-        let range = self
-            .changes
-            .writes
-            .range::<[u8], _>((std::ops::Bound::Included(start), std::ops::Bound::Excluded(end)));
+        let range = self.changes.writes.range::<[u8], _>((
+            std::ops::Bound::Included(start),
+            std::ops::Bound::Excluded(end),
+        ));
         for (k, v) in range {
             if let Some(v) = v {
                 if !f(k, v) {

@@ -57,7 +57,9 @@ pub enum ProofError {
     EmptyState(u64),
     /// The key is side state ([`crate::is_side`]): not a leaf of the tree,
     /// so no proof, of presence or absence, can be given for it.
-    #[error("key {0:02x?} is side state, which the Merkle tree does not hold: no proof exists for it")]
+    #[error(
+        "key {0:02x?} is side state, which the Merkle tree does not hold: no proof exists for it"
+    )]
     Side(Vec<u8>),
     /// The store failed.
     #[error(transparent)]

@@ -61,6 +61,9 @@ pub enum RestoreError {
         /// The root of what was restored.
         got: [u8; 32],
     },
+    /// The side state does not match what the tree commits to about it.
+    #[error("restored side state does not match the state's commitments: {0}")]
+    SideState(String),
     /// The local store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -82,8 +85,11 @@ pub enum Applied {
     Done(CommitMeta),
 }
 
+/// Checks a restored store's side state against the tree before the
+/// restore is accepted: `Err` names what does not match.
+pub type SideCheck = Box<dyn Fn(&dyn Backend) -> Result<(), String> + Send + Sync>;
+
 /// A restore under way.
-#[derive(Debug)]
 pub struct Restore {
     backend: Arc<dyn Backend>,
     meta: Metadata,
@@ -93,6 +99,19 @@ pub struct Restore {
     /// Of those, the pairs that are tree leaves (not side state).
     leaves: u64,
     tree_batch: u64,
+    side_check: Option<SideCheck>,
+}
+
+impl std::fmt::Debug for Restore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Restore")
+            .field("meta", &self.meta)
+            .field("next", &self.next)
+            .field("pairs", &self.pairs)
+            .field("leaves", &self.leaves)
+            .field("side_check", &self.side_check.is_some())
+            .finish()
+    }
 }
 
 impl Restore {
@@ -112,7 +131,15 @@ impl Restore {
             pairs: 0,
             leaves: 0,
             tree_batch: merkle::RESTORE_BATCH,
+            side_check: None,
         })
+    }
+
+    /// Checks the side state with `check` once the tree's root matched,
+    /// before the restore is accepted: the tree does not cover side state,
+    /// so only what the state machine committed to in it can vouch for it.
+    pub fn set_side_check(&mut self, check: SideCheck) {
+        self.side_check = Some(check);
     }
 
     /// Keys per tree version while the tree is rebuilt (default
@@ -200,6 +227,9 @@ impl Restore {
                 expected: self.meta.app_hash,
                 got: root,
             });
+        }
+        if let Some(check) = &self.side_check {
+            check(self.backend.as_ref()).map_err(RestoreError::SideState)?;
         }
         let meta = CommitMeta {
             height: self.meta.height,

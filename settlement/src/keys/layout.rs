@@ -25,6 +25,14 @@ pub const LAYOUT: &[(&[u8], &str)] = &[
         REPORT_BUCKET,
         "accepted report ids by expiry bucket (app version 2)",
     ),
+    (
+        REPORT_SIDE,
+        "accepted report ids by expiry bucket, side state (app version 6)",
+    ),
+    (
+        REPORT_DIGEST,
+        "digest of the side report ids a block filed per bucket (app version 6)",
+    ),
     (ROUTE, "route records"),
     (BY_PROVIDER, "route records by provider"),
     (BY_USER, "route records by user"),
@@ -59,6 +67,10 @@ pub const LAYOUT: &[(&[u8], &str)] = &[
     (LAST_HEIGHT, "height of the last block"),
     (APP_VERSION, "app version the state runs under"),
     (V1_IDS_LEFT, "version-1 report ids still being migrated"),
+    (
+        TREE_IDS_UNTIL,
+        "last bucket that may hold version-5 report ids",
+    ),
     (UPGRADE_PLAN, "pending upgrade plan"),
     (UPGRADE_DONE, "upgrade plans carried out"),
     (PARAMS_SINCE, "first window the parameters in force govern"),

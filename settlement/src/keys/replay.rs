@@ -1,6 +1,7 @@
 //! The report-id keys (replay protection, [`crate::state::replay`]): the
-//! layout of app version 1 (`rid/`, `rexp/`) and of version 2 (`rb/`), and
-//! the marker of the migration between them. Part of [`super`]'s layout.
+//! layout of app version 1 (`rid/`, `rexp/`), of version 2 (`rb/`) and of
+//! version 6 (side state `\x01rb/` and its digests `rbd/`), and the markers
+//! of the switches between them. Part of [`super`]'s layout.
 
 use super::cat;
 
@@ -16,6 +17,56 @@ pub const V1_IDS_LEFT: &[u8] = b"meta/v1_ids";
 /// gateway from app version 2 on, filed under `expires_at / 120`: its
 /// expiry and the SHA-256 of its body (ADR 0019).
 pub const REPORT_BUCKET: &[u8] = b"rb/";
+
+/// `\x01rb/<bucket><gateway key><report_id>`: an accepted report id from
+/// app version 6 on, as side state (no tree leaf, ADR 0025): its expiry,
+/// the SHA-256 of its body and the height that accepted it.
+pub const REPORT_SIDE: &[u8] = b"\x01rb/";
+/// `rbd/<bucket><height>`: how many report ids block `height` filed under
+/// `bucket` as side state, and the SHA-256 over them (ADR 0025).
+pub const REPORT_DIGEST: &[u8] = b"rbd/";
+/// `meta/tree_ids`: the last bucket that may still hold version-5 report
+/// ids in the tree (`rb/`), while there may be some (app version 6's
+/// switch).
+pub const TREE_IDS_UNTIL: &[u8] = b"meta/tree_ids";
+
+/// `\x01rb/<bucket><scope>`.
+pub fn report_side(bucket: u64, scope: &[u8]) -> Vec<u8> {
+    cat(&[REPORT_SIDE, &bucket.to_be_bytes(), scope])
+}
+
+/// Start of the side report ids of `bucket` (`\x01rb/<bucket>`).
+pub fn report_side_start(bucket: u64) -> Vec<u8> {
+    cat(&[REPORT_SIDE, &bucket.to_be_bytes()])
+}
+
+/// `rbd/<bucket><height>`.
+pub fn report_digest(bucket: u64, height: u64) -> Vec<u8> {
+    cat(&[REPORT_DIGEST, &bucket.to_be_bytes(), &height.to_be_bytes()])
+}
+
+/// Start of the digests of `bucket` (`rbd/<bucket>`).
+pub fn report_digest_start(bucket: u64) -> Vec<u8> {
+    cat(&[REPORT_DIGEST, &bucket.to_be_bytes()])
+}
+
+/// The bucket of a side report-id key and its scope.
+pub fn parse_report_side(key: &[u8]) -> Option<(u64, &[u8])> {
+    let rest = key.strip_prefix(REPORT_SIDE)?;
+    let bucket = u64::from_be_bytes(rest.get(..8)?.try_into().ok()?);
+    Some((bucket, rest.get(8..)?))
+}
+
+/// The bucket and height of a digest key.
+pub fn parse_report_digest(key: &[u8]) -> Option<(u64, u64)> {
+    let rest = key.strip_prefix(REPORT_DIGEST)?;
+    if rest.len() != 16 {
+        return None;
+    }
+    let bucket = u64::from_be_bytes(rest[..8].try_into().ok()?);
+    let height = u64::from_be_bytes(rest[8..].try_into().ok()?);
+    Some((bucket, height))
+}
 
 /// `rid/<scope>` (see [`report_scope`]).
 pub fn report_id(scope: &[u8]) -> Vec<u8> {
