@@ -35,7 +35,7 @@ pub fn run(ids: u64) -> Result<()> {
     let mut height = 0;
     for i in 0..ids {
         let expires_at = NOW + 1 + i % 600;
-        put_report(&mut p, 1, &scope(i), expires_at, &[0x11; 32]);
+        put_report(&mut p, 1, 0, &scope(i), expires_at, &[0x11; 32]);
         if (i + 1).is_multiple_of(20_000) || i + 1 == ids {
             height += 1;
             p.commit(height)?;

@@ -20,10 +20,14 @@ const T0: i64 = 1_800_000_000;
 
 /// Four validators, reports in most blocks over several 60 s windows;
 /// node 0 takes a snapshot every 10 heights.
-fn busy_net(blocks: u64) -> Result<(Net, Traffic, Vec<tally_settlement::proto::UsageRecord>)> {
+fn busy_net(
+    blocks: u64,
+    version: u64,
+) -> Result<(Net, Traffic, Vec<tally_settlement::proto::UsageRecord>)> {
     let key = gateway_key(3);
     let mut traffic = Traffic::new(7, key.clone(), CHAIN, [4, 3, 2, 2]);
     let mut net = Net::in_memory(4, CHAIN, T0)?;
+    net.genesis_version = version;
     net.init(&app_state(&key, &traffic.users, 1_000_000, 60))?;
     net.serve_snapshots(0, 10)?;
     let mut sent = Vec::new();
@@ -57,7 +61,15 @@ fn run_block(
 
 #[test]
 fn a_node_joins_from_a_snapshot_and_follows_the_chain() -> Result<()> {
-    let (mut net, mut traffic, mut sent) = busy_net(35)?;
+    // Version 1 (report ids in the tree) and version 6 (side state).
+    for version in [1, 6] {
+        joins_and_follows(version)?;
+    }
+    Ok(())
+}
+
+fn joins_and_follows(version: u64) -> Result<()> {
+    let (mut net, mut traffic, mut sent) = busy_net(35, version)?;
     let mut joined = net.join_by_state_sync(0)?;
     // The newest snapshot is height 30 (every 10, at least one block after).
     ensure!(joined.restored == 30, "restored {}", joined.restored);
@@ -106,7 +118,7 @@ fn sha256(b: &[u8]) -> [u8; 32] {
 
 #[test]
 fn lying_snapshots_are_refused_and_leave_nothing_behind() -> Result<()> {
-    let (net, _, _) = busy_net(22)?;
+    let (net, _, _) = busy_net(22, 6)?;
     let list = net.nodes[0].app.list_snapshots().snapshots;
     let s = list.first().cloned().expect("a snapshot");
     ensure!(s.height == 20);
@@ -168,6 +180,43 @@ fn lying_snapshots_are_refused_and_leave_nothing_behind() -> Result<()> {
         "forged content answered {last:?}"
     );
     empty(&node)?;
+
+    // Report ids are side state (app version 6, ADR 0025): no tree leaf, so
+    // a server that drops or changes one keeps the app hash right. The
+    // restore checks them against the digests the tree holds: refused.
+    let pairs = snapshot::decode_chunk(0, &chunks[0], None)?;
+    let side = pairs.iter().filter(|(k, _)| tally_store::is_side(k)).count();
+    ensure!(side > 10, "too few side report ids in the snapshot: {side}");
+    for lie in ["drop", "change"] {
+        let mut pairs = pairs.clone();
+        let (mut n, i) = (meta.pairs, side / 2);
+        if lie == "drop" {
+            pairs.remove(i);
+            n -= 1;
+        } else {
+            pairs[i].1[20] ^= 1;
+        }
+        let mut forged_chunks = chunks.clone();
+        forged_chunks[0] = encode_chunk(&pairs);
+        let forged = Metadata {
+            pairs: n,
+            chunk_hashes: forged_chunks.iter().map(|c| sha256(c)).collect(),
+            ..meta.clone()
+        };
+        ensure!(offer(&node.app, abci_snapshot(&forged), &trusted) == OfferResult::Accept);
+        let mut last = None;
+        for (i, c) in forged_chunks.iter().enumerate() {
+            last = Some(apply(&node.app, i as u32, c, "liar").0);
+            if last != Some(ApplyResult::Accept) {
+                break;
+            }
+        }
+        ensure!(
+            last == Some(ApplyResult::RejectSnapshot),
+            "a side report id ({lie}) answered {last:?}"
+        );
+        empty(&node)?;
+    }
     // A chunk after the restore ended: nothing to apply it to.
     ensure!(apply(&node.app, 0, &chunks[0], "late").0 == ApplyResult::Abort);
 
