@@ -24,7 +24,8 @@
 //! recorded when that version was added: the hub is the driver's model
 //! (`tally_tests::hub::Hub`), whose relay hands in every hub-block message
 //! in flight, with 2 deposits per message so that ranges split and
-//! messages are held ahead of the cursor.
+//! messages are held ahead of the cursor. [`GOLDEN_V6`] pins that run at
+//! app version 6 (report ids as side state, ADR 0025).
 
 use sha2::{Digest, Sha256};
 use tally_settlement::bls::deal;
@@ -64,6 +65,24 @@ const GOLDEN_V5: [(usize, &str); 3] = [
     (
         600,
         "f84e55deb61ebc746a58a787d0b0c4af8a185c8373816ded1af037ba4cb013b1",
+    ),
+];
+
+/// Hex app hashes at heights 100, 300 and 600 of the same run at app
+/// version 6 (report ids as side state, ADR 0025), recorded when that
+/// version was added.
+const GOLDEN_V6: [(usize, &str); 3] = [
+    (
+        100,
+        "4d5f2997da128a05fd4e82131e75f02e38789ae50b4d0002f165709e5a5ef02a",
+    ),
+    (
+        300,
+        "1c2ba6d575bb50a1f68aacef5b5c18a441e5e7715c75ec478ce5a46b43d85335",
+    ),
+    (
+        600,
+        "e9b16c5969a15bb0ee705f393fd5f73c6365d740ab82f960ca4b8f95706dc101",
     ),
 ];
 
@@ -255,12 +274,12 @@ fn app_hashes_match_the_recorded_golden_values() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// 600 blocks at app version 5: seeded traffic, batches settled by the
-/// driver's hub model, and a hub that takes 0 to 6 deposits at each of
-/// its heights (its tip one height per block), split into messages of 2.
-/// Returns the app hashes at 100, 300, 600 and how many messages were
-/// held ahead of the cursor.
-fn run_v5() -> anyhow::Result<(Vec<String>, usize)> {
+/// 600 blocks at app `version` (5 or later): seeded traffic, batches
+/// settled by the driver's hub model, and a hub that takes 0 to 6 deposits
+/// at each of its heights (its tip one height per block), split into
+/// messages of 2. Returns the app hashes at 100, 300, 600 and how many
+/// messages were held ahead of the cursor.
+fn run_v5(version: u64) -> anyhow::Result<(Vec<String>, usize)> {
     let key = gateway_key(9);
     let mut traffic = Traffic::new(2025, key.clone(), CHAIN, [5, 3, 2, 3]);
     let (app_state, shares) = genesis(
@@ -270,7 +289,7 @@ fn run_v5() -> anyhow::Result<(Vec<String>, usize)> {
         serde_json::json!({"max_block_deposits": 2}),
     )?;
     let mut net = Net::in_memory(4, CHAIN, T0)?;
-    net.genesis_version = 5;
+    net.genesis_version = version;
     net.init(&app_state.to_string())?;
     net.set_signers(shares);
     let mut hub = tally_tests::hub::Hub::default();
@@ -302,7 +321,7 @@ fn run_v5() -> anyhow::Result<(Vec<String>, usize)> {
         }
     }
     let sync = query(&net, "/sync/hub");
-    println!("version 5, final sync state: {sync}; {held} messages held");
+    println!("version {version}, final sync state: {sync}; {held} messages held");
     let credited = sync["next_deposit_seq"].as_u64().unwrap_or(0) - 1;
     anyhow::ensure!(
         credited + 60 > deposited as u64 && credited > 600,
@@ -317,7 +336,7 @@ fn run_v5() -> anyhow::Result<(Vec<String>, usize)> {
 
 #[test]
 fn app_hashes_at_version_5_match_the_recorded_golden_values() -> anyhow::Result<()> {
-    let (got, held) = run_v5()?;
+    let (got, held) = run_v5(5)?;
     anyhow::ensure!(
         held > 0,
         "no hub-block message was held ahead of the cursor"
@@ -327,6 +346,18 @@ fn app_hashes_at_version_5_match_the_recorded_golden_values() -> anyhow::Result<
     }
     for ((height, want), got) in GOLDEN_V5.iter().zip(&got) {
         assert_eq!(got, want, "app hash at height {height} (app version 5)");
+    }
+    Ok(())
+}
+
+#[test]
+fn app_hashes_at_version_6_match_the_recorded_golden_values() -> anyhow::Result<()> {
+    let (got, _) = run_v5(6)?;
+    for ((height, _), got) in GOLDEN_V6.iter().zip(&got) {
+        println!("version 6, height {height}: {got}");
+    }
+    for ((height, want), got) in GOLDEN_V6.iter().zip(&got) {
+        assert_eq!(got, want, "app hash at height {height} (app version 6)");
     }
     Ok(())
 }

@@ -185,7 +185,10 @@ fn lying_snapshots_are_refused_and_leave_nothing_behind() -> Result<()> {
     // a server that drops or changes one keeps the app hash right. The
     // restore checks them against the digests the tree holds: refused.
     let pairs = snapshot::decode_chunk(0, &chunks[0], None)?;
-    let side = pairs.iter().filter(|(k, _)| tally_store::is_side(k)).count();
+    let side = pairs
+        .iter()
+        .filter(|(k, _)| tally_store::is_side(k))
+        .count();
     ensure!(side > 10, "too few side report ids in the snapshot: {side}");
     for lie in ["drop", "change"] {
         let mut pairs = pairs.clone();
