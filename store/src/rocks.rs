@@ -63,6 +63,14 @@ impl RocksBackend {
         Ok(Self { db })
     }
 
+    /// Flushes the memtables and compacts the whole key space, waiting for
+    /// both: what is left on disk is the live data (benchmarks).
+    pub fn compact(&self) -> Result<(), StoreError> {
+        self.db.flush().map_err(backend_err)?;
+        self.db.compact_range::<&[u8], &[u8]>(None, None);
+        Ok(())
+    }
+
     /// Opens the database at `path` read-only (a checkpoint being exported).
     pub fn open_read_only(path: &Path) -> Result<Self, StoreError> {
         let mut opts = Options::default();

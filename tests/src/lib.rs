@@ -26,6 +26,7 @@ pub mod skew;
 pub mod slobench;
 pub mod smallfs;
 pub mod snapbench;
+pub mod statebench;
 pub mod tamper;
 pub mod traffic;
 pub mod upgradebench;

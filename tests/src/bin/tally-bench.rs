@@ -31,6 +31,9 @@
 //! each on a 4-validator loopback network with the same CometBFT settings,
 //! open-loop load rising step by step to saturation; table, CSV and PNG in
 //! `$CARGO_TARGET_DIR/bench/network` (`tally_tests::netbench`).
+//! `state [--app-version V] [--low N] [--high N] [--blocks N] [--idle N]
+//! [--retain N]`: bytes of state per 1-call report while its id is live and
+//! after it expired (`tally_tests::statebench`, ADR 0025).
 //! `deposits [--deposits N] [--app-version V] [--senders S]`: a burst of N
 //! hub deposits (default 30,000) on a 4-validator localnet with its
 //! reference hub, and how fast Tally credits them (ADR 0024;
@@ -504,6 +507,9 @@ fn main() -> Result<()> {
     }
     if args.first().is_some_and(|a| a == "dkg") {
         return tally_tests::dkgbench::main(&args[1..]);
+    }
+    if args.first().is_some_and(|a| a == "state") {
+        return tally_tests::statebench::main(&args[1..]);
     }
     if args.first().is_some_and(|a| a == "deposits") {
         return tally_tests::depositbench::main(&args[1..]);

@@ -77,7 +77,7 @@ pub const KVSTORE_PORT_BASE: u16 = 19656;
 const USAGE: &str = "tally-bench network [--apps tally,kvstore] [--sizes 1,100[,1000]] \
 [--records-per-report N] [--start-rate N] [--factor F] [--rate-cap N] [--step-secs N] \
 [--max-steps N] [--conns N] [--query-rate N] [--drain-secs N] [--encoding compact|plain] \
-[--routes U,P,M,R] [--broadcast async|sync] [--constant] [--validators N] [--netns] \
+[--routes U,P,M,R] [--broadcast async|sync] [--constant] [--validators N] [--app-version V] [--netns] \
 [--latency DELAY_MS,JITTER_MS] [--at-80] [--out DIR] | --plot CSV [PNG] | --plot-soak CSV [PNG]";
 
 impl Options {
@@ -110,6 +110,7 @@ impl Options {
                 validators: VALIDATORS,
                 netns: false,
                 latency: None,
+                app_version: tally_settlement::upgrade::LATEST_APP_VERSION,
             },
         };
         let mut it = args.iter();
@@ -184,6 +185,16 @@ impl Options {
                 "--constant" => o.constant = true,
                 "--at-80" => o.at_80 = true,
                 "--validators" => o.layout.validators = num(val()?)? as usize,
+                "--app-version" => {
+                    let v = num(val()?)? as u64;
+                    if !(1..=tally_settlement::upgrade::LATEST_APP_VERSION).contains(&v) {
+                        bail!(
+                            "--app-version must be 1..={}, got {v}",
+                            tally_settlement::upgrade::LATEST_APP_VERSION
+                        );
+                    }
+                    o.layout.app_version = v;
+                }
                 "--netns" => o.layout.netns = true,
                 "--latency" => {
                     let v: Vec<u64> = val()?
@@ -287,9 +298,14 @@ pub fn main(args: &[String]) -> Result<()> {
         }
         let s = net.settings()?;
         println!(
-            "\n{} network up (RPC {}); CometBFT settings:",
+            "\n{} network up (RPC {}){}; CometBFT settings:",
             app.name(),
-            net.rpc_urls().join(" ")
+            net.rpc_urls().join(" "),
+            if app == App::Tally {
+                format!(", app version {}", o.layout.app_version)
+            } else {
+                String::new()
+            }
         );
         for (k, v) in &s {
             println!("  {k:<28} {v}");

@@ -49,6 +49,9 @@ pub struct Layout {
     pub netns: bool,
     /// Emulated one-way latency on every P2P link ([`DelayMesh`]).
     pub latency: Option<Latency>,
+    /// The app version Tally's genesis starts at (the localnet's default:
+    /// the newest this build carries).
+    pub app_version: u64,
 }
 
 /// The host side of the namespaces' bridge.
@@ -355,6 +358,8 @@ impl Net {
         if self.app == App::Tally {
             let state = crate::traffic::app_state(gateway, users, u64::MAX / 16, 60);
             genesis["app_state"] = serde_json::from_str(&state)?;
+            genesis["consensus_params"]["version"]["app"] =
+                self.layout.app_version.to_string().into();
         }
         fs::write(&g0, serde_json::to_string_pretty(&genesis)?)?;
         if self.app == App::Tally {
