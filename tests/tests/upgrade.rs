@@ -7,7 +7,8 @@
 //! app hashes agree on every node at every height, replayed or not), the
 //! replay rule (a report accepted before the switch is still a duplicate
 //! after it, with the body hash it was accepted with) and the test's own
-//! ledger of what it sent.
+//! ledger of what it sent. The last test does the same for app version
+//! 6, whose ids are side state (ADR 0025).
 
 use anyhow::{ensure, Context, Result};
 use tally_abci::HaltReason;
@@ -346,5 +347,95 @@ fn plans_are_refused_when_they_do_not_fit_and_cancelled_only_before_the_margin()
     }
     ensure!(state::chain::app_version(net.net.nodes[0].app.committed_state())? == 2);
     ensure!(net.net.header_version_at(h2 as i64 + 1) == 2);
+    Ok(())
+}
+
+/// App version 6 (ADR 0025): a network at version 5 switches by plan; the
+/// ids version 5 filed in the tree stay there and are still duplicates
+/// (with their body hashes) until their buckets end, new ids are side
+/// state with digests in the tree, a node joining by state sync after the
+/// switch checks them and follows, and once the last version-5 bucket
+/// ends no tree id and no marker is left on any node.
+#[test]
+fn version_5_ids_stay_duplicates_across_the_switch_to_side_state() -> Result<()> {
+    let mut net = DkgNet::new_at(4, 3, 5)?;
+    net.until(16, |s| Ok(s.epoch()? == 1))?;
+    net.pin_hub()?;
+    net.until(40, |s| Ok(s.settled() >= 1))?;
+    let mut early = Vec::new();
+    for _ in 0..3 {
+        let recs = net.traffic.records(4, 20);
+        let now = net.net.now as u64;
+        let r = net.traffic.report(recs, now, 300);
+        ensure!(
+            send_report(&mut net, &r)? == Code::Ok,
+            "early report refused"
+        );
+        early.push(r);
+    }
+    let kv = net.net.nodes[0].app.committed_state();
+    ensure!(
+        count(kv, b"rb/")? >= 3 && count(kv, b"\x01rb/")? == 0,
+        "version 5 layout"
+    );
+    let h = net.net.height as u64 + 25;
+    schedule(&mut net, plan("v6", 6, h))?;
+    while (net.net.height as u64) < h + 1 {
+        net.block(true, Vec::new())?;
+    }
+    ensure!(net.net.header_version_at(h as i64 + 1) == 6);
+    for i in 0..4 {
+        net.net.ensure_app_version(i)?;
+        let kv = net.net.nodes[i].app.committed_state();
+        ensure!(state::chain::app_version(kv)? == 6, "node{i}");
+        ensure!(count(kv, b"meta/tree_ids")? == 1, "node{i}: no marker");
+        ensure!(count(kv, b"rb/")? >= 3, "node{i} dropped version-5 ids");
+        ensure!(count(kv, b"\x01rb/")? >= 1, "node{i} has no side ids");
+        ensure!(count(kv, b"rbd/")? >= 1, "node{i} has no digests");
+        ensure!(
+            tally_settlement::state::replay::check_side_ids(kv).is_ok(),
+            "node{i}'s side ids do not match its digests"
+        );
+    }
+    for r in &early {
+        let o = net.block(false, vec![r.clone()])?;
+        let pos = o.block.txs.iter().position(|t| t.as_ref() == r.as_slice());
+        let res = &o.tx_results[pos.context("not included")?];
+        ensure!(
+            res.code == Code::DuplicateReport.value(),
+            "code {}",
+            res.code
+        );
+        ensure!(res.data.len() == 32, "duplicate without the body hash");
+    }
+    let recs = net.traffic.records(4, 20);
+    let now = net.net.now as u64;
+    let fresh = net.traffic.report(recs, now, 300);
+    ensure!(send_report(&mut net, &fresh)? == Code::Ok);
+    ensure!(send_report(&mut net, &fresh)? == Code::DuplicateReport);
+
+    net.net.serve_snapshots(0, 5)?;
+    for _ in 0..6 {
+        net.block(true, Vec::new())?;
+    }
+    let mut synced = net.net.join_by_state_sync(0)?;
+    ensure!(
+        synced.restored as u64 > h,
+        "snapshot from before the switch"
+    );
+    net.block(true, Vec::new())?;
+    synced.follow(&net.net)?;
+
+    // Past the last bucket a version-5 id can be in: nothing of them left.
+    let end = net.net.now + 900;
+    while net.net.now < end {
+        net.block(true, Vec::new())?;
+    }
+    for i in 0..4 {
+        let kv = net.net.nodes[i].app.committed_state();
+        ensure!(count(kv, b"rb/")? == 0, "node{i} kept version-5 ids");
+        ensure!(count(kv, b"meta/tree_ids")? == 0, "node{i} kept the marker");
+        ensure!(count(kv, b"\x01rb/")? >= 1, "node{i}: usage stopped");
+    }
     Ok(())
 }
