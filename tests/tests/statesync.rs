@@ -111,6 +111,35 @@ fn encode_chunk(pairs: &[(Vec<u8>, Vec<u8>)]) -> Vec<u8> {
     out
 }
 
+/// Offers a snapshot of `meta` with chunk 0 replaced by `pairs` (chunks
+/// and metadata re-hashed, the trusted app hash kept) and applies it from
+/// a liar; the last answer (the first that was not `Accept`).
+fn serve_forged(
+    node: &tally_tests::driver::Node,
+    meta: &Metadata,
+    chunks: &[Vec<u8>],
+    pairs: &[(Vec<u8>, Vec<u8>)],
+    trusted: &[u8],
+) -> Result<Option<ApplyResult>> {
+    let mut forged_chunks = chunks.to_vec();
+    forged_chunks[0] = encode_chunk(pairs);
+    let chunk0 = snapshot::decode_chunk(0, &chunks[0], None)?.len() as u64;
+    let forged = Metadata {
+        pairs: meta.pairs + pairs.len() as u64 - chunk0,
+        chunk_hashes: forged_chunks.iter().map(|c| sha256(c)).collect(),
+        ..meta.clone()
+    };
+    ensure!(offer(&node.app, abci_snapshot(&forged), trusted) == OfferResult::Accept);
+    let mut last = None;
+    for (i, c) in forged_chunks.iter().enumerate() {
+        last = Some(apply(&node.app, i as u32, c, "liar").0);
+        if last != Some(ApplyResult::Accept) {
+            break;
+        }
+    }
+    Ok(last)
+}
+
 fn sha256(b: &[u8]) -> [u8; 32] {
     use sha2::Digest;
     sha2::Sha256::digest(b).into()
@@ -161,20 +190,7 @@ fn lying_snapshots_are_refused_and_leave_nothing_behind() -> Result<()> {
     let mut pairs = snapshot::decode_chunk(0, &chunks[0], None)?;
     let victim = pairs.len() / 2;
     pairs[victim].1[0] ^= 1;
-    let mut forged_chunks = chunks.clone();
-    forged_chunks[0] = encode_chunk(&pairs);
-    let forged = Metadata {
-        chunk_hashes: forged_chunks.iter().map(|c| sha256(c)).collect(),
-        ..meta.clone()
-    };
-    ensure!(offer(&node.app, abci_snapshot(&forged), &trusted) == OfferResult::Accept);
-    let mut last = None;
-    for (i, c) in forged_chunks.iter().enumerate() {
-        last = Some(apply(&node.app, i as u32, c, "liar").0);
-        if last != Some(ApplyResult::Accept) {
-            break;
-        }
-    }
+    let last = serve_forged(&node, &meta, &chunks, &pairs, &trusted)?;
     ensure!(
         last == Some(ApplyResult::RejectSnapshot),
         "forged content answered {last:?}"
@@ -192,28 +208,12 @@ fn lying_snapshots_are_refused_and_leave_nothing_behind() -> Result<()> {
     ensure!(side > 10, "too few side report ids in the snapshot: {side}");
     for lie in ["drop", "change"] {
         let mut pairs = pairs.clone();
-        let (mut n, i) = (meta.pairs, side / 2);
         if lie == "drop" {
-            pairs.remove(i);
-            n -= 1;
+            pairs.remove(side / 2);
         } else {
-            pairs[i].1[20] ^= 1;
+            pairs[side / 2].1[20] ^= 1;
         }
-        let mut forged_chunks = chunks.clone();
-        forged_chunks[0] = encode_chunk(&pairs);
-        let forged = Metadata {
-            pairs: n,
-            chunk_hashes: forged_chunks.iter().map(|c| sha256(c)).collect(),
-            ..meta.clone()
-        };
-        ensure!(offer(&node.app, abci_snapshot(&forged), &trusted) == OfferResult::Accept);
-        let mut last = None;
-        for (i, c) in forged_chunks.iter().enumerate() {
-            last = Some(apply(&node.app, i as u32, c, "liar").0);
-            if last != Some(ApplyResult::Accept) {
-                break;
-            }
-        }
+        let last = serve_forged(&node, &meta, &chunks, &pairs, &trusted)?;
         ensure!(
             last == Some(ApplyResult::RejectSnapshot),
             "a side report id ({lie}) answered {last:?}"

@@ -62,7 +62,12 @@ fn total_balance(net: &DkgNet) -> Result<u64> {
 
 /// A keyed net of 4 with its key made and every hub deposit credited.
 fn ready() -> Result<DkgNet> {
-    let mut net = DkgNet::new(4, 3)?;
+    ready_at(0)
+}
+
+/// [`ready`] with genesis at app `version` (0: not set, version 1).
+fn ready_at(version: u64) -> Result<DkgNet> {
+    let mut net = DkgNet::new_at(4, 3, version)?;
     net.until(16, |s| Ok(s.epoch()? == 1))?;
     net.pin_hub()?;
     net.until(40, |s| Ok(s.settled() >= 1))?;
@@ -81,21 +86,41 @@ fn send_report(net: &mut DkgNet, report: &[u8]) -> Result<Code> {
     Code::from_value(o.tx_results[pos].code).context("unknown code")
 }
 
-#[test]
-fn every_node_switches_at_the_height_with_the_migration_first() -> Result<()> {
-    let mut net = ready()?;
-    // Reports accepted under version 1, kept to be sent again later.
+/// Sends three reports of 4 calls, one a block; each must be accepted.
+fn accepted_reports(net: &mut DkgNet) -> Result<Vec<Vec<u8>>> {
     let mut early = Vec::new();
     for _ in 0..3 {
         let recs = net.traffic.records(4, 20);
         let now = net.net.now as u64;
         let r = net.traffic.report(recs, now, 300);
-        ensure!(
-            send_report(&mut net, &r)? == Code::Ok,
-            "early report refused"
-        );
+        ensure!(send_report(net, &r)? == Code::Ok, "early report refused");
         early.push(r);
     }
+    Ok(early)
+}
+
+/// Each of `reports`, sent again, is a duplicate (code 7) whose result
+/// carries the body hash it was accepted with.
+fn ensure_duplicates(net: &mut DkgNet, reports: &[Vec<u8>]) -> Result<()> {
+    for r in reports {
+        let o = net.block(false, vec![r.clone()])?;
+        let pos = o.block.txs.iter().position(|t| t.as_ref() == r.as_slice());
+        let res = &o.tx_results[pos.context("not included")?];
+        ensure!(
+            res.code == Code::DuplicateReport.value(),
+            "code {}",
+            res.code
+        );
+        ensure!(res.data.len() == 32, "duplicate without the body hash");
+    }
+    Ok(())
+}
+
+#[test]
+fn every_node_switches_at_the_height_with_the_migration_first() -> Result<()> {
+    let mut net = ready()?;
+    // Reports accepted under version 1, kept to be sent again later.
+    let early = accepted_reports(&mut net)?;
     let kv = net.net.nodes[0].app.committed_state();
     ensure!(
         count(kv, b"rid/")? >= 3 && count(kv, b"rb/")? == 0,
@@ -150,17 +175,7 @@ fn every_node_switches_at_the_height_with_the_migration_first() -> Result<()> {
 
     // A report accepted under version 1 is still a duplicate, with the
     // body hash it was accepted with; a fresh one lands once.
-    for r in &early {
-        let o = net.block(false, vec![r.clone()])?;
-        let pos = o.block.txs.iter().position(|t| t.as_ref() == r.as_slice());
-        let res = &o.tx_results[pos.context("not included")?];
-        ensure!(
-            res.code == Code::DuplicateReport.value(),
-            "code {}",
-            res.code
-        );
-        ensure!(res.data.len() == 32, "duplicate without the body hash");
-    }
+    ensure_duplicates(&mut net, &early)?;
     let recs = net.traffic.records(4, 20);
     let now = net.net.now as u64;
     let fresh = net.traffic.report(recs, now, 300);
@@ -358,21 +373,8 @@ fn plans_are_refused_when_they_do_not_fit_and_cancelled_only_before_the_margin()
 /// ends no tree id and no marker is left on any node.
 #[test]
 fn version_5_ids_stay_duplicates_across_the_switch_to_side_state() -> Result<()> {
-    let mut net = DkgNet::new_at(4, 3, 5)?;
-    net.until(16, |s| Ok(s.epoch()? == 1))?;
-    net.pin_hub()?;
-    net.until(40, |s| Ok(s.settled() >= 1))?;
-    let mut early = Vec::new();
-    for _ in 0..3 {
-        let recs = net.traffic.records(4, 20);
-        let now = net.net.now as u64;
-        let r = net.traffic.report(recs, now, 300);
-        ensure!(
-            send_report(&mut net, &r)? == Code::Ok,
-            "early report refused"
-        );
-        early.push(r);
-    }
+    let mut net = ready_at(5)?;
+    let early = accepted_reports(&mut net)?;
     let kv = net.net.nodes[0].app.committed_state();
     ensure!(
         count(kv, b"rb/")? >= 3 && count(kv, b"\x01rb/")? == 0,
@@ -397,17 +399,7 @@ fn version_5_ids_stay_duplicates_across_the_switch_to_side_state() -> Result<()>
             "node{i}'s side ids do not match its digests"
         );
     }
-    for r in &early {
-        let o = net.block(false, vec![r.clone()])?;
-        let pos = o.block.txs.iter().position(|t| t.as_ref() == r.as_slice());
-        let res = &o.tx_results[pos.context("not included")?];
-        ensure!(
-            res.code == Code::DuplicateReport.value(),
-            "code {}",
-            res.code
-        );
-        ensure!(res.data.len() == 32, "duplicate without the body hash");
-    }
+    ensure_duplicates(&mut net, &early)?;
     let recs = net.traffic.records(4, 20);
     let now = net.net.now as u64;
     let fresh = net.traffic.report(recs, now, 300);
