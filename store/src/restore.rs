@@ -200,9 +200,8 @@ impl Restore {
         }
         self.last_key = pairs.last().map(|(k, _)| k.clone());
         let mut writes = Vec::with_capacity(pairs.len() * 3);
-        let before = writes.len();
+        self.leaves += pairs.iter().filter(|(k, _)| !crate::is_side(k)).count() as u64;
         merkle::index_pairs(&pairs, self.meta.height, &mut writes);
-        self.leaves += ((writes.len() - before) / 2) as u64;
         // The pairs come in key order (decode_chunk checks it).
         writes.extend(pairs.into_iter().map(|(k, v)| (k, Some(v))));
         self.backend.write_raw(&writes, false)?;

@@ -63,7 +63,8 @@ pub const BUCKET_SECS: u64 = 120;
 /// ([`keys::report_scope`]: gateway key and report id), while it has not
 /// expired at `now` (the block time, or in CheckTx the last block's).
 pub fn report_seen(kv: &impl KvRead, scope: &[u8], now: u64) -> Result<Option<[u8; 32]>, Fatal> {
-    if app_version(kv)? < 2 {
+    let version = app_version(kv)?;
+    if version < 2 {
         return match kv.get(&keys::report_id(scope))? {
             None => Ok(None),
             Some(v) => decode(&v).map(|(_, h)| Some(h)),
@@ -72,7 +73,7 @@ pub fn report_seen(kv: &impl KvRead, scope: &[u8], now: u64) -> Result<Option<[u
     let first = now / BUCKET_SECS;
     let last = now.saturating_add(MAX_REPORT_EXPIRY_CAP) / BUCKET_SECS;
     let mut tree_last = last;
-    if app_version(kv)? >= SIDE_IDS_VERSION {
+    if version >= SIDE_IDS_VERSION {
         for bucket in first..=last {
             if let Some(v) = kv.get(&keys::report_side(bucket, scope))? {
                 let (expires_at, hash) = decode(&v)?;
@@ -115,18 +116,13 @@ fn read_u64(v: &[u8]) -> Result<u64, Fatal> {
 
 /// `expires_at || sha256(body)`, and from version 6 `|| height`.
 fn decode(v: &[u8]) -> Result<(u64, [u8; 32]), Fatal> {
-    let expires_at = v
-        .get(..8)
-        .and_then(|b| b.try_into().ok())
-        .map(u64::from_be_bytes);
-    let hash = v.get(8..40).and_then(|h| <[u8; 32]>::try_from(h).ok());
+    let bad = || Fatal::Corrupt("report id entry");
     if v.len() != 40 && v.len() != 48 {
-        return Err(Fatal::Corrupt("report id entry"));
+        return Err(bad());
     }
-    let (Some(expires_at), Some(hash)) = (expires_at, hash) else {
-        return Err(Fatal::Corrupt("report id entry"));
-    };
-    Ok((expires_at, hash))
+    let expires_at = <[u8; 8]>::try_from(&v[..8]).map_err(|_| bad())?;
+    let hash = <[u8; 32]>::try_from(&v[8..40]).map_err(|_| bad())?;
+    Ok((u64::from_be_bytes(expires_at), hash))
 }
 
 fn entry(expires_at: u64, body_hash: &[u8; 32]) -> Vec<u8> {
@@ -342,8 +338,9 @@ pub fn commit_block_ids(kv: &mut impl Kv, height: u64) -> Result<u64, Fatal> {
 /// Why a restored store's side report ids are refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SideIdsError {
-    /// A side key that is not a report id, or an entry that does not
-    /// decode: nothing but report ids may be side state.
+    /// A side key that is not a report id, a side entry without its
+    /// height, or a digest key that does not parse: nothing but report ids
+    /// may be side state.
     #[error("side state holds {0}, which no version of the state machine writes")]
     Unknown(String),
     /// The side ids of a bucket and block do not give the digest the tree
