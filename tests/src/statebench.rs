@@ -25,9 +25,9 @@ use tally_abci::TallyApp;
 use tally_store::{Backend, RocksBackend};
 use tendermint_abci::Application;
 use tendermint_proto::google::protobuf::Timestamp;
-use tendermint_proto::v0_38::abci::{RequestFinalizeBlock, RequestInitChain};
+use tendermint_proto::v0_38::abci::RequestFinalizeBlock;
 
-use crate::traffic::{app_state, gateway_key, Traffic};
+use crate::traffic::{bench_init_chain, gateway_key, Traffic};
 
 const CHAIN: &str = "tally-statebench";
 const T0: i64 = 1_800_000_000;
@@ -86,20 +86,7 @@ fn run(
     let dynb: Arc<dyn Backend> = backend.clone();
     let app = TallyApp::new(dynb, tally_abci::Halt::new(|e| panic!("halt: {e:?}")))?;
     app.set_retain_versions(retain);
-    app.init_chain(RequestInitChain {
-        time: Some(Timestamp {
-            seconds: T0,
-            nanos: 0,
-        }),
-        chain_id: CHAIN.into(),
-        app_state_bytes: Bytes::from(app_state(&key, &traffic.users, u64::MAX / 16, 60)),
-        initial_height: 1,
-        consensus_params: Some(tendermint_proto::v0_38::types::ConsensusParams {
-            version: Some(tendermint_proto::v0_38::types::VersionParams { app: version }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    });
+    app.init_chain(bench_init_chain(CHAIN, T0, &key, &traffic.users, version));
     let block = |h: u64, txs: Vec<Bytes>| -> Result<()> {
         let r = app.finalize_block(RequestFinalizeBlock {
             txs,

@@ -45,6 +45,33 @@ pub fn app_state(key: &SigningKey, users: &[String], amount: u64, window_secs: u
     .to_string()
 }
 
+/// InitChain of an in-process benchmark at unix time `t0`: [`app_state`]
+/// for `key`'s gateway and `users` (each funded with `u64::MAX / 16`,
+/// 60-second windows), genesis at app `version`.
+pub fn bench_init_chain(
+    chain_id: &str,
+    t0: i64,
+    key: &SigningKey,
+    users: &[String],
+    version: u64,
+) -> tendermint_proto::v0_38::abci::RequestInitChain {
+    use tendermint_proto::v0_38::types::{ConsensusParams, VersionParams};
+    tendermint_proto::v0_38::abci::RequestInitChain {
+        time: Some(tendermint_proto::google::protobuf::Timestamp {
+            seconds: t0,
+            nanos: 0,
+        }),
+        chain_id: chain_id.into(),
+        app_state_bytes: app_state(key, users, u64::MAX / 16, 60).into_bytes().into(),
+        initial_height: 1,
+        consensus_params: Some(ConsensusParams {
+            version: Some(VersionParams { app: version }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 /// A reproducible traffic generator over a fixed set of routes.
 #[derive(Debug)]
 pub struct Traffic {

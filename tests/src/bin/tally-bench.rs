@@ -47,7 +47,7 @@ use bytes::Bytes;
 use tally_abci::TallyApp;
 use tally_settlement::Code;
 use tally_store::RocksBackend;
-use tally_tests::traffic::{app_state, gateway_key, Traffic};
+use tally_tests::traffic::{app_state, bench_init_chain, gateway_key, Traffic};
 use tendermint_abci::Application;
 use tendermint_proto::google::protobuf::Timestamp;
 use tendermint_proto::v0_38::abci::{RequestFinalizeBlock, RequestInitChain};
@@ -84,20 +84,7 @@ fn finalize(blocks: usize, version: u64, latency: bool) -> Result<()> {
     let mut traffic = Traffic::new(1, key.clone(), CHAIN, [10, 10, 2, 5]);
     let backend: Arc<dyn tally_store::Backend> = Arc::new(RocksBackend::open(dir.path())?);
     let app = TallyApp::new(backend.clone(), halt_exits())?;
-    app.init_chain(RequestInitChain {
-        time: Some(Timestamp {
-            seconds: T0,
-            nanos: 0,
-        }),
-        chain_id: CHAIN.into(),
-        app_state_bytes: Bytes::from(app_state(&key, &traffic.users, u64::MAX / 16, 60)),
-        initial_height: 1,
-        consensus_params: Some(tendermint_proto::v0_38::types::ConsensusParams {
-            version: Some(tendermint_proto::v0_38::types::VersionParams { app: version }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    });
+    app.init_chain(bench_init_chain(CHAIN, T0, &key, &traffic.users, version));
     let mut tx_bytes = 0usize;
     eprintln!("generating {blocks} blocks of 100 reports x 100 records ...");
     let mut prepared = Vec::with_capacity(blocks);
