@@ -99,6 +99,9 @@ fn query_key(app: &TallyApp, req: &RequestQuery) -> ResponseQuery {
             )
         }
     };
+    if let Some(r) = pruned_window(app, req, height) {
+        return r;
+    }
     match proof::prove(app.committed_state().as_ref(), key, height) {
         Ok(p) => {
             let (code, log) = match &p.value {
@@ -130,6 +133,45 @@ fn query_key(app: &TallyApp, req: &RequestQuery) -> ResponseQuery {
             answer(Code::Internal, format!("local store fault: {e}"), height)
         }
     }
+}
+
+/// `/key` for an SLA-record key of a window pruned at `height` (before
+/// that height's `meta/sla_kept_from`, app version 7, ADR 0026): code 28,
+/// whether or not the key is deleted yet, with the value of
+/// `meta/sla_kept_from` and, when `prove` is set, its proof at `height`
+/// (the proof op names that key), so the answer can be verified. `None`
+/// for any other key, or when the horizon cannot be read (the ordinary
+/// answer follows).
+fn pruned_window(app: &TallyApp, req: &RequestQuery, height: u64) -> Option<ResponseQuery> {
+    let window = settlement::keys::sla_window(&req.data)?;
+    let horizon = proof::prove(
+        app.committed_state().as_ref(),
+        settlement::keys::SLA_KEPT_FROM,
+        height,
+    )
+    .ok()?;
+    let kept = horizon
+        .value
+        .as_deref()
+        .and_then(|v| <[u8; 8]>::try_from(v).ok())
+        .map_or(0, u64::from_be_bytes);
+    let why = settlement::state::prune::pruned_reason(window, kept)?;
+    Some(ResponseQuery {
+        code: Code::HeightUnavailable.value(),
+        log: format!("{why}; the proof, if asked for, is of meta/sla_kept_from"),
+        key: req.data.clone(),
+        value: horizon.value.unwrap_or_default().into(),
+        height: height as i64,
+        codespace: codespace(Code::HeightUnavailable),
+        proof_ops: req.prove.then(|| ProofOps {
+            ops: vec![ProofOp {
+                r#type: proof::PROOF_OP_TYPE.into(),
+                key: settlement::keys::SLA_KEPT_FROM.to_vec(),
+                data: horizon.proof,
+            }],
+        }),
+        ..Default::default()
+    })
 }
 
 pub(crate) fn check_tx(app: &TallyApp, req: RequestCheckTx) -> ResponseCheckTx {

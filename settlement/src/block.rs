@@ -9,7 +9,9 @@
 //! closed windows' debts into escrowed hub calls (see [`crate::sync::close`]),
 //! record the block's window and time, expire partial signatures that
 //! never reached the threshold, prune the kept calls of batches settled
-//! more than `settled_retention_windows` ago, and run the DKG's block work
+//! more than `settled_retention_windows` ago, from app version 7 prune the
+//! SLA records of windows older than `sla_keep_windows`
+//! ([`crate::state::prune`]), and run the DKG's block work
 //! (phases of the running ceremony, key activation: [`crate::dkg`]).
 //!
 //! The window of a block is `block_time / settlement_window_secs` (integer
@@ -27,13 +29,13 @@ use tally_store::Kv;
 
 use crate::error::Fatal;
 use crate::state::chain::{
-    cur_window, params, put_cur_window, put_last_time, put_window_info, window_info,
+    app_version, cur_window, params, put_cur_window, put_last_time, put_window_info, window_info,
 };
 use crate::state::replay::forget_reports_through;
 use crate::sync::close::convert_closed;
 use crate::sync::partials::expire_partials;
 use crate::sync::results::prune_settled;
-use crate::types::{Block, Event};
+use crate::types::{Block, Event, PRUNE_VERSION};
 use crate::upgrade::LATEST_APP_VERSION;
 
 /// Runs the start-of-block work for `block` on a node that runs every
@@ -88,6 +90,13 @@ pub fn begin_block_with(
     put_last_time(kv, block.time);
     expire_partials(kv, block.height)?;
     prune_settled(kv, now_window)?;
+    if app_version(kv)? >= PRUNE_VERSION {
+        events.extend(crate::state::prune::begin_block(
+            kv,
+            now_window,
+            params.sla_keep_windows,
+        )?);
+    }
     events.extend(crate::dkg::begin_block(kv, block)?);
     Ok(events)
 }

@@ -10,6 +10,9 @@ use crate::ident;
 /// layout of app version 2 relies on it).
 pub const MAX_REPORT_EXPIRY_CAP: u64 = 600;
 
+/// The largest `sla_keep_windows` (190 years of 60-second windows).
+pub const MAX_SLA_KEEP_WINDOWS: u64 = 100_000_000;
+
 /// Chain parameters, fixed in genesis.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -65,6 +68,16 @@ pub struct Params {
     /// Blocks an open validator-set proposal waits for approvals before
     /// it expires.
     pub proposal_expiry_blocks: u64,
+    /// Settlement windows before the current one whose SLA records are
+    /// kept; older windows' records are pruned and answer code 28 (app
+    /// version 7, ADR 0026). 0 keeps every window. Left out of the stored
+    /// parameters while 0, so earlier versions' state is unchanged.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub sla_keep_windows: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 impl Default for Params {
@@ -89,11 +102,24 @@ impl Default for Params {
             settled_retention_windows: 1440,
             dkg_phase_blocks: 8,
             proposal_expiry_blocks: 3600,
+            sla_keep_windows: 0,
         }
     }
 }
 
 impl Params {
+    /// Every parameter as a JSON object, including those the stored
+    /// encoding leaves out while 0 (`sla_keep_windows`): what `/params`
+    /// shows and what names a parameter for a change.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut v = serde_json::to_value(self).unwrap_or(serde_json::Value::Null);
+        if let serde_json::Value::Object(m) = &mut v {
+            m.entry("sla_keep_windows")
+                .or_insert(serde_json::Value::from(self.sla_keep_windows));
+        }
+        v
+    }
+
     /// Checks the parameters' ranges.
     pub fn validate(&self) -> Result<(), GenesisError> {
         let bad = |m: &str| Err(GenesisError::Invalid(m.to_string()));
@@ -150,6 +176,9 @@ impl Params {
         }
         if !(1..=1_000_000).contains(&self.proposal_expiry_blocks) {
             return bad("proposal_expiry_blocks must be 1..=1000000");
+        }
+        if self.sla_keep_windows > MAX_SLA_KEEP_WINDOWS {
+            return bad("sla_keep_windows must be 0 (keep every window) or 1..=100000000");
         }
         Ok(())
     }

@@ -11,10 +11,12 @@ use crate::record::RouteId;
 
 mod gov;
 mod layout;
+mod prune;
 mod replay;
 mod slo;
 pub use gov::*;
 pub use layout::LAYOUT;
+pub use prune::*;
 pub use replay::*;
 pub use slo::*;
 
@@ -264,6 +266,21 @@ pub fn provider_window(provider: &str, window: u64) -> Vec<u8> {
         b"\0",
         &window.to_be_bytes(),
     ])
+}
+
+/// `pw/<provider>\0`: every window of a provider's totals.
+pub fn provider_window_prefix(provider: &str) -> Vec<u8> {
+    cat(&[PROVIDER_WINDOW, provider.as_bytes(), b"\0"])
+}
+
+/// The party and window of a `<ns><party>\0<window>` key (`pw/`, `uw/`,
+/// `plat/`); `None` if it is not one.
+pub fn parse_party_window(key: &[u8], ns: &[u8]) -> Option<(String, u64)> {
+    let rest = key.strip_prefix(ns)?;
+    let sep = rest.iter().position(|b| *b == 0)?;
+    let party = std::str::from_utf8(&rest[..sep]).ok()?;
+    let w: [u8; 8] = rest[sep + 1..].try_into().ok()?;
+    Some((party.to_string(), u64::from_be_bytes(w)))
 }
 
 /// `uw/<user>\0` + window.

@@ -26,7 +26,7 @@ use crate::state::chain::{
 use crate::sync::batch::apply_start;
 use crate::sync::partials::apply_partials;
 use crate::tx::{decode_tx, is_system_tx};
-use crate::types::{Block, TxResult};
+use crate::types::{Block, TxResult, PRUNE_VERSION};
 use crate::upgrade::LATEST_APP_VERSION;
 
 /// Writes genesis state at app version 1; a genesis that does not
@@ -50,6 +50,11 @@ pub fn init_chain_at(
         )));
     }
     genesis.validate()?;
+    if genesis.params.sla_keep_windows > 0 && version < PRUNE_VERSION {
+        return Err(GenesisError::Invalid(format!(
+            "sla_keep_windows takes effect from app version {PRUNE_VERSION}; this genesis starts at version {version}"
+        )));
+    }
     if version > 1 {
         put_app_version(kv, version);
     }

@@ -248,6 +248,10 @@ pub const PIPELINE_VERSION: u64 = 5;
 /// 0025).
 pub const SIDE_IDS_VERSION: u64 = 6;
 
+/// The first app version that prunes the SLA records of windows older
+/// than `sla_keep_windows` and answers code 28 for them (ADR 0026).
+pub const PRUNE_VERSION: u64 = 7;
+
 /// The kind of a hub call that pays its provider.
 pub const CALL_PAY: u32 = 0;
 /// The kind of a hub call that returns credits to its user (ADR 0020).

@@ -45,7 +45,7 @@ use crate::state::replay::{migrate_step, start_migration, start_side_ids};
 use crate::types::{Block, Event};
 
 /// The newest app version this build carries.
-pub const LATEST_APP_VERSION: u64 = 6;
+pub const LATEST_APP_VERSION: u64 = 7;
 /// A plan's height must be at least this many blocks above the height it
 /// is proposed and accepted at.
 pub const MIN_LEAD_BLOCKS: u64 = 20;

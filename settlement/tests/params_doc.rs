@@ -1,7 +1,7 @@
 //! The README documents every chain parameter: its genesis example's
 //! `params` object and its parameter table must hold exactly the fields of
-//! `Params`, each with its default. The oracle is `Params::default()` as it
-//! serializes (what genesis, `/params` and `tallyd genesis set-param` use),
+//! `Params`, each with its default. The oracle is `Params::default()` as
+//! `Params::to_json` shows it (what genesis, `/params` and `tallyd genesis set-param` use),
 //! not the doc. A field added to `Params` without its doc row fails here.
 
 use serde_json::{Map, Value};
@@ -55,8 +55,8 @@ fn table(section: &str) -> Result<Vec<(String, Value)>, String> {
 }
 
 fn defaults() -> Map<String, Value> {
-    match serde_json::to_value(Params::default()) {
-        Ok(Value::Object(m)) => m,
+    match Params::default().to_json() {
+        Value::Object(m) => m,
         other => panic!("Params does not serialize to an object: {other:?}"),
     }
 }
@@ -134,6 +134,8 @@ fn rule_word(r: tally_settlement::gov::params::Rule) -> &'static str {
         Rule::RaiseOnly => "raise only",
         Rule::NoCeremony => "not during a ceremony",
         Rule::CoversBatch => "not below the batch being settled",
+        Rule::FromVersion(7) => "from app version 7",
+        Rule::FromVersion(_) => "from a later app version",
     }
 }
 

@@ -14,7 +14,11 @@
 //! (exact key and value bytes), and the RocksDB table files after a full
 //! compaction (tree nodes, versioned values and every retained version
 //! included). Then `--idle` empty blocks (default 720: every id expired
-//! and its bucket dropped) and the same figures again.
+//! and its bucket dropped) and the same figures again. With
+//! `--keep-windows K` (app version 7, ADR 0026) genesis sets
+//! `sla_keep_windows`, and each run's SLA-record bytes (route records,
+//! indexes, totals, histograms) are printed too: after the idle blocks
+//! every loaded window is older than the horizon and pruned.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -78,6 +82,7 @@ fn run(
     blocks: u64,
     idle: u64,
     retain: u64,
+    keep: u64,
 ) -> Result<(Sizes, Sizes)> {
     let dir = tempfile::tempdir()?;
     let key = gateway_key(9);
@@ -86,7 +91,13 @@ fn run(
     let dynb: Arc<dyn Backend> = backend.clone();
     let app = TallyApp::new(dynb, tally_abci::Halt::new(|e| panic!("halt: {e:?}")))?;
     app.set_retain_versions(retain);
-    app.init_chain(bench_init_chain(CHAIN, T0, &key, &traffic.users, version));
+    let mut init = bench_init_chain(CHAIN, T0, &key, &traffic.users, version);
+    if keep > 0 {
+        let mut state: serde_json::Value = serde_json::from_slice(&init.app_state_bytes)?;
+        state["params"]["sla_keep_windows"] = serde_json::json!(keep);
+        init.app_state_bytes = state.to_string().into_bytes().into();
+    }
+    app.init_chain(init);
     let block = |h: u64, txs: Vec<Bytes>| -> Result<()> {
         let r = app.finalize_block(RequestFinalizeBlock {
             txs,
@@ -122,8 +133,21 @@ fn run(
     Ok((loaded, after))
 }
 
+/// Pairs and key + value bytes of the SLA-record prefixes.
+fn sla_bytes(s: &Sizes) -> (u64, u64) {
+    ["rr/", "ip/", "iu/", "pw/", "uw/", "win/", "lat/", "plat/"]
+        .iter()
+        .filter_map(|p| s.flat.get(*p))
+        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+}
+
 fn report(label: &str, low: &Sizes, high: &Sizes, extra: f64) {
     println!("  {label}:");
+    let (lo, hi) = (sla_bytes(low), sla_bytes(high));
+    println!(
+        "    SLA records (rr/ ip/ iu/ pw/ uw/ win/ lat/ plat/): {} pairs, {} B (low run); {} pairs, {} B (high run)",
+        lo.0, lo.1, hi.0, hi.1
+    );
     let mut prefixes: Vec<&String> = low.flat.keys().chain(high.flat.keys()).collect();
     prefixes.sort();
     prefixes.dedup();
@@ -158,15 +182,16 @@ fn report(label: &str, low: &Sizes, high: &Sizes, extra: f64) {
 }
 
 /// `tally-bench state [--app-version V] [--low N] [--high N] [--blocks N]
-/// [--idle N] [--retain N]`.
+/// [--idle N] [--retain N] [--keep-windows K]`.
 pub fn main(args: &[String]) -> Result<()> {
     let mut version = tally_settlement::upgrade::LATEST_APP_VERSION;
-    let (mut low, mut high, mut blocks, mut idle, mut retain) = (
+    let (mut low, mut high, mut blocks, mut idle, mut retain, mut keep) = (
         200usize,
         400usize,
         300u64,
         720u64,
         tally_store::DEFAULT_RETAIN_VERSIONS,
+        0u64,
     );
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -182,6 +207,7 @@ pub fn main(args: &[String]) -> Result<()> {
             "--blocks" => blocks = num("--blocks")?,
             "--idle" => idle = num("--idle")?,
             "--retain" => retain = num("--retain")?,
+            "--keep-windows" => keep = num("--keep-windows")?,
             other => bail!("unknown argument {other:?}"),
         }
     }
@@ -189,10 +215,10 @@ pub fn main(args: &[String]) -> Result<()> {
         bail!("--app-version must be one this build carries and --high above --low");
     }
     println!(
-        "state per 1-call report: app version {version}, {blocks} 1-second blocks of {low} and of {high} reports over 2,000 routes, expiry 500 s, state_retain_versions {retain}"
+        "state per 1-call report: app version {version}, {blocks} 1-second blocks of {low} and of {high} reports over 2,000 routes, expiry 500 s, state_retain_versions {retain}, sla_keep_windows {keep}"
     );
-    let (low_loaded, low_after) = run(version, low, blocks, idle, retain)?;
-    let (high_loaded, high_after) = run(version, high, blocks, idle, retain)?;
+    let (low_loaded, low_after) = run(version, low, blocks, idle, retain, keep)?;
+    let (high_loaded, high_after) = run(version, high, blocks, idle, retain, keep)?;
     let extra = ((high - low) as u64 * blocks) as f64;
     report(
         &format!("after the {blocks} blocks (every id live)"),

@@ -25,7 +25,8 @@
 //! (`tally_tests::hub::Hub`), whose relay hands in every hub-block message
 //! in flight, with 2 deposits per message so that ranges split and
 //! messages are held ahead of the cursor. [`GOLDEN_V6`] pins that run at
-//! app version 6 (report ids as side state, ADR 0025).
+//! app version 6 (report ids as side state, ADR 0025), [`GOLDEN_V7`] at
+//! app version 7 with old windows' SLA records pruned (ADR 0026).
 
 use sha2::{Digest, Sha256};
 use tally_settlement::bls::deal;
@@ -85,6 +86,18 @@ const GOLDEN_V6: [(usize, &str); 3] = [
         "e9b16c5969a15bb0ee705f393fd5f73c6365d740ab82f960ca4b8f95706dc101",
     ),
 ];
+
+/// Hex app hashes at heights 100, 300 and 600 of the same run at app
+/// version 7 with `sla_keep_windows` = [`KEEP_V7`] (ADR 0026), recorded
+/// when that version was added.
+const GOLDEN_V7: [(usize, &str); 3] = [
+    (100, "RECORD"),
+    (300, "RECORD"),
+    (600, "RECORD"),
+];
+
+/// `sla_keep_windows` of the version-7 run.
+const KEEP_V7: u64 = 2;
 
 /// SHA-256 over every block's transaction count and each transaction's
 /// result code (u32, big-endian), heights 1 to 1000: recorded for issue
@@ -282,12 +295,13 @@ fn app_hashes_match_the_recorded_golden_values() -> anyhow::Result<()> {
 fn run_v5(version: u64) -> anyhow::Result<(Vec<String>, usize)> {
     let key = gateway_key(9);
     let mut traffic = Traffic::new(2025, key.clone(), CHAIN, [5, 3, 2, 3]);
-    let (app_state, shares) = genesis(
-        &traffic,
-        &key,
-        51,
-        serde_json::json!({"max_block_deposits": 2}),
-    )?;
+    let mut extra = serde_json::json!({"max_block_deposits": 2});
+    if version >= 7 {
+        // Version 7 prunes SLA records of windows older than the 2 before
+        // the current one (ADR 0026): the run prunes as it reports.
+        extra["sla_keep_windows"] = serde_json::json!(KEEP_V7);
+    }
+    let (app_state, shares) = genesis(&traffic, &key, 51, extra)?;
     let mut net = Net::in_memory(4, CHAIN, T0)?;
     net.genesis_version = version;
     net.init(&app_state.to_string())?;
@@ -322,6 +336,17 @@ fn run_v5(version: u64) -> anyhow::Result<(Vec<String>, usize)> {
     }
     let sync = query(&net, "/sync/hub");
     println!("version {version}, final sync state: {sync}; {held} messages held");
+    if version >= 7 {
+        // The horizon is the last block's window less KEEP_V7, and the
+        // windows listed start there.
+        let now_window = (net.now as u64 - 1) / 30;
+        let w = query(&net, "/windows?limit=1000");
+        let first = w["windows"][0]["window"].as_u64().unwrap_or(0);
+        anyhow::ensure!(
+            w["kept_from"].as_u64().is_some_and(|k| k + KEEP_V7 + 1 >= now_window && first >= k),
+            "not pruned: now window {now_window}, {w}"
+        );
+    }
     let credited = sync["next_deposit_seq"].as_u64().unwrap_or(0) - 1;
     anyhow::ensure!(
         credited + 60 > deposited as u64 && credited > 600,
@@ -358,6 +383,18 @@ fn app_hashes_at_version_6_match_the_recorded_golden_values() -> anyhow::Result<
     }
     for ((height, want), got) in GOLDEN_V6.iter().zip(&got) {
         assert_eq!(got, want, "app hash at height {height} (app version 6)");
+    }
+    Ok(())
+}
+
+#[test]
+fn app_hashes_at_version_7_match_the_recorded_golden_values() -> anyhow::Result<()> {
+    let (got, _) = run_v5(7)?;
+    for ((height, _), got) in GOLDEN_V7.iter().zip(&got) {
+        println!("version 7, height {height}: {got}");
+    }
+    for ((height, want), got) in GOLDEN_V7.iter().zip(&got) {
+        assert_eq!(got, want, "app hash at height {height} (app version 7)");
     }
     Ok(())
 }

@@ -287,3 +287,94 @@ fn proofs_verify_with_ics23_alone_and_tampering_is_refused() -> anyhow::Result<(
     assert!(!member(&a, &root, &k, &a.value) || a.value == ask(&net, &k, 0).value);
     Ok(())
 }
+
+/// App version 7 with `sla_keep_windows` = 1 (ADR 0026): once the horizon
+/// passed a window, `/key` answers code 28 for its route record at every
+/// later height, with the horizon's value and a membership proof of
+/// `meta/sla_kept_from` that ics23 verifies against that height's root;
+/// at a height before the horizon moved, the same key is still proved
+/// present. Keys, the window layout and the expected horizon are written
+/// from docs/proofs.md and the block times the test chose.
+#[test]
+fn a_pruned_window_answers_28_with_a_proof_of_the_horizon() -> anyhow::Result<()> {
+    const SECS: u64 = 60;
+    let key = gateway_key(4);
+    let mut traffic = Traffic::new(78, key.clone(), CHAIN, [3, 3, 2, 2]);
+    let mut net = Net::in_memory(1, CHAIN, T0)?;
+    net.genesis_version = 7;
+    let mut state: serde_json::Value =
+        serde_json::from_str(&app_state(&key, &traffic.users, FUNDS, SECS))?;
+    state["params"]["sla_keep_windows"] = serde_json::json!(1);
+    net.init(&state.to_string())?;
+    let w0 = T0 as u64 / SECS;
+    let mut roots = Vec::new();
+    let mut first = None;
+    // Four blocks in window w0, then one in w0 + 1.
+    for step in [1, 1, 1, 60, 60] {
+        let recs = traffic.records(4, 9);
+        first.get_or_insert_with(|| recs[0].clone());
+        let out = net.block(vec![traffic.report(recs, net.now as u64, 120)], step)?;
+        anyhow::ensure!(out.tx_results[0].code == 0, "{}", out.tx_results[0].log);
+        roots.push(out.app_hash);
+    }
+    // One more block, in window w0 + 2: the horizon is w0 + 1.
+    roots.push(net.block(Vec::new(), 1)?.app_hash);
+    let r = first.unwrap();
+    let k = cat(&[
+        b"rr/",
+        r.user.as_bytes(),
+        b"\0",
+        r.provider.as_bytes(),
+        b"\0",
+        r.model.as_bytes(),
+        b"\0",
+        r.route.as_bytes(),
+        b"\0",
+        &w0.to_be_bytes(),
+    ]);
+    let horizon_key = b"meta/sla_kept_from";
+    let latest = roots.len() as i64;
+    let mut pruned_from = None;
+    for h in 1..=latest {
+        let q = net.nodes[0].app.query(RequestQuery {
+            data: k.clone().into(),
+            path: "/key".into(),
+            height: h,
+            prove: true,
+        });
+        let ops = q.proof_ops.expect("proof ops").ops;
+        let proof = ics23::CommitmentProof::decode(ops[0].data.as_slice())?;
+        let root = &roots[h as usize - 1];
+        if q.code == 28 {
+            pruned_from.get_or_insert(h);
+            assert_eq!(ops[0].key, horizon_key, "height {h}: the proof is of the horizon");
+            assert_eq!(q.value.as_ref(), (w0 + 1).to_be_bytes(), "height {h}");
+            assert!(q.log.contains("pruned"), "{}", q.log);
+            let a = Answer {
+                code: q.code,
+                value: q.value.to_vec(),
+                height: q.height,
+                proof,
+            };
+            assert!(member(&a, root, horizon_key, &a.value), "height {h}");
+            let mut forged = a.value.clone();
+            forged[7] ^= 1;
+            assert!(!member(&a, root, horizon_key, &forged), "forged horizon");
+        } else {
+            assert_eq!(q.code, 0, "height {h}: {}", q.log);
+            assert!(pruned_from.is_none(), "height {h} answers again after 28");
+            assert_eq!(ops[0].key, k);
+            let a = Answer {
+                code: q.code,
+                value: q.value.to_vec(),
+                height: q.height,
+                proof,
+            };
+            assert!(member(&a, root, &k, &a.value), "height {h}");
+        }
+    }
+    // The clock moves after each block: blocks 1-4 are in w0, 5 in w0 + 1
+    // and 6 in w0 + 2, where the horizon passes w0.
+    assert_eq!(pruned_from, Some(6));
+    Ok(())
+}

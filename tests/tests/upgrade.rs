@@ -7,13 +7,15 @@
 //! app hashes agree on every node at every height, replayed or not), the
 //! replay rule (a report accepted before the switch is still a duplicate
 //! after it, with the body hash it was accepted with) and the test's own
-//! ledger of what it sent. The last test does the same for app version
-//! 6, whose ids are side state (ADR 0025).
+//! ledger of what it sent. Another test does the same for app version
+//! 6, whose ids are side state (ADR 0025), and the last switches to app
+//! version 7 and prunes old windows' SLA records by a params proposal
+//! (ADR 0026), the horizon checked against the test's own window count.
 
 use anyhow::{ensure, Context, Result};
 use tally_abci::HaltReason;
 use tally_settlement::dkg::types::{ProposalAction, ProposalStatus};
-use tally_settlement::proto::UpgradePlan;
+use tally_settlement::proto::{ParamChange, ParamValue, UpgradePlan, ValidatorProposal};
 use tally_settlement::upgrade::{applied_plan, pending_plan, CANCEL_MARGIN_BLOCKS};
 use tally_settlement::{state, Code};
 use tally_store::KvRead;
@@ -429,5 +431,103 @@ fn version_5_ids_stay_duplicates_across_the_switch_to_side_state() -> Result<()>
         ensure!(count(kv, b"meta/tree_ids")? == 0, "node{i} kept the marker");
         ensure!(count(kv, b"\x01rb/")? >= 1, "node{i}: usage stopped");
     }
+    Ok(())
+}
+
+/// A `params` proposal setting `sla_keep_windows` from `from_window`.
+fn keep_windows(from_window: u64, keep: u64) -> ValidatorProposal {
+    ValidatorProposal {
+        action: ProposalAction::Params.into(),
+        params: Some(ParamChange {
+            from_window,
+            values: vec![ParamValue {
+                name: "sla_keep_windows".into(),
+                value: keep.to_string(),
+            }],
+        }),
+        ..ValidatorProposal::default()
+    }
+}
+
+/// The windows of a node's route records (`rr/`: the last 8 bytes, as
+/// docs/proofs.md gives the layout).
+fn record_windows(kv: &impl KvRead) -> Result<Vec<u64>> {
+    Ok(kv
+        .scan_prefix(b"rr/", usize::MAX)?
+        .iter()
+        .map(|(k, _)| u64::from_be_bytes(k[k.len() - 8..].try_into().unwrap()))
+        .collect())
+}
+
+#[test]
+fn version_7_prunes_old_windows_once_a_proposal_sets_the_parameter() -> Result<()> {
+    const SECS: u64 = 60;
+    const KEEP: u64 = 2;
+    let mut net = ready_at(6)?;
+    let window = |net: &DkgNet| net.net.now as u64 / SECS;
+    // Before version 7 the parameter is refused when proposed.
+    let w = window(&net);
+    let (code, _, log) = net.propose_gov(0, keep_windows(w + 2, KEEP))?;
+    ensure!(
+        code != Code::Ok && log.contains("from app version 7"),
+        "{code:?} {log}"
+    );
+    let h = net.net.height as u64 + 25;
+    schedule(&mut net, plan("v7", 7, h))?;
+    while (net.net.height as u64) < h + 1 {
+        net.block(true, Vec::new())?;
+    }
+    ensure!(net.net.header_version_at(h as i64 + 1) == 7);
+    let oldest = *record_windows(net.net.nodes[0].app.committed_state())?
+        .iter()
+        .min()
+        .context("no records")?;
+
+    let from = window(&net) + 1;
+    let (code, id, log) = net.propose_gov(0, keep_windows(from, KEEP))?;
+    ensure!(code == Code::Ok, "proposal refused: {code:?} {log}");
+    for v in [1, 2] {
+        if net.status(id)? == ProposalStatus::Open {
+            ensure!(net.approve(v, id)? == Code::Ok, "approval by {v}");
+        }
+    }
+    // Reports for KEEP + 2 more windows after the change.
+    let until = (from + KEEP + 2) * SECS;
+    while (net.net.now as u64) < until {
+        net.block(true, Vec::new())?;
+    }
+    let last = (net.net.now as u64 - 1) / SECS;
+    let kept = last - KEEP;
+    ensure!(kept > oldest, "nothing to prune: oldest {oldest}, kept {kept}");
+    let provider = net.traffic.records(1, 1)[0].provider.clone();
+    let path = |w: u64| format!("/sla/provider/{provider}/{w}");
+    for i in 0..4 {
+        let app = &net.net.nodes[i].app;
+        let kv = app.committed_state();
+        ensure!(
+            tally_settlement::state::prune::kept_from(kv)? == kept,
+            "node{i}: horizon"
+        );
+        let windows = record_windows(kv)?;
+        ensure!(
+            windows.iter().all(|w| *w >= kept) && windows.contains(&last),
+            "node{i}: record windows {:?}",
+            windows.iter().min()
+        );
+        let r = app.query_path(&path(oldest));
+        ensure!(r.code == Code::HeightUnavailable, "node{i}: {}", r.log);
+        let r = app.query_path("/windows");
+        let v: serde_json::Value = serde_json::from_slice(&r.value)?;
+        ensure!(v["kept_from"] == kept && v["windows"][0]["window"].as_u64() >= Some(kept));
+    }
+
+    // A node that joins by state sync answers the same and follows.
+    net.net.serve_snapshots(0, 5)?;
+    for _ in 0..6 {
+        net.block(true, Vec::new())?;
+    }
+    let mut synced = net.net.join_by_state_sync(0)?;
+    net.block(true, Vec::new())?;
+    synced.follow(&net.net)?;
     Ok(())
 }

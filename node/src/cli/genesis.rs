@@ -224,15 +224,14 @@ impl SetParamCommand {
     /// Replaces one parameter, keeping its JSON type.
     fn apply(self, g: &mut Genesis) -> anyhow::Result<bool> {
         let Self { name, value } = self;
-        let mut params = serde_json::to_value(&g.params)?;
+        let mut params = g.params.to_json();
         let slot = params.get_mut(&name).with_context(|| {
             format!(
                 "no parameter {name:?}; known: {}",
-                serde_json::to_value(&g.params)
-                    .map(|v| v
-                        .as_object()
-                        .map(|o| o.keys().cloned().collect::<Vec<_>>().join(", "))
-                        .unwrap_or_default())
+                g.params
+                    .to_json()
+                    .as_object()
+                    .map(|o| o.keys().cloned().collect::<Vec<_>>().join(", "))
                     .unwrap_or_default()
             )
         })?;

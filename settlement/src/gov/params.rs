@@ -39,7 +39,7 @@ use crate::state::chain::{cur_window, oldest_closing, params, put_params_raw};
 pub use crate::state::chain::{params_at, params_since as since};
 use crate::state::put_u64;
 use crate::state::sync::{batch, sync_state};
-use crate::types::Event;
+use crate::types::{Event, PRUNE_VERSION};
 
 /// Most parameters one change names.
 pub const MAX_VALUES: usize = 32;
@@ -63,6 +63,9 @@ pub enum Rule {
     NoCeremony,
     /// Not below the number of calls of the batch being settled.
     CoversBatch,
+    /// Only to its off value (0) before the state runs this app version:
+    /// earlier versions do not read it.
+    FromVersion(u64),
 }
 
 /// Every parameter and its rule, in the order of [`Params`].
@@ -95,6 +98,7 @@ pub const RULES: &[(&str, Rule)] = &[
     ("settled_retention_windows", Rule::Free),
     ("dkg_phase_blocks", Rule::NoCeremony),
     ("proposal_expiry_blocks", Rule::Free),
+    ("sla_keep_windows", Rule::FromVersion(PRUNE_VERSION)),
 ];
 
 /// A change waiting for its window (`par/next/<from_window>`).
@@ -137,7 +141,7 @@ pub fn parse_values(c: &ParamChange) -> Result<BTreeMap<String, Value>, String> 
     if c.values.is_empty() || c.values.len() > MAX_VALUES {
         return Err(format!("a change names 1 to {MAX_VALUES} parameters"));
     }
-    let defaults = serde_json::to_value(Params::default()).unwrap_or(Value::Null);
+    let defaults = Params::default().to_json();
     let mut out = BTreeMap::new();
     for v in &c.values {
         let typed = match defaults.get(&v.name) {
@@ -191,6 +195,12 @@ pub fn check_step(
             Rule::NoCeremony => dkg_state::ceremony(kv)?.map(|c| {
                 format!("{name} cannot change while DKG round {} runs (its phases are counted in these blocks)", c.round)
             }),
+            Rule::FromVersion(v) => {
+                let version = crate::state::chain::app_version(kv)?;
+                (version < *v && num(now) != 0).then(|| {
+                    format!("{name} takes effect from app version {v}; the chain runs version {version}")
+                })
+            }
             Rule::CoversBatch => {
                 let calls = batch_calls(kv, &old.hub_chain)?;
                 (num(now) < calls as u64).then(|| {
@@ -412,7 +422,7 @@ fn prune(kv: &mut impl Kv, now_window: u64) -> Result<(), Fatal> {
 /// every scheduled change with the parameters it would make.
 pub fn json(kv: &impl KvRead) -> Result<Value, Fatal> {
     let current = params(kv)?;
-    let mut out = serde_json::to_value(&current).unwrap_or(Value::Null);
+    let mut out = current.to_json();
     let mut base = current;
     let mut list = Vec::new();
     for (w, s) in scheduled(kv)? {

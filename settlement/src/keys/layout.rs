@@ -71,6 +71,14 @@ pub const LAYOUT: &[(&[u8], &str)] = &[
         TREE_IDS_UNTIL,
         "last bucket that may hold version-5 report ids",
     ),
+    (
+        SLA_KEPT_FROM,
+        "first window whose SLA records are kept (app version 7)",
+    ),
+    (
+        SLA_PRUNE,
+        "the pass pruning SLA records of older windows (app version 7)",
+    ),
     (UPGRADE_PLAN, "pending upgrade plan"),
     (UPGRADE_DONE, "upgrade plans carried out"),
     (PARAMS_SINCE, "first window the parameters in force govern"),

@@ -47,3 +47,36 @@ fn sync_keys_parse_back() {
     assert_eq!(parse_closing(&closing(7)), Some(7));
     assert_eq!(parse_closing(b"closing/abc"), None);
 }
+
+#[test]
+fn every_sla_key_names_its_window_and_no_other_key_does() {
+    // Windows whose bytes hold 0x00 and 0xff, so separators cannot be
+    // confused with them.
+    for w in [0u64, 0x0100_ff00, u64::MAX] {
+        let id = RouteId {
+            user: "org/u".into(),
+            provider: "p".into(),
+            model: "m/1".into(),
+            route: "/v1".into(),
+        };
+        for k in [
+            route(&id, w),
+            by_provider(&id, w),
+            by_user(&id, w),
+            window(w),
+            provider_window("p", w),
+            user_window("org/u", w),
+            route_latency("p", w, "m/1", "/v1"),
+            provider_latency("p", w),
+        ] {
+            assert_eq!(sla_window(&k), Some(w), "{k:?}");
+        }
+        assert_eq!(parse_party_window(&provider_window("p", w), PROVIDER_WINDOW), Some(("p".into(), w)));
+        for k in [owed(w, "p", "u"), closing(w), slo_verdict("p", w), balance("u")] {
+            assert_eq!(sla_window(&k), None, "{k:?}");
+        }
+    }
+    assert_eq!(sla_window(b"rr/a\0b\0c\0"), None);
+    assert_eq!(sla_window(b"win/1234567"), None);
+    assert_eq!(sla_window(b"pw/p"), None);
+}

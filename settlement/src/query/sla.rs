@@ -1,5 +1,7 @@
 //! The SLA route-record queries: one route over all windows or in one
-//! window, and a provider's or user's records (`/sla/...`).
+//! window, and a provider's or user's records (`/sla/...`). A window whose
+//! records were pruned answers code 28; listings start at the first kept
+//! window (app version 7, ADR 0026).
 
 use serde_json::{json, Value};
 
@@ -10,6 +12,7 @@ use crate::ident;
 use crate::record::{RouteId, RouteRecordView};
 use crate::state::chain::{params, route};
 use crate::state::listing::{party_routes, route_windows, Party};
+use crate::state::prune::check_kept;
 
 /// The route of `/sla/route/{user}/{provider}/{model}/{route}...`, its
 /// identifiers checked.
@@ -52,6 +55,7 @@ pub fn route_window(a: &Ask) -> Result<Value, ExecError> {
     let secs = params(&a.kv)?.settlement_window_secs;
     a.no_params()?;
     let w = parse_window(a.arg("window")?)?;
+    check_kept(&a.kv, w)?;
     let c = route(&a.kv, &id, w).map_err(state_fault)?.ok_or_else(|| {
         reject(
             Code::NotFound,
@@ -65,6 +69,9 @@ fn party(a: &Ask, whose: Party, name: &str) -> Result<Value, ExecError> {
     let party = a.arg(name)?;
     ident::check_party(name, party).map_err(|e| bad(e.log))?;
     let window = a.opt("window").map(parse_window).transpose()?;
+    if let Some(w) = window {
+        check_kept(&a.kv, w)?;
+    }
     let paging = a.paging()?;
     let secs = params(&a.kv)?.settlement_window_secs;
     let cursor = paging.cursor.as_deref();

@@ -113,11 +113,13 @@ fn percentiles(h: &Histogram) -> Value {
 }
 
 /// `/latency/{provider}/{window}`: the provider's p50/p95/p99 latency and
-/// TTFT in a window, and each route's (the first 1000 by model and route).
+/// TTFT in a window, and each route's (the first 1000 by model and route);
+/// code 28 for a window whose SLA records were pruned.
 pub fn latency(a: &Ask) -> Result<Value, ExecError> {
     a.no_params()?;
     let provider = provider_arg(a)?;
     let w = parse_window(a.arg("window")?)?;
+    crate::state::prune::check_kept(&a.kv, w)?;
     let whole = provider_histogram(&a.kv, provider, w)?;
     let prefix = keys::route_latency_prefix(provider, w);
     let rows =

@@ -1,5 +1,7 @@
 //! `/windows`: every window any report landed in, with its totals, whether
-//! it closed and whether its payments are still becoming hub calls.
+//! it closed and whether its payments are still becoming hub calls;
+//! windows whose SLA records were pruned are not listed, and `kept_from`
+//! names the first listed (app version 7).
 
 use serde_json::{json, Value};
 
@@ -34,8 +36,15 @@ pub fn windows(a: &Ask) -> Result<Value, ExecError> {
             amount: info.totals.amount,
         });
     }
+    // From app version 7 (ADR 0026): the first window still listed, once
+    // older windows' records were pruned.
+    let mut items = json!({ "windows": windows });
+    let kept = crate::state::prune::kept_from(&a.kv)?;
+    if kept > 0 {
+        items["kept_from"] = json!(kept);
+    }
     Ok(json!(Page {
-        items: json!({ "windows": windows }),
+        items,
         next_cursor: page.next.map(hex::encode),
     }))
 }

@@ -2,6 +2,9 @@
 //! windows, a provider's or user's records (through their indexes), the
 //! windows with their totals, and the registered gateways.
 //!
+//! Record and window listings start at the first window whose SLA records
+//! are kept ([`super::prune`], app version 7).
+//!
 //! A page is one bounded range scan: at most `limit` items from the start of
 //! the listing or strictly after `cursor`, a state key an earlier page
 //! returned as [`Listing::next`]. A cursor that is not a key of the listing
@@ -14,6 +17,7 @@ use crate::error::Fatal;
 use crate::keys;
 use crate::record::{Counters, RouteId};
 use crate::state::chain::route;
+use crate::state::prune::kept_from;
 use crate::types::WindowInfo;
 
 /// One page of a listing.
@@ -45,11 +49,13 @@ fn corrupt() -> Fatal {
     Fatal::Corrupt("state")
 }
 
-/// Up to `limit` pairs under `prefix` after `cursor`, and the next cursor;
-/// `None` if `cursor` does not lie under `prefix`.
+/// Up to `limit` pairs under `prefix` after `cursor` and not before
+/// `from` (a key under `prefix`: the first kept window's), and the next
+/// cursor; `None` if `cursor` does not lie under `prefix`.
 fn page(
     kv: &impl KvRead,
     prefix: &[u8],
+    from: Option<Vec<u8>>,
     cursor: Option<&[u8]>,
     limit: usize,
 ) -> Result<Option<RawPage>, Fatal> {
@@ -61,6 +67,10 @@ fn page(
             s
         }
         None => prefix.to_vec(),
+    };
+    let start = match from {
+        Some(f) if f > start => f,
+        _ => start,
     };
     let mut rows = kv.scan(&start, &prefix_end(prefix), limit.saturating_add(1))?;
     let next = if rows.len() > limit {
@@ -87,7 +97,8 @@ pub fn route_windows(
     limit: usize,
 ) -> Result<Option<Listing<(u64, Counters)>>, Fatal> {
     let prefix = keys::route_prefix(id);
-    let Some((rows, next)) = page(kv, &prefix, cursor, limit)? else {
+    let from = keys::route(id, kept_from(kv)?);
+    let Some((rows, next)) = page(kv, &prefix, Some(from), cursor, limit)? else {
         return Ok(None);
     };
     let mut items = Vec::with_capacity(rows.len());
@@ -114,7 +125,14 @@ pub fn party_routes(
     } else {
         keys::by_user_prefix(party, window)
     };
-    let Some((rows, next)) = page(kv, &prefix, cursor, limit)? else {
+    // Without a window the listing starts at the first kept one (a pruned
+    // window is the caller's to refuse).
+    let from = match window {
+        None if by_provider => Some(keys::by_provider_prefix(party, Some(kept_from(kv)?))),
+        None => Some(keys::by_user_prefix(party, Some(kept_from(kv)?))),
+        Some(_) => None,
+    };
+    let Some((rows, next)) = page(kv, &prefix, from, cursor, limit)? else {
         return Ok(None);
     };
     let mut items = Vec::with_capacity(rows.len());
@@ -138,7 +156,8 @@ pub fn windows(
     cursor: Option<&[u8]>,
     limit: usize,
 ) -> Result<Option<Listing<(u64, WindowInfo)>>, Fatal> {
-    let Some((rows, next)) = page(kv, keys::WINDOW, cursor, limit)? else {
+    let from = keys::window(kept_from(kv)?);
+    let Some((rows, next)) = page(kv, keys::WINDOW, Some(from), cursor, limit)? else {
         return Ok(None);
     };
     let mut items = Vec::with_capacity(rows.len());

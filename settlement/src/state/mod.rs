@@ -14,6 +14,7 @@
 //! - [`sync`]: the threshold key, hub calls, batches, sync state, deposit
 //!   cursors and stored partial signatures.
 //! - [`withdrawal`]: users' withdrawals (ADR 0020).
+//! - [`prune`]: pruning old windows' SLA records (app version 7).
 //! - [`listing`]: paged reads of what queries list (a route's records, a
 //!   provider's or user's records, windows, gateways).
 //!
@@ -23,6 +24,7 @@ pub mod allowance;
 pub mod chain;
 pub mod gateway;
 pub mod listing;
+pub mod prune;
 pub mod replay;
 pub mod sync;
 pub mod withdrawal;

@@ -102,8 +102,14 @@ impl Command for RouteCommand {
             model: self.model.clone(),
             route: self.route.clone(),
         };
-        // The record and the parameters (its window's start and end).
-        let keys = [keys::route(&id, window), keys::PARAMS.to_vec()];
+        // The record, the parameters (its window's start and end) and the
+        // first window whose records are kept (a pruned window answers 28
+        // from /key itself).
+        let keys = [
+            keys::route(&id, window),
+            keys::PARAMS.to_vec(),
+            keys::SLA_KEPT_FROM.to_vec(),
+        ];
         let read = verified::read(ctx, &self.opts, &self.verify, &keys)?;
         let v = tally_light::verified::answer(&read, &path.to_string())?;
         verified::print(&self.opts, shape, v, &read)

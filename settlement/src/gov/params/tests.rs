@@ -262,3 +262,28 @@ proptest! {
         prop_assert!(scheduled(&kv).unwrap().is_empty());
     }
 }
+
+/// `sla_keep_windows` (ADR 0026) is named like any parameter although the
+/// stored parameters leave it out while 0, and may only be set once the
+/// chain runs app version 7; turning it off is always allowed.
+#[test]
+fn sla_keep_windows_waits_for_version_7() {
+    let mut kv = chain();
+    crate::state::chain::put_app_version(&mut kv, 6);
+    let why = refusal(&kv, &change(11, &[("sla_keep_windows", "1440")]));
+    assert!(
+        why.contains("takes effect from app version 7; the chain runs version 6"),
+        "{why}"
+    );
+    check(&kv, Some(&change(11, &[("sla_keep_windows", "0")])))
+        .unwrap()
+        .unwrap();
+    crate::state::chain::put_app_version(&mut kv, 7);
+    accept(&mut kv, 1, change(11, &[("sla_keep_windows", "1440")]));
+    let why = refusal(&kv, &change(12, &[("sla_keep_windows", "100000001")]));
+    assert!(why.contains("sla_keep_windows must be"), "{why}");
+    assert_eq!(json(&kv).unwrap()["sla_keep_windows"], 0);
+    begin_block(&mut kv, 11).unwrap();
+    assert_eq!(params(&kv).unwrap().sla_keep_windows, 1440);
+    assert_eq!(json(&kv).unwrap()["sla_keep_windows"], 1440);
+}
