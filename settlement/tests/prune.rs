@@ -202,24 +202,20 @@ fn check_queries(pruned: &Pending, twin: &Pending, kept: u64, c: &Call, windows:
             }
         }
     }
-    let list = |kv: &Pending| json(kv, &format!("{}?limit=1000", route_path(c)))["records"].clone();
-    let twin_from: Vec<_> = list(twin)
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| r["window"].as_u64().unwrap() >= kept)
-        .cloned()
-        .collect();
-    assert_eq!(list(pruned), serde_json::Value::Array(twin_from));
-    let wins = |kv: &Pending| json(kv, "/windows?limit=1000")["windows"].clone();
-    let twin_wins: Vec<_> = wins(twin)
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| r["window"].as_u64().unwrap() >= kept)
-        .cloned()
-        .collect();
-    assert_eq!(wins(pruned), serde_json::Value::Array(twin_wins));
+    for (path, field) in [
+        (format!("{}?limit=1000", route_path(c)), "records"),
+        ("/windows?limit=1000".to_string(), "windows"),
+    ] {
+        let items = |kv: &Pending| json(kv, &path)[field].clone();
+        let twin_from: Vec<_> = items(twin)
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["window"].as_u64().unwrap() >= kept)
+            .cloned()
+            .collect();
+        assert_eq!(items(pruned), serde_json::Value::Array(twin_from), "{path}");
+    }
 }
 
 fn call() -> impl Strategy<Value = Call> {

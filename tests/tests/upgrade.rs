@@ -76,6 +76,18 @@ fn ready_at(version: u64) -> Result<DkgNet> {
     Ok(net)
 }
 
+/// Schedules app `version` 25 blocks ahead and runs blocks until the
+/// header after its height carries it; returns the height.
+fn switch_to(net: &mut DkgNet, version: u64) -> Result<u64> {
+    let h = net.net.height as u64 + 25;
+    schedule(net, plan(&format!("v{version}"), version, h))?;
+    while (net.net.height as u64) < h + 1 {
+        net.block(true, Vec::new())?;
+    }
+    ensure!(net.net.header_version_at(h as i64 + 1) == version);
+    Ok(h)
+}
+
 /// Runs a block carrying `report` (and no other usage); its result code.
 fn send_report(net: &mut DkgNet, report: &[u8]) -> Result<Code> {
     let o = net.block(false, vec![report.to_vec()])?;
@@ -382,12 +394,7 @@ fn version_5_ids_stay_duplicates_across_the_switch_to_side_state() -> Result<()>
         count(kv, b"rb/")? >= 3 && count(kv, b"\x01rb/")? == 0,
         "version 5 layout"
     );
-    let h = net.net.height as u64 + 25;
-    schedule(&mut net, plan("v6", 6, h))?;
-    while (net.net.height as u64) < h + 1 {
-        net.block(true, Vec::new())?;
-    }
-    ensure!(net.net.header_version_at(h as i64 + 1) == 6);
+    let h = switch_to(&mut net, 6)?;
     for i in 0..4 {
         net.net.ensure_app_version(i)?;
         let kv = net.net.nodes[i].app.committed_state();
@@ -472,12 +479,7 @@ fn version_7_prunes_old_windows_once_a_proposal_sets_the_parameter() -> Result<(
         code != Code::Ok && log.contains("from app version 7"),
         "{code:?} {log}"
     );
-    let h = net.net.height as u64 + 25;
-    schedule(&mut net, plan("v7", 7, h))?;
-    while (net.net.height as u64) < h + 1 {
-        net.block(true, Vec::new())?;
-    }
-    ensure!(net.net.header_version_at(h as i64 + 1) == 7);
+    let h = switch_to(&mut net, 7)?;
     let oldest = *record_windows(net.net.nodes[0].app.committed_state())?
         .iter()
         .min()
