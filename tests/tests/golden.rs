@@ -91,9 +91,18 @@ const GOLDEN_V6: [(usize, &str); 3] = [
 /// version 7 with `sla_keep_windows` = [`KEEP_V7`] (ADR 0026), recorded
 /// when that version was added.
 const GOLDEN_V7: [(usize, &str); 3] = [
-    (100, "RECORD"),
-    (300, "RECORD"),
-    (600, "RECORD"),
+    (
+        100,
+        "500f55ed6d14728bb4132cda6796077c375c05c609c99b5cd12ffe59a68f5fbe",
+    ),
+    (
+        300,
+        "20a067c6dcdb553462373f87649a9b07e756f8913e251ffd0e910326431d436c",
+    ),
+    (
+        600,
+        "01886bf76dcfacb4c3c62e4149501a9b7027c991a935459e3f27fb87ae26feea",
+    ),
 ];
 
 /// `sla_keep_windows` of the version-7 run.

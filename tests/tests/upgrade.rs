@@ -529,6 +529,7 @@ fn version_7_prunes_old_windows_once_a_proposal_sets_the_parameter() -> Result<(
         net.block(true, Vec::new())?;
     }
     let mut synced = net.net.join_by_state_sync(0)?;
+    ensure!(synced.restored as u64 > h, "snapshot from before the switch");
     net.block(true, Vec::new())?;
     synced.follow(&net.net)?;
     Ok(())
