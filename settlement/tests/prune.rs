@@ -286,7 +286,10 @@ fn a_large_window_is_pruned_over_several_blocks() {
         run(&mut twin, height, time, height, &[]);
         blocks += 1;
         assert_eq!(kept_from(&pruned).unwrap(), W0 + 1);
-        let one = format!("{}/{W0}", route_path(&(0, 0, 0, 0, 1)).replace("%2Fv1%2Fchat", "%2Fr%2F2%2F999"));
+        let one = format!(
+            "{}/{W0}",
+            route_path(&(0, 0, 0, 0, 1)).replace("%2Fv1%2Fchat", "%2Fr%2F2%2F999")
+        );
         assert_eq!(query(&pruned, &one).code, Code::HeightUnavailable);
         assert_eq!(query(&twin, &one).code, Code::Ok);
         // Listings start at the horizon while the window's keys are
@@ -297,24 +300,41 @@ fn a_large_window_is_pruned_over_several_blocks() {
         assert_eq!(twin_user.as_array().map(Vec::len), Some(5));
         let wins = json(&pruned, "/windows")["windows"].clone();
         assert_eq!(wins, serde_json::json!([]), "block {blocks}");
-        let route = json(&pruned, &route_path(&(0, 0, 0, 0, 1)).replace("%2Fv1%2Fchat", "%2Fr%2F2%2F999"));
+        let route = json(
+            &pruned,
+            &route_path(&(0, 0, 0, 0, 1)).replace("%2Fv1%2Fchat", "%2Fr%2F2%2F999"),
+        );
         assert_eq!(route["records"], serde_json::json!([]), "block {blocks}");
-        if pruned.get(keys::SLA_PRUNE).unwrap().is_some_and(|v| v.len() == 8) {
+        if pruned
+            .get(keys::SLA_PRUNE)
+            .unwrap()
+            .is_some_and(|v| v.len() == 8)
+        {
             break;
         }
         assert!(blocks < 10, "the pass did not finish in 10 blocks");
     }
     // Each route is one unit and the pass reads at least one pw/ entry.
     let least = (routes + 1).div_ceil(PRUNE_PER_BLOCK);
-    assert!(blocks >= least, "{blocks} blocks, at least {least} expected");
-    assert!(blocks <= least + 1, "{blocks} blocks, at most {} expected", least + 1);
+    assert!(
+        blocks >= least,
+        "{blocks} blocks, at least {least} expected"
+    );
+    assert!(
+        blocks <= least + 1,
+        "{blocks} blocks, at most {} expected",
+        least + 1
+    );
     assert_eq!(check_state(&pruned, &twin, W0 + 1), 4 * routes + 4);
 }
 
 #[test]
 fn before_version_7_the_parameter_is_refused_at_genesis() {
     let e = chain(5, 6).unwrap_err();
-    assert!(e.contains("sla_keep_windows takes effect from app version 7"), "{e}");
+    assert!(
+        e.contains("sla_keep_windows takes effect from app version 7"),
+        "{e}"
+    );
     assert!(chain(0, 6).is_ok());
     let e = chain(100_000_001, 7).unwrap_err();
     assert!(e.contains("sla_keep_windows must be"), "{e}");

@@ -352,7 +352,9 @@ fn run_v5(version: u64) -> anyhow::Result<(Vec<String>, usize)> {
         let w = query(&net, "/windows?limit=1000");
         let first = w["windows"][0]["window"].as_u64().unwrap_or(0);
         anyhow::ensure!(
-            w["kept_from"].as_u64().is_some_and(|k| k + KEEP_V7 + 1 >= now_window && first >= k),
+            w["kept_from"]
+                .as_u64()
+                .is_some_and(|k| k + KEEP_V7 + 1 >= now_window && first >= k),
             "not pruned: now window {now_window}, {w}"
         );
     }

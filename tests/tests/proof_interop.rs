@@ -347,7 +347,10 @@ fn a_pruned_window_answers_28_with_a_proof_of_the_horizon() -> anyhow::Result<()
         let root = &roots[h as usize - 1];
         if q.code == 28 {
             pruned_from.get_or_insert(h);
-            assert_eq!(ops[0].key, horizon_key, "height {h}: the proof is of the horizon");
+            assert_eq!(
+                ops[0].key, horizon_key,
+                "height {h}: the proof is of the horizon"
+            );
             assert_eq!(q.value.as_ref(), (w0 + 1).to_be_bytes(), "height {h}");
             assert!(q.log.contains("pruned"), "{}", q.log);
             let a = Answer {

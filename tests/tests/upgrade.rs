@@ -500,7 +500,10 @@ fn version_7_prunes_old_windows_once_a_proposal_sets_the_parameter() -> Result<(
     }
     let last = (net.net.now as u64 - 1) / SECS;
     let kept = last - KEEP;
-    ensure!(kept > oldest, "nothing to prune: oldest {oldest}, kept {kept}");
+    ensure!(
+        kept > oldest,
+        "nothing to prune: oldest {oldest}, kept {kept}"
+    );
     let provider = net.traffic.records(1, 1)[0].provider.clone();
     let path = |w: u64| format!("/sla/provider/{provider}/{w}");
     for i in 0..4 {
@@ -529,7 +532,10 @@ fn version_7_prunes_old_windows_once_a_proposal_sets_the_parameter() -> Result<(
         net.block(true, Vec::new())?;
     }
     let mut synced = net.net.join_by_state_sync(0)?;
-    ensure!(synced.restored as u64 > h, "snapshot from before the switch");
+    ensure!(
+        synced.restored as u64 > h,
+        "snapshot from before the switch"
+    );
     net.block(true, Vec::new())?;
     synced.follow(&net.net)?;
     Ok(())

@@ -21,7 +21,11 @@ pub const SLA_PRUNE: &[u8] = b"meta/sla_prune";
 /// - `ip/`, `iu/`, `pw/`, `uw/`, `lat/`, `plat/`: `<party>\0<window>...`,
 ///   the 8 bytes after the first `0x00`.
 pub fn sla_window(key: &[u8]) -> Option<u64> {
-    let be = |b: &[u8]| b.get(..8).and_then(|w| w.try_into().ok()).map(u64::from_be_bytes);
+    let be = |b: &[u8]| {
+        b.get(..8)
+            .and_then(|w| w.try_into().ok())
+            .map(u64::from_be_bytes)
+    };
     if let Some(rest) = key.strip_prefix(ROUTE) {
         let split = rest.len().checked_sub(8)?;
         // Four separators precede the window.

@@ -71,8 +71,16 @@ fn every_sla_key_names_its_window_and_no_other_key_does() {
         ] {
             assert_eq!(sla_window(&k), Some(w), "{k:?}");
         }
-        assert_eq!(parse_party_window(&provider_window("p", w), PROVIDER_WINDOW), Some(("p".into(), w)));
-        for k in [owed(w, "p", "u"), closing(w), slo_verdict("p", w), balance("u")] {
+        assert_eq!(
+            parse_party_window(&provider_window("p", w), PROVIDER_WINDOW),
+            Some(("p".into(), w))
+        );
+        for k in [
+            owed(w, "p", "u"),
+            closing(w),
+            slo_verdict("p", w),
+            balance("u"),
+        ] {
             assert_eq!(sla_window(&k), None, "{k:?}");
         }
     }

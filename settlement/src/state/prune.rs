@@ -74,7 +74,11 @@ fn pass(kv: &impl KvRead) -> Result<(u64, Option<Vec<u8>>), Fatal> {
         return Ok((0, None));
     };
     let (target, at) = b.split_at_checked(8).ok_or(Fatal::Corrupt("prune pass"))?;
-    let target = u64::from_be_bytes(target.try_into().map_err(|_| Fatal::Corrupt("prune pass"))?);
+    let target = u64::from_be_bytes(
+        target
+            .try_into()
+            .map_err(|_| Fatal::Corrupt("prune pass"))?,
+    );
     Ok((target, (!at.is_empty()).then(|| at.to_vec())))
 }
 
@@ -119,8 +123,8 @@ pub fn begin_block(kv: &mut impl Kv, now_window: u64, keep: u64) -> Result<Vec<E
                 at = keys::WINDOW.to_vec();
                 continue;
             };
-            let (provider, w) =
-                keys::parse_party_window(&k, keys::PROVIDER_WINDOW).ok_or(Fatal::Corrupt("pw/ key"))?;
+            let (provider, w) = keys::parse_party_window(&k, keys::PROVIDER_WINDOW)
+                .ok_or(Fatal::Corrupt("pw/ key"))?;
             if w >= target {
                 // The provider's later windows are all kept.
                 at = prefix_end(&keys::provider_window_prefix(&provider));
@@ -136,7 +140,10 @@ pub fn begin_block(kv: &mut impl Kv, now_window: u64, keep: u64) -> Result<Vec<E
         } else {
             let Some((k, _)) = kv.scan(&at, &keys::window(target), 1)?.pop() else {
                 put_pass(kv, target, &[]);
-                return Ok(vec![Event::new("sla_pruned", [("below", target.to_string())])]);
+                return Ok(vec![Event::new(
+                    "sla_pruned",
+                    [("below", target.to_string())],
+                )]);
             };
             kv.delete(k.clone());
             at = after(&k);
