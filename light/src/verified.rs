@@ -166,8 +166,9 @@ mod tests {
         let mut kv = ReadKv::default();
         kv.insert(keys::balance("alice"), Some(5u64.to_be_bytes().to_vec()));
         kv.insert(keys::balance("bob"), None);
-        // Absent parameters are the defaults.
+        // Absent parameters are the defaults; no window pruned.
         kv.insert(keys::PARAMS.to_vec(), None);
+        kv.insert(keys::SLA_KEPT_FROM.to_vec(), None);
         let read = Read {
             height: 9,
             verified: true,
