@@ -88,6 +88,23 @@ fn switch_to(net: &mut DkgNet, version: u64) -> Result<u64> {
     Ok(h)
 }
 
+/// A node joins by state sync from a snapshot taken after height `h` and
+/// follows the chain (its app hash checked against the others').
+fn join_after(net: &mut DkgNet, h: u64) -> Result<()> {
+    net.net.serve_snapshots(0, 5)?;
+    for _ in 0..6 {
+        net.block(true, Vec::new())?;
+    }
+    let mut synced = net.net.join_by_state_sync(0)?;
+    ensure!(
+        synced.restored as u64 > h,
+        "snapshot from before the switch"
+    );
+    net.block(true, Vec::new())?;
+    synced.follow(&net.net)?;
+    Ok(())
+}
+
 /// Runs a block carrying `report` (and no other usage); its result code.
 fn send_report(net: &mut DkgNet, report: &[u8]) -> Result<Code> {
     let o = net.block(false, vec![report.to_vec()])?;
@@ -415,17 +432,7 @@ fn version_5_ids_stay_duplicates_across_the_switch_to_side_state() -> Result<()>
     ensure!(send_report(&mut net, &fresh)? == Code::Ok);
     ensure!(send_report(&mut net, &fresh)? == Code::DuplicateReport);
 
-    net.net.serve_snapshots(0, 5)?;
-    for _ in 0..6 {
-        net.block(true, Vec::new())?;
-    }
-    let mut synced = net.net.join_by_state_sync(0)?;
-    ensure!(
-        synced.restored as u64 > h,
-        "snapshot from before the switch"
-    );
-    net.block(true, Vec::new())?;
-    synced.follow(&net.net)?;
+    join_after(&mut net, h)?;
 
     // Past the last bucket a version-5 id can be in: nothing of them left.
     let end = net.net.now + 900;
@@ -526,17 +533,7 @@ fn version_7_prunes_old_windows_once_a_proposal_sets_the_parameter() -> Result<(
         ensure!(v["kept_from"] == kept && v["windows"][0]["window"].as_u64() >= Some(kept));
     }
 
-    // A node that joins by state sync answers the same and follows.
-    net.net.serve_snapshots(0, 5)?;
-    for _ in 0..6 {
-        net.block(true, Vec::new())?;
-    }
-    let mut synced = net.net.join_by_state_sync(0)?;
-    ensure!(
-        synced.restored as u64 > h,
-        "snapshot from before the switch"
-    );
-    net.block(true, Vec::new())?;
-    synced.follow(&net.net)?;
+    // A node that joins by state sync after the switch follows.
+    join_after(&mut net, h)?;
     Ok(())
 }

@@ -120,16 +120,18 @@ pub fn party_routes(
     limit: usize,
 ) -> Result<Option<Listing<PartyRecord>>, Fatal> {
     let by_provider = whose == Party::Provider;
-    let prefix = if by_provider {
-        keys::by_provider_prefix(party, window)
-    } else {
-        keys::by_user_prefix(party, window)
+    let prefix_at = |w: Option<u64>| {
+        if by_provider {
+            keys::by_provider_prefix(party, w)
+        } else {
+            keys::by_user_prefix(party, w)
+        }
     };
+    let prefix = prefix_at(window);
     // Without a window the listing starts at the first kept one (a pruned
     // window is the caller's to refuse).
     let from = match window {
-        None if by_provider => Some(keys::by_provider_prefix(party, Some(kept_from(kv)?))),
-        None => Some(keys::by_user_prefix(party, Some(kept_from(kv)?))),
+        None => Some(prefix_at(Some(kept_from(kv)?))),
         Some(_) => None,
     };
     let Some((rows, next)) = page(kv, &prefix, from, cursor, limit)? else {
